@@ -1,0 +1,45 @@
+// Dataset: labelled samples held in one flat float32 buffer, the form every trainer and
+// partitioner in fedmesh consumes. Images are stored HWC per sample (Fashion-MNIST is
+// {28, 28, 1}) and scaled to [0, 1]; tabular rows are {num_features}.
+// Thread-safety: a const Dataset may be read from many threads.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fedmesh {
+
+struct Dataset {
+  std::vector<int> sample_shape;  // per-sample shape, e.g. {28, 28, 1} or {num_features}
+  int num_classes = 0;            // labels are in [0, num_classes)
+  std::vector<float> features;    // size() * sample_size() floats, sample-major
+  std::vector<int32_t> labels;    // one per sample
+
+  size_t size() const { return labels.size(); }
+  size_t sample_size() const {
+    size_t n = 1;
+    for (int d : sample_shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+  const float* sample(size_t i) const { return features.data() + i * sample_size(); }
+
+  // The samples at `indices`, in that order. REQUIRES: every index < size().
+  Dataset Subset(const std::vector<uint32_t>& indices) const {
+    Dataset out;
+    out.sample_shape = sample_shape;
+    out.num_classes = num_classes;
+    const size_t s = sample_size();
+    out.features.resize(indices.size() * s);
+    out.labels.resize(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const float* src = sample(indices[k]);
+      std::copy(src, src + s, out.features.begin() + static_cast<std::ptrdiff_t>(k * s));
+      out.labels[k] = labels[indices[k]];
+    }
+    return out;
+  }
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,35 @@
+// Dense: y = x W^T + b with W stored [out, in] (PyTorch's layout), so the forward pass is
+// one GEMM over the batch. Thread-safety: see core/layer.h.
+#pragma once
+
+#include "core/layer.h"
+
+namespace fedmesh {
+
+class Dense final : public Layer {
+ public:
+  explicit Dense(int out_features) : out_(out_features) {}
+  std::string Describe() const override;
+  Result<SampleShape> Configure(const SampleShape& input) override;
+  size_t num_params() const override { return size_t(out_) * in_ + out_; }
+  void Bind(float* params, float* grads) override;
+  void InitParams(Rng& rng, float* host_params) const override;
+  void Forward(Backend& be, const float* x, float* y, int batch, bool training,
+               uint64_t seed) override;
+  void Backward(Backend& be, const float* x, const float* y, const float* dy, float* dx,
+                int batch) override;
+
+ private:
+  int in_ = 0;
+  int out_;
+  float* w_ = nullptr;
+  float* b_ = nullptr;
+  float* dw_ = nullptr;
+  float* db_ = nullptr;
+};
+
+// PyTorch's default init for Dense and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
+// weights and bias, so accuracy is comparable with the PyTorch baseline.
+void InitFanInUniform(Rng& rng, int fan_in, size_t count, float* out);
+
+}  // namespace fedmesh

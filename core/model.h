@@ -1,0 +1,91 @@
+// Model: a sequential stack of layers whose parameters live in ONE contiguous float32
+// buffer and whose gradients live in another, both in backend memory. Everything that
+// moves or combines models (updates, averaging, codecs, checkpoints) works on that flat
+// vector. The model owns the activation buffers for batches up to Reserve()'s size, the
+// staging for one input batch, and the softmax cross-entropy head.
+// Thread-safety: one thread drives a model at a time.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/data/dataset.h"
+#include "core/layer.h"
+#include "core/status.h"
+
+namespace fedmesh {
+
+class Model {
+ public:
+  // Configures every layer in order against `input_shape`; fails with the offending
+  // layer named if shapes do not chain or the last layer's output is not {num_classes}.
+  static Result<std::unique_ptr<Model>> Create(std::string name, Backend* backend,
+                                               SampleShape input_shape, int num_classes,
+                                               std::vector<std::unique_ptr<Layer>> layers);
+
+  const std::string& name() const { return name_; }
+  const SampleShape& input_shape() const { return input_shape_; }
+  int num_classes() const { return num_classes_; }
+  size_t num_params() const { return num_params_; }
+  Backend& backend() { return *backend_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  // One line per layer with its output shape and parameter count.
+  std::string Summary() const;
+
+  // The flat buffers, in backend memory.
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+
+  // Deterministic initialisation: the same seed gives the same parameters everywhere.
+  void InitParams(uint64_t seed);
+  std::vector<float> GetParams() const;
+  // Fails (and changes nothing) unless values.size() == num_params() and all are finite.
+  Status SetParams(std::span<const float> values);
+  std::vector<float> GetGrads() const;
+
+  // Allocates activations for batches up to max_batch (idempotent for smaller sizes).
+  void Reserve(int max_batch);
+  int max_batch() const { return max_batch_; }
+  // Copies the samples at indices[0..batch) of `data` into the input batch.
+  // REQUIRES: batch <= max_batch(), data matches input_shape() (see CheckCompatible).
+  void LoadBatch(const Dataset& data, const uint32_t* indices, int batch);
+  // Same, for `batch` consecutive samples starting at `first`.
+  void LoadContiguousBatch(const Dataset& data, size_t first, int batch);
+  // Checks the dataset's sample shape and label range against this model.
+  Status CheckCompatible(const Dataset& data) const;
+
+  // Forward + backward on the loaded batch: fills grads() with d(mean loss)/d(params).
+  Backend::LossResult ForwardBackward(int batch, uint64_t seed);
+  // Forward only, in inference mode (dropout off).
+  Backend::LossResult Evaluate(int batch);
+  // The logits of the last Forward/Evaluate call ([batch, num_classes], backend memory).
+  const float* logits() const { return acts_.back(); }
+
+ private:
+  Model() = default;
+  void Forward(int batch, bool training, uint64_t seed);
+
+  std::string name_;
+  Backend* backend_ = nullptr;
+  SampleShape input_shape_;
+  int num_classes_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<SampleShape> shapes_;  // shapes_[i] is the input of layer i; back() the output
+  size_t num_params_ = 0;
+  DeviceBuffer<float> params_, grads_;
+
+  int max_batch_ = 0;
+  std::vector<DeviceBuffer<float>> owned_;  // activation and gradient storage
+  std::vector<float*> acts_;                // acts_[i]: input of layer i; acts_.back(): logits
+  std::vector<float*> dacts_;               // d loss / d acts_[i]; null where not needed
+  DeviceBuffer<int32_t> labels_;
+  std::vector<float> staging_;              // host-side gather buffer for one batch
+  std::vector<int32_t> staging_labels_;
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,70 @@
+#include "core/model_zoo.h"
+
+#include "core/layers/activations.h"
+#include "core/layers/conv2d.h"
+#include "core/layers/dense.h"
+#include "core/layers/max_pool2d.h"
+
+namespace fedmesh {
+
+const std::vector<std::string>& KnownModelNames() {
+  static const std::vector<std::string> kNames = {"logreg", "mlp", "cnn"};
+  return kNames;
+}
+
+Status ValidateModelName(const std::string& name) {
+  for (const auto& n : KnownModelNames()) {
+    if (n == name) return Status::OK();
+  }
+  std::string known;
+  for (const auto& n : KnownModelNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::InvalidArgument("unknown model '" + name + "'; known models: " + known);
+}
+
+Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend) {
+  FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
+  if (spec.num_classes < 2) {
+    return Status::InvalidArgument("a classifier needs at least 2 classes, got " +
+                                   std::to_string(spec.num_classes));
+  }
+  if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f)) {
+    return Status::InvalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
+  }
+  std::vector<std::unique_ptr<Layer>> L;
+  if (spec.name == "logreg") {
+    L.push_back(std::make_unique<Flatten>());
+    L.push_back(std::make_unique<Dense>(spec.num_classes));
+  } else if (spec.name == "mlp") {
+    if (spec.hidden.empty()) return Status::InvalidArgument("mlp needs at least one hidden layer size");
+    L.push_back(std::make_unique<Flatten>());
+    for (int h : spec.hidden) {
+      if (h <= 0) return Status::InvalidArgument("mlp hidden sizes must be positive, got " + std::to_string(h));
+      L.push_back(std::make_unique<Dense>(h));
+      L.push_back(std::make_unique<Relu>());
+      if (spec.dropout > 0.0f) L.push_back(std::make_unique<Dropout>(spec.dropout));
+    }
+    L.push_back(std::make_unique<Dense>(spec.num_classes));
+  } else if (spec.name == "cnn") {
+    if (spec.input_shape.size() != 3 || spec.input_shape[0] < 4 || spec.input_shape[1] < 4) {
+      return Status::InvalidArgument("cnn needs image input (HxWxC, at least 4x4), got " +
+                                     ShapeToString(spec.input_shape) + ": use mlp or logreg for tabular data");
+    }
+    // conv5x5x32 - pool - conv5x5x64 - pool - fc512 - fc10 ("same" padding keeps 28->14->7).
+    L.push_back(std::make_unique<Conv2d>(Conv2dOptions{32, 5, 1, 2}));
+    L.push_back(std::make_unique<Relu>());
+    L.push_back(std::make_unique<MaxPool2d>(2));
+    L.push_back(std::make_unique<Conv2d>(Conv2dOptions{64, 5, 1, 2}));
+    L.push_back(std::make_unique<Relu>());
+    L.push_back(std::make_unique<MaxPool2d>(2));
+    L.push_back(std::make_unique<Flatten>());
+    L.push_back(std::make_unique<Dense>(512));
+    L.push_back(std::make_unique<Relu>());
+    if (spec.dropout > 0.0f) L.push_back(std::make_unique<Dropout>(spec.dropout));
+    L.push_back(std::make_unique<Dense>(spec.num_classes));
+  } else {
+    return ValidateModelName(spec.name);
+  }
+  return Model::Create(spec.name, backend, spec.input_shape, spec.num_classes, std::move(L));
+}
+
+}  // namespace fedmesh

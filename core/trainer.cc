@@ -1,0 +1,80 @@
+#include "core/trainer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "core/check.h"
+
+namespace fedmesh {
+
+Status ValidateTrainerOptions(const TrainerOptions& o) {
+  if (o.batch_size <= 0) {
+    return Status::InvalidArgument("batch size must be positive, got " + std::to_string(o.batch_size));
+  }
+  if (o.eval_batch_size <= 0) {
+    return Status::InvalidArgument("eval batch size must be positive, got " +
+                                   std::to_string(o.eval_batch_size));
+  }
+  return ValidateSgdOptions(o.sgd);
+}
+
+Trainer::Trainer(Model* model, const TrainerOptions& options, Env* env)
+    : model_(model), options_(options), env_(env), sgd_(model, options.sgd) {
+  FM_CHECK(ValidateTrainerOptions(options).ok());
+  model_->Reserve(std::max(options.batch_size, options.eval_batch_size));
+}
+
+Result<EpochStats> Trainer::TrainEpoch(const Dataset& data) {
+  return TrainSteps(data, -1);
+}
+
+Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
+  FM_RETURN_IF_ERROR(model_->CheckCompatible(data));
+  if (data.size() == 0) return Status::InvalidArgument("cannot train on an empty dataset");
+  std::vector<uint32_t> order(data.size());
+  std::iota(order.begin(), order.end(), 0u);
+  env_->rng().Shuffle(order);
+
+  EpochStats stats;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  const double start = env_->NowSeconds();
+  for (size_t first = 0; first < order.size(); first += options_.batch_size) {
+    if (max_steps >= 0 && stats.steps >= max_steps) break;
+    const int batch = static_cast<int>(std::min<size_t>(options_.batch_size, order.size() - first));
+    model_->LoadBatch(data, order.data() + first, batch);
+    const auto r = model_->ForwardBackward(batch, SplitMix64(step_++));
+    sgd_.Step();
+    loss_sum += r.loss_sum;
+    correct += r.correct;
+    stats.samples += batch;
+    ++stats.steps;
+  }
+  stats.seconds = env_->NowSeconds() - start;
+  stats.mean_loss = stats.samples ? loss_sum / stats.samples : 0.0;
+  stats.train_accuracy = stats.samples ? double(correct) / stats.samples : 0.0;
+  stats.samples_per_s = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
+  return stats;
+}
+
+Result<EvalStats> Trainer::Evaluate(const Dataset& data) {
+  FM_RETURN_IF_ERROR(model_->CheckCompatible(data));
+  if (data.size() == 0) return Status::InvalidArgument("cannot evaluate on an empty dataset");
+  EvalStats stats;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for (size_t first = 0; first < data.size(); first += options_.eval_batch_size) {
+    const int batch = static_cast<int>(std::min<size_t>(options_.eval_batch_size, data.size() - first));
+    model_->LoadContiguousBatch(data, first, batch);
+    const auto r = model_->Evaluate(batch);
+    loss_sum += r.loss_sum;
+    correct += r.correct;
+  }
+  stats.samples = static_cast<int64_t>(data.size());
+  stats.loss = loss_sum / stats.samples;
+  stats.accuracy = double(correct) / stats.samples;
+  return stats;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,116 @@
+// fedmesh-node: the binary a site runs next to its private data.
+// Today it runs local-only training (--local-only); the federated modes (aggregator
+// client, gossip peer) attach to the same binary in later issues.
+//
+// Exit codes: 0 success; 2 bad usage or bad input (flags, data files, config);
+// 1 a runtime failure after the inputs were accepted.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "core/env.h"
+#include "node/local_training.h"
+
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitBadInput = 2;
+
+int ExitCodeFor(const fedmesh::Status& s) {
+  switch (s.code()) {
+    case fedmesh::StatusCode::kInvalidArgument:
+    case fedmesh::StatusCode::kNotFound:
+    case fedmesh::StatusCode::kCorruption:
+    case fedmesh::StatusCode::kOutOfRange:
+    case fedmesh::StatusCode::kPermissionDenied:
+    case fedmesh::StatusCode::kFailedPrecondition:
+    case fedmesh::StatusCode::kUnimplemented:
+    case fedmesh::StatusCode::kUnavailable:
+      return kExitBadInput;
+    default:
+      return kExitRuntime;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fedmesh::LocalTrainingOptions o;
+  bool local_only = false;
+  std::string hidden = "256";
+
+  CLI::App app{"fedmesh-node: trains on this site's private data; only model updates ever leave it."};
+  app.set_version_flag("--version", "fedmesh-node 0.1.0");
+  app.add_flag("--local-only", local_only, "Train on local data alone and evaluate (no network)");
+  app.add_option("--node-id", o.node_id, "Name of this node in logs and metrics")->capture_default_str();
+  app.add_option("--model", o.model.name, "Model: logreg | mlp | cnn")->capture_default_str();
+  app.add_option("--hidden", hidden, "mlp hidden layer sizes, comma separated")->capture_default_str();
+  app.add_option("--dropout", o.model.dropout, "Dropout before hidden Dense layers")->capture_default_str();
+  app.add_option("--data", o.data.train, "Training data: fashion-mnist | csv:PATH")->capture_default_str();
+  app.add_option("--test-data", o.data.test, "Test data (default: the source's test split; required for csv)");
+  app.add_option("--label-column", o.data.label_column, "CSV column holding the class label");
+  app.add_option("--num-classes", o.data.num_classes, "CSV: number of classes (0 = largest label + 1)")->capture_default_str();
+  app.add_option("--partition", o.partition.scheme, "Partition scheme: iid | dirichlet | shards | quantity")->capture_default_str();
+  app.add_option("--alpha", o.partition.alpha, "Dirichlet concentration (smaller = more label skew)")->capture_default_str();
+  app.add_option("--shards", o.partition.shards_per_partition, "Label shards per partition (shards scheme)")->capture_default_str();
+  app.add_option("--quantity-sigma", o.partition.quantity_sigma, "Lognormal sigma of partition sizes (quantity scheme)")->capture_default_str();
+  app.add_option("--num-partitions", o.partition.num_partitions, "Number of partitions the dataset is split into")->capture_default_str();
+  app.add_option("--partition-seed", o.partition.seed, "Seed of the partition (same for every node)")->capture_default_str();
+  app.add_option("--index", o.index, "This node's partition, in [0, num-partitions)")->capture_default_str();
+  app.add_option("--epochs", o.epochs, "Passes over the local data")->capture_default_str();
+  app.add_option("--batch", o.trainer.batch_size, "Mini-batch size")->capture_default_str();
+  app.add_option("--lr", o.trainer.sgd.lr, "Learning rate")->capture_default_str();
+  app.add_option("--momentum", o.trainer.sgd.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", o.trainer.sgd.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--device", o.device, "Compute device: cpu | auto | cuda[:N]")->capture_default_str();
+  app.add_option("--threads", o.threads, "Compute threads (0 = all cores)")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed for model init, shuffling and dropout")->capture_default_str();
+  app.add_option("--metrics", o.metrics_path, "Write one JSON line per epoch to this file");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadInput;
+  }
+
+  auto logger = spdlog::stdout_color_mt("fedmesh");
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + o.node_id + "] %v");
+  spdlog::set_default_logger(logger);
+
+  if (!local_only) {
+    spdlog::error("federated mode is not available in this build yet; run with --local-only");
+    return kExitBadInput;
+  }
+
+  o.model.hidden.clear();
+  for (size_t start = 0; start <= hidden.size();) {
+    size_t end = hidden.find(',', start);
+    if (end == std::string::npos) end = hidden.size();
+    const std::string tok = hidden.substr(start, end - start);
+    try {
+      size_t used = 0;
+      const int h = std::stoi(tok, &used);
+      if (used != tok.size()) throw std::invalid_argument(tok);
+      o.model.hidden.push_back(h);
+    } catch (const std::exception&) {
+      spdlog::error("--hidden '{}': expected comma-separated positive integers such as 256,128", hidden);
+      return kExitBadInput;
+    }
+    start = end + 1;
+  }
+
+  fedmesh::SystemEnv env(o.seed);
+  auto report = fedmesh::RunLocalTraining(o, &env, [](const std::string& line) {
+    spdlog::info("{}", line);
+  });
+  if (!report.ok()) {
+    spdlog::error("{}", report.status().message());
+    return ExitCodeFor(report.status());
+  }
+  spdlog::info("done: {} epoch(s), test accuracy {:.4f}, test loss {:.4f}, {:.0f} samples/s",
+               report->epochs, report->test_accuracy, report->test_loss, report->samples_per_s);
+  return 0;
+}

@@ -1,0 +1,110 @@
+#include "node/local_training.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/json_line.h"
+
+namespace fedmesh {
+
+Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o) {
+  if (o.epochs < 1) return Status::InvalidArgument("epochs must be >= 1, got " + std::to_string(o.epochs));
+  if (o.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores), got " + std::to_string(o.threads));
+  if (o.partition.num_partitions < 1) {
+    return Status::InvalidArgument("num-partitions must be >= 1, got " +
+                                   std::to_string(o.partition.num_partitions));
+  }
+  if (o.index < 0 || o.index >= o.partition.num_partitions) {
+    return Status::InvalidArgument("index " + std::to_string(o.index) + " is outside [0, " +
+                                   std::to_string(o.partition.num_partitions) +
+                                   "): num-partitions must be greater than index");
+  }
+  // Checked before any data loads, so a typo fails at once.
+  FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
+  return ValidateTrainerOptions(o.trainer);
+}
+
+Result<LocalTrainingReport> RunLocalTraining(
+    const LocalTrainingOptions& options, Env* env,
+    const std::function<void(const std::string&)>& progress) {
+  FM_RETURN_IF_ERROR(ValidateLocalTrainingOptions(options));
+
+  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(options.data, DataSplit::kTrain));
+  FM_ASSIGN_OR_RETURN(Dataset test, LoadDataSource(options.data, DataSplit::kTest));
+  FM_RETURN_IF_ERROR(ValidatePartitionSpec(options.partition, full.size()));
+  FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(full.labels, full.num_classes, options.partition,
+                                                 options.index));
+  Dataset train = full.Subset(indices);
+  full = Dataset();  // this node keeps only its own share
+
+  ModelSpec spec = options.model;
+  spec.input_shape = train.sample_shape;
+  spec.num_classes = std::max(train.num_classes, test.num_classes);
+  FM_ASSIGN_OR_RETURN(auto backend, MakeBackend(options.device, options.threads));
+  FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get()));
+  model->InitParams(options.seed);
+  FM_RETURN_IF_ERROR(model->CheckCompatible(train));
+  FM_RETURN_IF_ERROR(model->CheckCompatible(test));
+
+  std::ofstream metrics;
+  if (!options.metrics_path.empty()) {
+    metrics.open(options.metrics_path, std::ios::out | std::ios::trunc);
+    if (!metrics) {
+      return Status::IOError("cannot open metrics file '" + options.metrics_path + "' for writing");
+    }
+  }
+
+  Trainer trainer(model.get(), options.trainer, env);
+  if (progress) {
+    progress("model " + model->name() + " (" + std::to_string(model->num_params()) +
+             " parameters) on " + backend->name() + " with " + std::to_string(backend->threads()) +
+             " thread(s); partition " + std::to_string(options.index) + "/" +
+             std::to_string(options.partition.num_partitions) + " (" + options.partition.scheme +
+             ") = " + std::to_string(train.size()) + " samples; test " +
+             std::to_string(test.size()) + " samples");
+  }
+
+  LocalTrainingReport report;
+  report.train_samples = static_cast<int64_t>(train.size());
+  int64_t total_samples = 0;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    FM_ASSIGN_OR_RETURN(EpochStats es, trainer.TrainEpoch(train));
+    FM_ASSIGN_OR_RETURN(EvalStats ev, trainer.Evaluate(test));
+    total_samples += es.samples;
+    report.train_seconds += es.seconds;
+    report.epochs = epoch;
+    report.test_accuracy = ev.accuracy;
+    report.test_loss = ev.loss;
+    report.samples_per_s = report.train_seconds > 0 ? total_samples / report.train_seconds : 0.0;
+    if (progress) {
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "epoch %d/%d  train_loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f  "
+                    "%.0f samples/s  %.1fs",
+                    epoch, options.epochs, es.mean_loss, es.train_accuracy, ev.loss, ev.accuracy,
+                    es.samples_per_s, es.seconds);
+      progress(line);
+    }
+    if (metrics.is_open()) {
+      JsonLine j;
+      j.Add("node", options.node_id)
+          .Add("model", model->name())
+          .Add("epoch", epoch)
+          .Add("epochs", epoch)
+          .Add("train_loss", es.mean_loss)
+          .Add("train_accuracy", es.train_accuracy)
+          .Add("test_loss", ev.loss)
+          .Add("test_accuracy", ev.accuracy)
+          .Add("samples_per_s", report.samples_per_s)
+          .Add("epoch_samples_per_s", es.samples_per_s)
+          .Add("train_samples", report.train_samples)
+          .Add("seconds", report.train_seconds);
+      metrics << j.str() << '\n';
+      metrics.flush();
+      if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");
+    }
+  }
+  return report;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds fedmesh into ${FEDMESH_BUILD_DIR:-build} (Release).
+# Extra arguments go to CMake's configure step, e.g. -DFEDMESH_CUDA=OFF.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${FEDMESH_BUILD_DIR:-$root/build}
+jobs=${FEDMESH_JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$build" -j "$jobs"

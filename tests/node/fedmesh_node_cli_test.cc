@@ -1,0 +1,170 @@
+// fedmesh-node --local-only as a user runs it: the real binary, real Fashion-MNIST.
+// Bad input must exit non-zero (2) with one clear sentence; good input must learn.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/data/fashion_mnist.h"
+
+namespace fedmesh {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult RunNode(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " FEDMESH_BINARY_DIR "/bin/fedmesh-node " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path d = fs::path(::testing::TempDir()) / ("fedmesh_node_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool HaveFashionMnist() { return LoadFashionMnist(DataSplit::kTest).ok(); }
+
+// The value of "key" in the last JSON line of a metrics file (-1 when absent).
+double LastMetric(const fs::path& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line, last;
+  while (std::getline(in, line)) if (!line.empty()) last = line;
+  const std::string pat = "\"" + key + "\":";
+  const size_t at = last.find(pat);
+  if (at == std::string::npos) return -1;
+  return std::atof(last.c_str() + at + pat.size());
+}
+
+const char* kLocal = "--local-only --threads 1 ";
+
+TEST(FedmeshNodeCli, HelpListsTheFlags) {
+  auto r = RunNode("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--local-only", "--model", "--data", "--partition", "--alpha",
+                           "--num-partitions", "--index", "--epochs", "--batch", "--lr",
+                           "--momentum", "--threads", "--seed", "--metrics"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(FedmeshNodeCli, UnknownModelIsRejected) {
+  auto r = RunNode(std::string(kLocal) + "--model resnet");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown model 'resnet'; known models: logreg, mlp, cnn"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, NegativeLearningRateIsRejected) {
+  auto r = RunNode(std::string(kLocal) + "--lr -0.1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("learning rate must be a positive number"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, IndexOutsidePartitionsIsRejected) {
+  auto r = RunNode(std::string(kLocal) + "--num-partitions 4 --index 4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("index 4 is outside [0, 4)"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, MissingDatasetSaysHowToInstallIt) {
+  auto r = RunNode(std::string(kLocal), "FEDMESH_DATA_DIR=/nonexistent/fmnist");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("Fashion-MNIST not found"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, CorruptIdxHeaderIsRejected) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+  const fs::path d = TempDir("corrupt");
+  const fs::path src = "/usr/share/datasets/fashion-mnist";
+  for (const char* f : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    fs::copy_file(src / f, d / f);
+  }
+  // A plain (uncompressed) file whose magic number is wrong.
+  std::ofstream(d / "train-images-idx3-ubyte.gz", std::ios::binary) << std::string("\x00\x00\x08\x09garbage", 11);
+  auto r = RunNode(std::string(kLocal), "FEDMESH_DATA_DIR=" + d.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("train-images-idx3-ubyte.gz"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("IDX file"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, BadFlagsAndMissingModeAreRejected) {
+  EXPECT_EQ(RunNode("--local-only --no-such-flag").exit_code, 2);
+  EXPECT_EQ(RunNode("--local-only --epochs abc").exit_code, 2);
+  auto r = RunNode("--epochs 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--local-only"), std::string::npos) << r.output;
+  r = RunNode(std::string(kLocal) + "--hidden 256,x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--hidden"), std::string::npos) << r.output;
+  r = RunNode(std::string(kLocal) + "--partition zipf --num-partitions 2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("zipf"), std::string::npos) << r.output;
+}
+
+TEST(FedmeshNodeCli, MetricsFileThatCannotBeWrittenIsRejected) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  auto r = RunNode(std::string(kLocal) + "--model logreg --metrics /nonexistent/dir/m.jsonl");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("cannot open metrics file"), std::string::npos) << r.output;
+}
+
+// Acceptance: mlp, 3 epochs, batch 32, lr 0.01, momentum 0.9 reaches >= 0.85.
+TEST(FedmeshNodeCli, MlpReachesAccuracyTarget) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  const fs::path m = TempDir("mlp") / "metrics.jsonl";
+  auto r = RunNode(std::string(kLocal) + "--model mlp --data fashion-mnist --epochs 3 --batch 32 "
+                   "--lr 0.01 --momentum 0.9 --metrics " + m.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 3/3"), std::string::npos);
+  EXPECT_GE(LastMetric(m, "test_accuracy"), 0.85);
+  EXPECT_GT(LastMetric(m, "test_loss"), 0.0);
+  EXPECT_GT(LastMetric(m, "samples_per_s"), 0.0);
+  EXPECT_EQ(LastMetric(m, "epochs"), 3);
+}
+
+// Acceptance: cnn, 2 epochs reaches >= 0.89 (the slowest test: about a minute or two).
+TEST(FedmeshNodeCli, CnnReachesAccuracyTarget) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  const fs::path m = TempDir("cnn") / "metrics.jsonl";
+  auto r = RunNode("--local-only --threads 2 --model cnn --data fashion-mnist --epochs 2 --batch 32 "
+                   "--lr 0.01 --momentum 0.9 --metrics " + m.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GE(LastMetric(m, "test_accuracy"), 0.89);
+  EXPECT_EQ(LastMetric(m, "epochs"), 2);
+}
+
+// A node trains on its own Dirichlet share only.
+TEST(FedmeshNodeCli, PartitionedNodeTrainsOnItsShareOnly) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  const fs::path m = TempDir("part") / "metrics.jsonl";
+  auto r = RunNode(std::string(kLocal) + "--model logreg --partition dirichlet --alpha 0.1 "
+                   "--num-partitions 10 --index 3 --epochs 1 --metrics " + m.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double n = LastMetric(m, "train_samples");
+  EXPECT_GT(n, 0);
+  EXPECT_LT(n, 60000);
+  // Label skew: a local model trained on a few classes is far from the IID result.
+  EXPECT_LT(LastMetric(m, "test_accuracy"), 0.8);
+}
+
+}  // namespace
+}  // namespace fedmesh
