@@ -46,7 +46,7 @@ void Conv2d::Bind(float* params, float* grads) {
 }
 
 void Conv2d::InitParams(Rng& rng, float* host_params) const {
-  InitFanInUniform(rng, col_len(), num_params(), host_params);
+  InitHeUniform(rng, col_len(), size_t(o_.out_channels) * col_len(), o_.out_channels, host_params);
 }
 
 void Conv2d::Reserve(Backend* backend, int max_batch) {

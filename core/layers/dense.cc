@@ -1,12 +1,14 @@
 #include "core/layers/dense.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fedmesh {
 
-void InitFanInUniform(Rng& rng, int fan_in, size_t count, float* out) {
-  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(rng.Uniform(-bound, bound));
+void InitHeUniform(Rng& rng, int fan_in, size_t weights, size_t biases, float* out) {
+  const double bound = std::sqrt(6.0 / fan_in);
+  for (size_t i = 0; i < weights; ++i) out[i] = static_cast<float>(rng.Uniform(-bound, bound));
+  std::fill(out + weights, out + weights + biases, 0.0f);
 }
 
 std::string Dense::Describe() const {
@@ -31,7 +33,7 @@ void Dense::Bind(float* params, float* grads) {
 }
 
 void Dense::InitParams(Rng& rng, float* host_params) const {
-  InitFanInUniform(rng, in_, num_params(), host_params);
+  InitHeUniform(rng, in_, size_t(out_) * in_, out_, host_params);
 }
 
 void Dense::Forward(Backend& be, const float* x, float* y, int batch, bool, uint64_t) {

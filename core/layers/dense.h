@@ -28,8 +28,9 @@ class Dense final : public Layer {
   float* db_ = nullptr;
 };
 
-// PyTorch's default init for Dense and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for
-// weights and bias, so accuracy is comparable with the PyTorch baseline.
-void InitFanInUniform(Rng& rng, int fan_in, size_t count, float* out);
+// He (Kaiming) uniform init for layers followed by ReLU: weights U(-b, b) with
+// b = sqrt(6 / fan_in), biases 0. PyTorch's default (b = 1/sqrt(fan_in)) trained the cnn
+// to 0.885-0.887 test accuracy in 2 epochs against 0.898 for this (bench/RESULTS.md).
+void InitHeUniform(Rng& rng, int fan_in, size_t weights, size_t biases, float* out);
 
 }  // namespace fedmesh

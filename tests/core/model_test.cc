@@ -74,10 +74,16 @@ TEST_F(ModelTest, InitIsDeterministicBySeedAndParamsAreOneBuffer) {
   EXPECT_EQ((*a)->GetParams(), (*b)->GetParams());
   (*b)->InitParams(8);
   EXPECT_NE((*a)->GetParams(), (*b)->GetParams());
-  // PyTorch's default bound: first Dense has fan_in 784.
+  // He-uniform: first Dense has fan_in 784; its biases start at zero.
   const auto p = (*a)->GetParams();
-  const float bound = 1.0f / std::sqrt(784.0f);
-  for (size_t i = 0; i < 784 * 256; ++i) ASSERT_LE(std::abs(p[i]), bound);
+  const float bound = std::sqrt(6.0f / 784.0f);
+  double sq = 0;
+  for (size_t i = 0; i < 784 * 256; ++i) {
+    ASSERT_LE(std::abs(p[i]), bound);
+    sq += double(p[i]) * p[i];
+  }
+  EXPECT_NEAR(sq / (784 * 256), bound * bound / 3, 0.02 * bound * bound / 3);  // Var of U(-b,b)
+  for (size_t i = 784 * 256; i < 784 * 256 + 256; ++i) ASSERT_EQ(p[i], 0.0f);
 }
 
 TEST_F(ModelTest, SetParamsRejectsWrongSizeAndNonFiniteWithoutChangingAnything) {
