@@ -24,6 +24,9 @@ import sys
 import time
 
 
+OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="PyTorch CPU training-throughput baseline (fedmesh models)")
     p.add_argument("--model", choices=["logreg", "mlp", "cnn"], required=True)
@@ -37,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print exactly one JSON line to stdout")
+    p.add_argument("--blas", choices=["openmp", "system"], default="openmp",
+                   help="which OpenBLAS build torch's GEMMs use: 'openmp' (default) preloads Debian's "
+                        "OpenMP build from " + OPENBLAS_OPENMP_DIR + " (the one fedmesh links) so GEMMs share "
+                        "torch's OpenMP pool; 'system' keeps the libblas.so.3 alternative (pthread build)")
     p.add_argument("--check-accuracy", type=int, metavar="EPOCHS", default=None,
                    help="train EPOCHS full shuffled epochs and print t10k test accuracy instead of timing")
     a = p.parse_args(argv)
@@ -51,11 +58,46 @@ def parse_args(argv=None):
 
 
 ARGS = parse_args()
-# The BLAS torch links against here (Debian: OpenBLAS, pthread variant) keeps its
-# own thread pool that torch.set_num_threads() does not resize; pin it (and OpenMP)
-# to --threads before torch is imported, unless the caller set it explicitly.
+# Thread pools.  torch's intra-op pool is OpenMP (libgomp); its GEMMs (nn.Linear) go to
+# OpenBLAS.  Debian's default OpenBLAS alternative is the *pthread* build, which keeps a
+# second pool of spinning threads that torch.set_num_threads() does not control: with both
+# pools at 2 threads on a 2-core machine they fight, and throughput drops 3-50x and becomes
+# erratic.  fedmesh links the OpenMP build of OpenBLAS for exactly this reason, so by default
+# we preload that build (RTLD_GLOBAL, before torch is imported: the dynamic linker then
+# satisfies torch's libblas.so.3 / liblapack.so.3 / libopenblas.so.0 NEEDED entries with the
+# already-loaded objects of the same soname) and the GEMMs run on torch's OpenMP pool.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, str(ARGS.threads))
+if ARGS.blas == "openmp":
+    import ctypes
+    _libs = ("libopenblas.so.0", "libblas.so.3", "liblapack.so.3")
+    if all(os.path.exists(os.path.join(OPENBLAS_OPENMP_DIR, l)) for l in _libs):
+        for _lib in _libs:
+            ctypes.CDLL(os.path.join(OPENBLAS_OPENMP_DIR, _lib), mode=ctypes.RTLD_GLOBAL)
+    else:
+        print("warning: %s not found (apt install libopenblas0-openmp); using the system BLAS"
+              % OPENBLAS_OPENMP_DIR, file=sys.stderr)
+
+
+def loaded_blas():
+    """Path(s) of the BLAS/LAPACK implementation actually mapped into this process."""
+    found = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if "blas" in os.path.basename(path) or "mkl" in os.path.basename(path):
+                found.add(path)
+    return sorted(found)
+
+
+def blas_variant():
+    paths = loaded_blas()
+    if any("openblas-openmp" in p for p in paths) and not any("openblas-pthread" in p for p in paths):
+        return "openblas-openmp"
+    if any("openblas-pthread" in p for p in paths) and not any("openblas-openmp" in p for p in paths):
+        return "openblas-pthread"
+    return "+".join(os.path.basename(os.path.dirname(p)) + "/" + os.path.basename(p) for p in paths) or "unknown"
+
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -161,12 +203,13 @@ def run_throughput(a, model, step):
             "impl": "pytorch", "torch_version": torch.__version__, "model": a.model,
             "batch": a.batch, "threads": a.threads, "steps": a.steps,
             "seconds": round(elapsed, 6), "samples_per_s": round(sps, 2), "loss": round(final_loss, 6),
+            "blas": blas_variant(),
         }))
     else:
         print("pytorch %s  model=%s batch=%d threads=%d  %d steps in %.3f s  -> %.1f samples/s  "
-              "(%.3f ms/step)  final loss %.4f"
+              "(%.3f ms/step)  final loss %.4f  [blas: %s]"
               % (torch.__version__, a.model, a.batch, a.threads, a.steps, elapsed, sps,
-                 1e3 * elapsed / a.steps, final_loss))
+                 1e3 * elapsed / a.steps, final_loss, blas_variant()))
 
 
 @torch.no_grad()
@@ -209,7 +252,7 @@ def run_accuracy(a, model, step):
             "batch": a.batch, "threads": a.threads, "epochs": a.check_accuracy, "seed": a.seed,
             "lr": a.lr, "momentum": a.momentum, "seconds": round(elapsed, 3),
             "train_loss": round(results[-1]["train_loss"], 6),
-            "test_accuracy": results[-1]["test_accuracy"], "per_epoch": results,
+            "test_accuracy": results[-1]["test_accuracy"], "per_epoch": results, "blas": blas_variant(),
         }))
 
 
