@@ -92,6 +92,19 @@ class Backend {
   virtual void Im2Col(const float* x, const WindowGeometry& g, float* cols) = 0;
   // The adjoint: dx = sum of dcols into the pixels they were read from (overwrites dx).
   virtual void Col2Im(const float* dcols, const WindowGeometry& g, float* dx) = 0;
+  // A whole Conv2d layer over an NHWC batch, weights [out_channels, KH, KW, C], bias
+  // [out_channels]. Each backend picks its own strategy (CPU: per-image im2col + GEMM on
+  // every thread, so the column matrix stays in cache; CUDA: batched im2col + cuBLAS).
+  // `workspace` holds ConvWorkspaceFloats(g, out_channels) floats; Forward and Backward
+  // may share it (nothing is kept between them: Backward recomputes the columns).
+  virtual size_t ConvWorkspaceFloats(const WindowGeometry& g, int out_channels) = 0;
+  virtual void Conv2dForward(const float* x, const WindowGeometry& g, const float* w,
+                             const float* bias, int out_channels, float* y,
+                             float* workspace, size_t workspace_floats) = 0;
+  // Writes dw and dbias (overwriting) and, when dx is not null, dx.
+  virtual void Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
+                              int out_channels, const float* dy, float* dw, float* dbias,
+                              float* dx, float* workspace, size_t workspace_floats) = 0;
   // Max pooling; argmax[i] is the flat NHWC input index chosen for output i.
   virtual void MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
                               int32_t* argmax) = 0;

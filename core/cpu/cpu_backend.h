@@ -41,6 +41,13 @@ class CpuBackend final : public Backend {
 
   void Im2Col(const float* x, const WindowGeometry& g, float* cols) override;
   void Col2Im(const float* dcols, const WindowGeometry& g, float* dx) override;
+  size_t ConvWorkspaceFloats(const WindowGeometry& g, int out_channels) override;
+  void Conv2dForward(const float* x, const WindowGeometry& g, const float* w, const float* bias,
+                     int out_channels, float* y, float* workspace,
+                     size_t workspace_floats) override;
+  void Conv2dBackward(const float* x, const WindowGeometry& g, const float* w, int out_channels,
+                      const float* dy, float* dw, float* dbias, float* dx, float* workspace,
+                      size_t workspace_floats) override;
   void MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
                       int32_t* argmax) override;
   void MaxPoolBackward(const float* dy, const int32_t* argmax, size_t out_size, float* dx,

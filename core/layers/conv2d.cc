@@ -50,35 +50,19 @@ void Conv2d::InitParams(Rng& rng, float* host_params) const {
 }
 
 void Conv2d::Reserve(Backend* backend, int max_batch) {
-  const size_t n = size_t(max_batch) * geom_.out_h() * geom_.out_w() * col_len();
-  if (cols_.size() < n) {
-    cols_ = DeviceBuffer<float>(backend, n);
-    dcols_ = DeviceBuffer<float>(backend, n);
-  }
+  const size_t n = backend->ConvWorkspaceFloats(Geometry(max_batch), o_.out_channels);
+  if (workspace_.size() < n) workspace_ = DeviceBuffer<float>(backend, n);
 }
 
 void Conv2d::Forward(Backend& be, const float* x, float* y, int batch, bool, uint64_t) {
-  const WindowGeometry g = Geometry(batch);
-  const int rows = batch * g.out_h() * g.out_w();
-  be.Im2Col(x, g, cols_.data());
-  be.Gemm(false, true, rows, o_.out_channels, col_len(), 1.0f, cols_.data(), col_len(), w_,
-          col_len(), 0.0f, y, o_.out_channels);
-  be.AddBias(y, b_, rows, o_.out_channels);
+  be.Conv2dForward(x, Geometry(batch), w_, b_, o_.out_channels, y, workspace_.data(),
+                   workspace_.size());
 }
 
-void Conv2d::Backward(Backend& be, const float*, const float*, const float* dy, float* dx,
+void Conv2d::Backward(Backend& be, const float* x, const float*, const float* dy, float* dx,
                       int batch) {
-  const WindowGeometry g = Geometry(batch);
-  const int rows = batch * g.out_h() * g.out_w();
-  const int oc = o_.out_channels;
-  be.Gemm(true, false, oc, col_len(), rows, 1.0f, dy, oc, cols_.data(), col_len(), 0.0f, dw_,
-          col_len());
-  be.BiasGrad(dy, db_, rows, oc);
-  if (dx != nullptr) {
-    be.Gemm(false, false, rows, col_len(), oc, 1.0f, dy, oc, w_, col_len(), 0.0f,
-            dcols_.data(), col_len());
-    be.Col2Im(dcols_.data(), g, dx);
-  }
+  be.Conv2dBackward(x, Geometry(batch), w_, o_.out_channels, dy, dw_, db_, dx,
+                    workspace_.data(), workspace_.size());
 }
 
 }  // namespace fedmesh

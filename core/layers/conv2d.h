@@ -1,8 +1,7 @@
-// Conv2d over NHWC images as im2col + one GEMM for the whole batch: the column matrix has
-// one row per output pixel (N*OH*OW rows) and KH*KW*C columns, and W is stored
-// [out_channels, KH, KW, C] so y = cols W^T lands directly in NHWC. The columns are kept
-// from Forward to Backward, where dW = dy^T cols reuses them.
-// Thread-safety: see core/layer.h.
+// Conv2d over NHWC images with W stored [out_channels, KH, KW, C], so that with im2col
+// columns (one row per output pixel, KH*KW*C columns) y = cols W^T lands directly in
+// NHWC. The arithmetic is the backend's Conv2dForward/Backward, which choose how to tile
+// it; the layer owns only their workspace. Thread-safety: see core/layer.h.
 #pragma once
 
 #include "core/layer.h"
@@ -40,8 +39,7 @@ class Conv2d final : public Layer {
   float* b_ = nullptr;
   float* dw_ = nullptr;
   float* db_ = nullptr;
-  DeviceBuffer<float> cols_;   // im2col of the last Forward input
-  DeviceBuffer<float> dcols_;  // scratch for Backward
+  DeviceBuffer<float> workspace_;  // backend scratch, shared by Forward and Backward
 };
 
 }  // namespace fedmesh

@@ -1,0 +1,172 @@
+// The messages fedmesh nodes, aggregators and gossip peers exchange, as plain structs.
+// These are the only wire types the rest of the code sees: core/wire/wire_codec.h turns
+// them into frames and back, and is the one place that touches the generated protobuf
+// types (docs/wire.md describes the bytes). Tensor payloads are kept as encoded bytes so
+// that codecs (fp16, topk, zstd, ...) can sit between the trainer and the wire; codec
+// "none" means raw little-endian float32 (see FloatPayload / PayloadFloats).
+// Thread-safety: value types, safe to copy between threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/sha256.h"
+
+namespace fedmesh::wire {
+
+// Protocol version this build writes and the only one it reads (docs/wire.md, Versioning).
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Codec chain name for uncoded payloads: element_count little-endian IEEE-754 float32.
+inline constexpr std::string_view kCodecNone = "none";
+
+// Fields every message carries. The protocol version is not here: Encode always writes
+// kProtocolVersion and decoding rejects any other.
+struct Header {
+  std::string federation_id;  // required: 1..max_id_bytes bytes of printable ASCII, no space
+  std::string sender_id;      // required: same rules
+  uint64_t round = 0;
+  uint64_t model_version = 0;
+  uint64_t message_id = 0;  // sender-chosen; unique among the sender's messages in flight
+
+  friend bool operator==(const Header&, const Header&) = default;
+};
+
+// Element type of the dense tensor a payload decodes to.
+enum class DType : uint32_t {
+  kFloat32 = 1,
+};
+
+// A tensor payload: one or more tensors, concatenated, encoded by a codec chain.
+struct TensorPayload {
+  std::string codec = std::string(kCodecNone);
+  DType dtype = DType::kFloat32;
+  uint64_t element_count = 0;  // dense elements after decoding, all tensors together
+  // Dims of each tensor in order (row-major, every dim >= 1, {} = a scalar). Empty: one
+  // flat vector of element_count elements. When present, their products sum to
+  // element_count.
+  std::vector<std::vector<uint64_t>> shapes;
+  std::vector<uint8_t> bytes;  // the encoded payload
+  // SHA-256 of `bytes`. Set by decoding, after the check against the received bytes.
+  // Encode computes the hash itself; if this is set, it must match (a caller that signed
+  // the hash then changed the bytes gets an error, not a silently different message).
+  std::optional<Sha256Digest> sha256;
+
+  friend bool operator==(const TensorPayload&, const TensorPayload&) = default;
+};
+
+// Node -> aggregator: join the federation.
+struct Register {
+  std::string node_id;
+  uint64_t num_examples = 0;
+  std::vector<std::string> capabilities;  // e.g. "codec:fp16", "device:cuda"; id rules
+
+  friend bool operator==(const Register&, const Register&) = default;
+};
+
+// Aggregator -> node: registration accepted.
+struct RegisterAck {
+  std::string node_id;
+  uint64_t heartbeat_interval_ms = 0;
+
+  friend bool operator==(const RegisterAck&, const RegisterAck&) = default;
+};
+
+// Aggregator -> node: train from global_model and send back a FitResult.
+struct FitTask {
+  uint64_t round = 0;          // must equal Header::round
+  TensorPayload global_model;  // codec "none": every value finite
+  uint32_t local_epochs = 1;   // >= 1
+  uint32_t batch_size = 32;    // >= 1
+  double learning_rate = 0.01;  // finite, > 0
+  double momentum = 0.0;        // [0, 1)
+  double prox_mu = 0.0;         // finite, >= 0; 0 = FedAvg, > 0 = FedProx
+  uint64_t deadline_unix_ms = 0;  // 0 = no deadline
+  std::string update_codec = std::string(kCodecNone);  // chain the node must use
+
+  friend bool operator==(const FitTask&, const FitTask&) = default;
+};
+
+// Node -> aggregator: the trained update. The codec chain used is update.codec.
+struct FitResult {
+  uint64_t round = 0;  // must equal Header::round
+  uint64_t num_examples = 0;
+  double train_loss = 0.0;  // finite
+  TensorPayload update;     // codec "none": every value finite
+  uint64_t bytes_before_codec = 0;  // reported; dense float32 size for the usual codecs
+  uint64_t bytes_after_codec = 0;   // must equal update.bytes.size()
+
+  friend bool operator==(const FitResult&, const FitResult&) = default;
+};
+
+struct Heartbeat {
+  uint64_t sequence = 0;
+
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+// Values match fedmesh.wire.RejectReason. A value unknown to this build is kept as is.
+enum class RejectReason : uint32_t {
+  kUnspecified = 0,
+  kUnsupportedProtocol = 1,
+  kUnknownFederation = 2,
+  kNotEnrolled = 3,
+  kWrongRound = 4,
+  kLate = 5,
+  kDuplicate = 6,
+  kMalformed = 7,
+  kNonFinite = 8,
+  kWrongShape = 9,
+  kOverLimit = 10,
+  kOverloaded = 11,
+};
+
+struct Reject {
+  RejectReason reason = RejectReason::kUnspecified;
+  std::string text;  // one sentence; at most max_text_bytes, no control characters
+  uint64_t rejected_message_id = 0;
+
+  friend bool operator==(const Reject&, const Reject&) = default;
+};
+
+using Body = std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject>;
+
+// Values match fedmesh.wire.MessageType. Chunks are framing, not messages: they never
+// reach the code above the codec.
+enum class MessageType : uint32_t {
+  kRegister = 1,
+  kRegisterAck = 2,
+  kFitTask = 3,
+  kFitResult = 4,
+  kHeartbeat = 5,
+  kReject = 6,
+};
+
+struct Message {
+  Header header;
+  Body body;
+
+  friend bool operator==(const Message&, const Message&) = default;
+};
+
+inline MessageType TypeOf(const Body& body) {
+  return static_cast<MessageType>(body.index() + 1);  // Body lists the types in enum order
+}
+
+inline std::string_view MessageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kRegister: return "Register";
+    case MessageType::kRegisterAck: return "RegisterAck";
+    case MessageType::kFitTask: return "FitTask";
+    case MessageType::kFitResult: return "FitResult";
+    case MessageType::kHeartbeat: return "Heartbeat";
+    case MessageType::kReject: return "Reject";
+  }
+  return "unknown";
+}
+
+}  // namespace fedmesh::wire
