@@ -95,7 +95,8 @@ Status WriteAll(int fd, std::string_view bytes, const std::string& tmp) {
 // use renameat2(RENAME_NOREPLACE), and link() where the file system does not support it;
 // both fail with EEXIST atomically, with no window between a check and the move.
 // Sets *linked when the fallback left tmp in place as a second name for the file.
-Status MoveNoReplace(const std::string& tmp, const std::string& path, bool* linked) {
+Status MoveNoReplace(const std::string& tmp, const std::string& path, const char* kind,
+                     bool* linked) {
   *linked = false;
   if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) {
     return Status::OK();
@@ -109,9 +110,75 @@ Status MoveNoReplace(const std::string& tmp, const std::string& path, bool* link
     err = errno;
   }
   if (err == EEXIST) {
-    return Status::AlreadyExists(path + " already exists; refusing to overwrite a secret file");
+    return Status::AlreadyExists(path + " already exists; refusing to overwrite a " + kind);
   }
   return ErrnoStatus(err, "cannot move " + tmp + " to " + path);
+}
+
+// Creates `path` with exactly `bytes` and mode `mode`, atomically and durably, never
+// replacing an existing file. `kind` names the file in messages ("secret file").
+Status WriteNewFile(const std::string& path, std::string_view bytes, mode_t mode,
+                    const char* kind) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (target.filename().empty()) {
+    return Status::InvalidArgument(std::string(kind) + " path '" + path +
+                                   "' names a directory, not a file");
+  }
+  // Fail early with a clear message in the common case; MoveNoReplace still closes the race.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    return Status::AlreadyExists(path + " already exists; refusing to overwrite a " + kind);
+  }
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+
+  // Same directory as the target so the final rename is atomic (same file system).
+  std::string tmp_name(1, '.');  // hidden; appended piecewise to avoid GCC 12's false -Wrestrict
+  tmp_name.append(target.filename().string()).append(".tmp-XXXXXX");
+  std::string tmp = (dir / tmp_name).string();
+  // mkostemp opens with O_CREAT|O_EXCL and mode 0600: the secret is never readable by
+  // others, not even between creation and a later chmod.
+  int raw_fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (raw_fd < 0) {
+    int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return Status::NotFound("cannot create " + path + ": directory " + dir.string() +
+                              " does not exist");
+    }
+    return ErrnoStatus(err, "cannot create a temporary file next to " + path);
+  }
+  FileDescriptor fd(raw_fd);
+  UnlinkOnExit cleanup(tmp);
+
+  // The umask can only remove bits; set exactly `mode` so the owner can read it back (and,
+  // for a public file, so can everyone else whatever the umask).
+  if (::fchmod(fd.get(), mode) != 0) {
+    return ErrnoStatus(errno, "cannot chmod " + OctalMode(mode) + " " + tmp);
+  }
+  FM_RETURN_IF_ERROR(WriteAll(fd.get(), bytes, tmp));
+  // The data must be on disk before the name is: otherwise a crash could leave `path`
+  // existing but empty, and a node would fail to start with a truncated key.
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "cannot fsync " + tmp);
+  if (fd.Close() != 0) return ErrnoStatus(errno, "cannot close " + tmp);
+
+  bool linked = false;
+  FM_RETURN_IF_ERROR(MoveNoReplace(tmp, path, kind, &linked));
+  // After a rename the temporary name is free again and may already belong to another
+  // writer's mkostemp, so only remove it when link() left it behind.
+  cleanup.Disarm();
+  if (linked) ::unlink(tmp.c_str());
+
+  // Make the new directory entry durable too.
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    return ErrnoStatus(errno,
+                       "wrote " + path + " but cannot open " + dir.string() + " to fsync it");
+  }
+  FileDescriptor dir_guard(dir_fd);
+  if (::fsync(dir_fd) != 0) {
+    return ErrnoStatus(errno, "wrote " + path + " but cannot fsync directory " + dir.string());
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -140,62 +207,11 @@ Status CheckSecretFilePermissions(const std::string& path) {
 }
 
 Status WriteSecretFile(const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  if (target.filename().empty()) {
-    return Status::InvalidArgument("secret file path '" + path + "' names a directory, not a file");
-  }
-  // Fail early with a clear message in the common case; MoveNoReplace still closes the race.
-  struct stat st;
-  if (::lstat(path.c_str(), &st) == 0) {
-    return Status::AlreadyExists(path + " already exists; refusing to overwrite a secret file");
-  }
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  return WriteNewFile(path, bytes, 0600, "secret file");
+}
 
-  // Same directory as the target so the final rename is atomic (same file system).
-  std::string tmp_name(1, '.');  // hidden; appended piecewise to avoid GCC 12's false -Wrestrict
-  tmp_name.append(target.filename().string()).append(".tmp-XXXXXX");
-  std::string tmp = (dir / tmp_name).string();
-  // mkostemp opens with O_CREAT|O_EXCL and mode 0600: the secret is never readable by
-  // others, not even between creation and a later chmod.
-  int raw_fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (raw_fd < 0) {
-    int err = errno;
-    if (err == ENOENT || err == ENOTDIR) {
-      return Status::NotFound("cannot create " + path + ": directory " + dir.string() +
-                              " does not exist");
-    }
-    return ErrnoStatus(err, "cannot create a temporary file next to " + path);
-  }
-  FileDescriptor fd(raw_fd);
-  UnlinkOnExit cleanup(tmp);
-
-  // The umask can only remove bits; set exactly 0600 so the owner can read it back.
-  if (::fchmod(fd.get(), 0600) != 0) return ErrnoStatus(errno, "cannot chmod 600 " + tmp);
-  FM_RETURN_IF_ERROR(WriteAll(fd.get(), bytes, tmp));
-  // The data must be on disk before the name is: otherwise a crash could leave `path`
-  // existing but empty, and a node would fail to start with a truncated key.
-  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "cannot fsync " + tmp);
-  if (fd.Close() != 0) return ErrnoStatus(errno, "cannot close " + tmp);
-
-  bool linked = false;
-  FM_RETURN_IF_ERROR(MoveNoReplace(tmp, path, &linked));
-  // After a rename the temporary name is free again and may already belong to another
-  // writer's mkostemp, so only remove it when link() left it behind.
-  cleanup.Disarm();
-  if (linked) ::unlink(tmp.c_str());
-
-  // Make the new directory entry durable too.
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    return ErrnoStatus(errno,
-                       "wrote " + path + " but cannot open " + dir.string() + " to fsync it");
-  }
-  FileDescriptor dir_guard(dir_fd);
-  if (::fsync(dir_fd) != 0) {
-    return ErrnoStatus(errno, "wrote " + path + " but cannot fsync directory " + dir.string());
-  }
-  return Status::OK();
+Status WritePublicFile(const std::string& path, std::string_view bytes) {
+  return WriteNewFile(path, bytes, 0644, "public file");
 }
 
 }  // namespace fedmesh

@@ -2,8 +2,10 @@
 // refuses a secret file that other users can read, and creates secret files so that they
 // are never readable by anyone else, not even for an instant: the file is created 0600
 // under a temporary name, made durable, and only then moved to its final name.
-// Thread-safety: both functions are safe to call concurrently; concurrent WriteSecretFile
-// calls for the same path let exactly one succeed, the others get AlreadyExists.
+// Public files that travel with a secret one (a site's .pub) are written the same way, only
+// with mode 0644, so a directory reader never sees a half-written public key either.
+// Thread-safety: all functions are safe to call concurrently; concurrent Write*File calls
+// for the same path let exactly one succeed, the others get AlreadyExists.
 #pragma once
 
 #include <string>
@@ -24,5 +26,9 @@ Status CheckSecretFilePermissions(const std::string& path);
 // power loss (file and directory are fsynced). Never overwrites: AlreadyExists when `path`
 // exists, even if it appears while this call runs. NotFound when the directory is missing.
 Status WriteSecretFile(const std::string& path, std::string_view bytes);
+
+// WriteSecretFile for a file meant to be shared (a public key): the same atomic, durable,
+// never-overwriting creation, but the file ends up mode 0644 whatever the umask.
+Status WritePublicFile(const std::string& path, std::string_view bytes);
 
 }  // namespace fedmesh

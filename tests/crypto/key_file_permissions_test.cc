@@ -148,5 +148,28 @@ TEST_F(KeyFilePermissionsTest, ConcurrentWritersExactlyOneWins) {
   EXPECT_EQ(EntriesInDir(), 1u);
 }
 
+TEST_F(KeyFilePermissionsTest, WritePublicFileCreatesMode0644WhateverTheUmask) {
+  for (mode_t mask : {mode_t{0}, mode_t{077}}) {
+    const mode_t old_umask = ::umask(mask);
+    const std::string path = Path("site-" + std::to_string(mask) + ".pub");
+    Status s = WritePublicFile(path, "fedmesh-pub v1\n");
+    ::umask(old_umask);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(ModeOf(path), 0644u) << "umask " << mask;
+    EXPECT_EQ(ReadAll(path), "fedmesh-pub v1\n");
+  }
+  EXPECT_EQ(EntriesInDir(), 2u) << "the temporary files must not be left behind";
+}
+
+TEST_F(KeyFilePermissionsTest, WritePublicFileRefusesToOverwrite) {
+  const std::string path = Path("site.pub");
+  ASSERT_TRUE(WritePublicFile(path, "first").ok());
+  Status s = WritePublicFile(path, "second");
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.message(), path + " already exists; refusing to overwrite a public file");
+  EXPECT_EQ(ReadAll(path), "first");
+  EXPECT_EQ(EntriesInDir(), 1u);
+}
+
 }  // namespace
 }  // namespace fedmesh
