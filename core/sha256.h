@@ -37,7 +37,7 @@ class Sha256 {
 
   std::array<uint32_t, 8> state_;
   std::array<uint8_t, 64> buffer_;
-  size_t buffered_ = 0;    // bytes in buffer_, always < 64 between calls
+  size_t buffered_ = 0;  // bytes in buffer_, always < 64 between calls
   uint64_t total_bytes_ = 0;
   bool finished_ = false;
 };

@@ -78,14 +78,14 @@ struct RegisterAck {
 
 // Aggregator -> node: train from global_model and send back a FitResult.
 struct FitTask {
-  uint64_t round = 0;          // must equal Header::round
-  TensorPayload global_model;  // codec "none": every value finite
-  uint32_t local_epochs = 1;   // >= 1
-  uint32_t batch_size = 32;    // >= 1
-  double learning_rate = 0.01;  // finite, > 0
-  double momentum = 0.0;        // [0, 1)
-  double prox_mu = 0.0;         // finite, >= 0; 0 = FedAvg, > 0 = FedProx
-  uint64_t deadline_unix_ms = 0;  // 0 = no deadline
+  uint64_t round = 0;                                  // must equal Header::round
+  TensorPayload global_model;                          // codec "none": every value finite
+  uint32_t local_epochs = 1;                           // >= 1
+  uint32_t batch_size = 32;                            // >= 1
+  double learning_rate = 0.01;                         // finite, > 0
+  double momentum = 0.0;                               // [0, 1)
+  double prox_mu = 0.0;                                // finite, >= 0; 0 = FedAvg, > 0 = FedProx
+  uint64_t deadline_unix_ms = 0;                       // 0 = no deadline
   std::string update_codec = std::string(kCodecNone);  // chain the node must use
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
@@ -95,8 +95,8 @@ struct FitTask {
 struct FitResult {
   uint64_t round = 0;  // must equal Header::round
   uint64_t num_examples = 0;
-  double train_loss = 0.0;  // finite
-  TensorPayload update;     // codec "none": every value finite
+  double train_loss = 0.0;          // finite
+  TensorPayload update;             // codec "none": every value finite
   uint64_t bytes_before_codec = 0;  // reported; dense float32 size for the usual codecs
   uint64_t bytes_after_codec = 0;   // must equal update.bytes.size()
 
@@ -159,12 +159,18 @@ inline MessageType TypeOf(const Body& body) {
 
 inline std::string_view MessageTypeName(MessageType type) {
   switch (type) {
-    case MessageType::kRegister: return "Register";
-    case MessageType::kRegisterAck: return "RegisterAck";
-    case MessageType::kFitTask: return "FitTask";
-    case MessageType::kFitResult: return "FitResult";
-    case MessageType::kHeartbeat: return "Heartbeat";
-    case MessageType::kReject: return "Reject";
+    case MessageType::kRegister:
+      return "Register";
+    case MessageType::kRegisterAck:
+      return "RegisterAck";
+    case MessageType::kFitTask:
+      return "FitTask";
+    case MessageType::kFitResult:
+      return "FitResult";
+    case MessageType::kHeartbeat:
+      return "Heartbeat";
+    case MessageType::kReject:
+      return "Reject";
   }
   return "unknown";
 }

@@ -1,0 +1,884 @@
+#include "core/wire/wire_codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+#include "core/check.h"
+#include "core/wire/fedmesh.pb.h"
+
+namespace fedmesh::wire {
+namespace {
+
+// The domain enums mirror the schema's numbering; these keep the two from drifting.
+static_assert(static_cast<uint32_t>(MessageType::kRegister) == pb::MESSAGE_TYPE_REGISTER);
+static_assert(static_cast<uint32_t>(MessageType::kRegisterAck) == pb::MESSAGE_TYPE_REGISTER_ACK);
+static_assert(static_cast<uint32_t>(MessageType::kFitTask) == pb::MESSAGE_TYPE_FIT_TASK);
+static_assert(static_cast<uint32_t>(MessageType::kFitResult) == pb::MESSAGE_TYPE_FIT_RESULT);
+static_assert(static_cast<uint32_t>(MessageType::kHeartbeat) == pb::MESSAGE_TYPE_HEARTBEAT);
+static_assert(static_cast<uint32_t>(MessageType::kReject) == pb::MESSAGE_TYPE_REJECT);
+static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
+                  std::is_same_v<std::variant_alternative_t<1, Body>, RegisterAck> &&
+                  std::is_same_v<std::variant_alternative_t<2, Body>, FitTask> &&
+                  std::is_same_v<std::variant_alternative_t<3, Body>, FitResult> &&
+                  std::is_same_v<std::variant_alternative_t<4, Body>, Heartbeat> &&
+                  std::is_same_v<std::variant_alternative_t<5, Body>, Reject>,
+              "TypeOf() relies on Body listing the types in MessageType order");
+static_assert(static_cast<uint32_t>(DType::kFloat32) == pb::DTYPE_FLOAT32);
+static_assert(static_cast<uint32_t>(RejectReason::kOverloaded) == pb::REJECT_REASON_OVERLOADED);
+
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+std::string Hex2(uint8_t b) {
+  static const char kDigits[] = "0123456789abcdef";
+  return std::string("0x") + kDigits[b >> 4] + kDigits[b & 0xF];
+}
+
+std::string_view TypeName(uint32_t type) {
+  if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
+  if (type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) {
+    return MessageTypeName(static_cast<MessageType>(type));
+  }
+  return "unknown";
+}
+
+uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
+  switch (c) {
+    case pb::Envelope::kRegistration:
+      return pb::MESSAGE_TYPE_REGISTER;
+    case pb::Envelope::kRegisterAck:
+      return pb::MESSAGE_TYPE_REGISTER_ACK;
+    case pb::Envelope::kFitTask:
+      return pb::MESSAGE_TYPE_FIT_TASK;
+    case pb::Envelope::kFitResult:
+      return pb::MESSAGE_TYPE_FIT_RESULT;
+    case pb::Envelope::kHeartbeat:
+      return pb::MESSAGE_TYPE_HEARTBEAT;
+    case pb::Envelope::kReject:
+      return pb::MESSAGE_TYPE_REJECT;
+    case pb::Envelope::kChunk:
+      return pb::MESSAGE_TYPE_CHUNK;
+    case pb::Envelope::BODY_NOT_SET:
+      break;
+  }
+  return pb::MESSAGE_TYPE_UNSPECIFIED;
+}
+
+const TensorPayload* PayloadOf(const Body& body) {
+  if (const auto* t = std::get_if<FitTask>(&body)) return &t->global_model;
+  if (const auto* r = std::get_if<FitResult>(&body)) return &r->update;
+  return nullptr;
+}
+
+TensorPayload* MutablePayloadOf(Body& body) { return const_cast<TensorPayload*>(PayloadOf(body)); }
+
+std::string_view PayloadFieldName(const Body& body) {
+  return std::holds_alternative<FitTask>(body) ? "FitTask.global_model" : "FitResult.update";
+}
+
+// ---------------------------------------------------------------------------------------
+// Field validation, shared by Encode (on what it is asked to send) and by the receiver (on
+// what arrived), so that the two can never disagree.
+
+// Identifiers: 1..max_id_bytes of printable ASCII without space (0x21..0x7E), so that an id
+// is safe in a log line, a file name or an SQL literal. Never echoes a bad value.
+Status CheckId(std::string_view value, std::string_view field, const WireLimits& l) {
+  if (value.empty()) return Status::InvalidArgument(StrCat(field, " is empty; it is required"));
+  if (value.size() > l.max_id_bytes) {
+    return Status::OutOfRange(StrCat(field, " is ", value.size(), " bytes; the limit is ",
+                                     l.max_id_bytes, " (max_id_bytes)"));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto c = static_cast<uint8_t>(value[i]);
+    if (c < 0x21 || c > 0x7E) {
+      return Status::InvalidArgument(StrCat(field, " has byte ", Hex2(c), " at offset ", i,
+                                            "; ids are printable ASCII without spaces"));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckHeader(const Header& h, const WireLimits& l) {
+  FM_RETURN_IF_ERROR(CheckId(h.federation_id, "header federation_id", l));
+  return CheckId(h.sender_id, "header sender_id", l);
+}
+
+// Size and shape fields of a payload description, with `payload_bytes` the encoded size
+// (declared by the peer, or bytes.size() when sending). Touches no payload bytes.
+Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
+                               std::string_view what, const WireLimits& l) {
+  if (payload_bytes > l.max_payload_bytes) {
+    return Status::OutOfRange(StrCat(what, " declares ", payload_bytes,
+                                     " payload bytes; the limit is ", l.max_payload_bytes,
+                                     " (max_payload_bytes)"));
+  }
+  if (p.element_count > l.max_elements) {
+    return Status::OutOfRange(StrCat(what, " declares ", p.element_count,
+                                     " elements; the limit is ", l.max_elements,
+                                     " (max_elements)"));
+  }
+  FM_RETURN_IF_ERROR(CheckId(p.codec, StrCat(what, " codec"), l));
+  if (p.dtype != DType::kFloat32) {
+    return Status::InvalidArgument(StrCat(what, " has dtype ", static_cast<uint32_t>(p.dtype),
+                                          "; this build supports only float32 (1)"));
+  }
+  if (p.shapes.size() > l.max_tensors) {
+    return Status::OutOfRange(StrCat(what, " lists ", p.shapes.size(), " tensors; the limit is ",
+                                     l.max_tensors, " (max_tensors)"));
+  }
+  if (!p.shapes.empty()) {
+    uint64_t total = 0;
+    for (size_t t = 0; t < p.shapes.size(); ++t) {
+      const auto& dims = p.shapes[t];
+      if (dims.size() > l.max_dims) {
+        return Status::OutOfRange(StrCat(what, " tensor ", t, " has ", dims.size(),
+                                         " dims; the limit is ", l.max_dims, " (max_dims)"));
+      }
+      uint64_t product = 1;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        if (dims[d] == 0) {
+          return Status::InvalidArgument(
+              StrCat(what, " tensor ", t, " has dim ", d, " = 0; every dim must be >= 1"));
+        }
+        // product * dims[d] > max_elements, without overflowing.
+        if (dims[d] > l.max_elements / product) {
+          return Status::OutOfRange(StrCat(what, " tensor ", t,
+                                           " has more elements than the limit of ", l.max_elements,
+                                           " (max_elements)"));
+        }
+        product *= dims[d];
+      }
+      total += product;  // both <= max_elements <= 2^64 / 2: cannot overflow
+      if (total > l.max_elements) {
+        return Status::OutOfRange(StrCat(what, " tensors hold more elements than the limit of ",
+                                         l.max_elements, " (max_elements)"));
+      }
+    }
+    if (total != p.element_count) {
+      return Status::InvalidArgument(StrCat(what, " shapes describe ", total,
+                                            " elements but element_count is ", p.element_count));
+    }
+  }
+  if (p.codec == kCodecNone) {
+    if (payload_bytes % 4 != 0) {
+      return Status::InvalidArgument(StrCat(what, " has codec \"none\" and ", payload_bytes,
+                                            " bytes, which is not a whole number of float32"
+                                            " values"));
+    }
+    if (payload_bytes / 4 != p.element_count) {
+      return Status::InvalidArgument(
+          StrCat(what, " has codec \"none\" and ", payload_bytes, " bytes (", payload_bytes / 4,
+                 " float32 values) but element_count is ", p.element_count));
+    }
+  }
+  return Status::OK();
+}
+
+// The chunking of a payload: chunk_bytes and chunk_count follow from payload_bytes.
+Status CheckFraming(uint64_t payload_bytes, uint64_t chunk_bytes, uint64_t chunk_count,
+                    std::string_view what, const WireLimits& l) {
+  if (payload_bytes == 0) {
+    if (chunk_bytes != 0 || chunk_count != 0) {
+      return Status::Corruption(StrCat(what, " has no payload bytes but declares ", chunk_count,
+                                       " chunks of ", chunk_bytes, " bytes"));
+    }
+    return Status::OK();
+  }
+  if (chunk_bytes == 0) {
+    return Status::Corruption(
+        StrCat(what, " declares ", payload_bytes, " payload bytes in chunks of 0 bytes"));
+  }
+  if (chunk_bytes > l.max_chunk_bytes) {
+    return Status::OutOfRange(StrCat(what, " declares chunks of ", chunk_bytes,
+                                     " bytes; the limit is ", l.max_chunk_bytes,
+                                     " (max_chunk_bytes)"));
+  }
+  if (chunk_count > l.max_chunks) {
+    return Status::OutOfRange(StrCat(what, " declares ", chunk_count, " chunks; the limit is ",
+                                     l.max_chunks, " (max_chunks)"));
+  }
+  const uint64_t needed = payload_bytes / chunk_bytes + (payload_bytes % chunk_bytes != 0);
+  if (chunk_count != needed) {
+    return Status::Corruption(StrCat(what, " declares ", chunk_count, " chunks, but ",
+                                     payload_bytes, " bytes in chunks of ", chunk_bytes,
+                                     " bytes take ", needed));
+  }
+  return Status::OK();
+}
+
+// Every value of a little-endian float32 buffer is finite; names the first that is not.
+Status CheckFiniteFloat32(std::span<const uint8_t> bytes, std::string_view what) {
+  const uint8_t* p = bytes.data();
+  const size_t n = bytes.size() / 4;
+  for (size_t i = 0; i < n; ++i, p += 4) {
+    const uint32_t bits =
+        uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+    if ((bits & 0x7F800000u) == 0x7F800000u) {
+      const char* kind = (bits & 0x007FFFFFu) ? "NaN" : ((bits >> 31) ? "-Inf" : "+Inf");
+      return Status::InvalidArgument(
+          StrCat(what, " value at index ", i, " is ", kind, "; tensor values must be finite"));
+    }
+  }
+  return Status::OK();
+}
+
+// Checks on payload contents, once all bytes are present. Both payload-carrying messages
+// (FitTask's global model, FitResult's update) require finite values; other codecs are
+// checked by the codec layer after decoding.
+Status CheckPayloadValues(const Body& body) {
+  const TensorPayload* p = PayloadOf(body);
+  if (p == nullptr || p->codec != kCodecNone) return Status::OK();
+  return CheckFiniteFloat32(p->bytes, PayloadFieldName(body));
+}
+
+bool IsFinite(double v) { return std::isfinite(v); }
+
+// Every field of the body except payload bytes. `payload_bytes`: the size of the body's
+// payload (declared by the peer, or bytes.size() when sending); 0 when it has none.
+Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, const WireLimits& l) {
+  if (const auto* m = std::get_if<Register>(&body)) {
+    FM_RETURN_IF_ERROR(CheckId(m->node_id, "Register node_id", l));
+    if (m->capabilities.size() > l.max_capabilities) {
+      return Status::OutOfRange(StrCat("Register lists ", m->capabilities.size(),
+                                       " capabilities; the limit is ", l.max_capabilities,
+                                       " (max_capabilities)"));
+    }
+    for (size_t i = 0; i < m->capabilities.size(); ++i) {
+      FM_RETURN_IF_ERROR(CheckId(m->capabilities[i], StrCat("Register capability ", i), l));
+    }
+  } else if (const auto* m = std::get_if<RegisterAck>(&body)) {
+    FM_RETURN_IF_ERROR(CheckId(m->node_id, "RegisterAck node_id", l));
+  } else if (const auto* m = std::get_if<FitTask>(&body)) {
+    if (m->round != h.round) {
+      return Status::InvalidArgument(
+          StrCat("FitTask round ", m->round, " differs from header round ", h.round));
+    }
+    if (m->local_epochs < 1) {
+      return Status::InvalidArgument("FitTask local_epochs is 0; it must be >= 1");
+    }
+    if (m->batch_size < 1) {
+      return Status::InvalidArgument("FitTask batch_size is 0; it must be >= 1");
+    }
+    if (!IsFinite(m->learning_rate) || m->learning_rate <= 0) {
+      return Status::InvalidArgument(
+          StrCat("FitTask learning_rate is ", m->learning_rate, "; it must be finite and > 0"));
+    }
+    if (!(m->momentum >= 0 && m->momentum < 1)) {
+      return Status::InvalidArgument(
+          StrCat("FitTask momentum is ", m->momentum, "; it must be in [0, 1)"));
+    }
+    if (!IsFinite(m->prox_mu) || m->prox_mu < 0) {
+      return Status::InvalidArgument(
+          StrCat("FitTask prox_mu is ", m->prox_mu, "; it must be finite and >= 0"));
+    }
+    FM_RETURN_IF_ERROR(CheckId(m->update_codec, "FitTask update_codec", l));
+    FM_RETURN_IF_ERROR(
+        CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
+  } else if (const auto* m = std::get_if<FitResult>(&body)) {
+    if (m->round != h.round) {
+      return Status::InvalidArgument(
+          StrCat("FitResult round ", m->round, " differs from header round ", h.round));
+    }
+    if (!IsFinite(m->train_loss)) {
+      return Status::InvalidArgument(
+          StrCat("FitResult train_loss is ", m->train_loss, "; it must be finite"));
+    }
+    if (m->bytes_after_codec != payload_bytes) {
+      return Status::InvalidArgument(StrCat("FitResult bytes_after_codec is ", m->bytes_after_codec,
+                                            " but the update has ", payload_bytes, " bytes"));
+    }
+    FM_RETURN_IF_ERROR(CheckPayloadDescription(m->update, payload_bytes, "FitResult.update", l));
+  } else if (const auto* m = std::get_if<Reject>(&body)) {
+    if (m->text.size() > l.max_text_bytes) {
+      return Status::OutOfRange(StrCat("Reject text is ", m->text.size(), " bytes; the limit is ",
+                                       l.max_text_bytes, " (max_text_bytes)"));
+    }
+    for (size_t i = 0; i < m->text.size(); ++i) {
+      const auto c = static_cast<uint8_t>(m->text[i]);
+      if (c < 0x20 || c == 0x7F) {
+        return Status::InvalidArgument(
+            StrCat("Reject text has control byte ", Hex2(c), " at offset ", i));
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------
+// Domain <-> protobuf.
+
+void ToProto(const Header& h, uint32_t type, pb::Header* out) {
+  out->set_protocol_version(kProtocolVersion);
+  out->set_federation_id(h.federation_id);
+  out->set_sender_id(h.sender_id);
+  out->set_round(h.round);
+  out->set_model_version(h.model_version);
+  out->set_type(static_cast<pb::MessageType>(type));
+  out->set_message_id(h.message_id);
+}
+
+Header FromProto(const pb::Header& h) {
+  Header out;
+  out.federation_id = h.federation_id();
+  out.sender_id = h.sender_id();
+  out.round = h.round();
+  out.model_version = h.model_version();
+  out.message_id = h.message_id();
+  return out;
+}
+
+// The wire-only part of a payload description: how its bytes are cut and their hash.
+struct Framing {
+  uint64_t payload_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  uint32_t chunk_count = 0;
+  Sha256Digest sha256{};
+};
+
+void ToProto(const TensorPayload& p, const Framing& f, pb::TensorPayload* out) {
+  out->set_codec(p.codec);
+  out->set_dtype(static_cast<pb::DType>(p.dtype));
+  out->set_element_count(p.element_count);
+  for (const auto& dims : p.shapes) {
+    auto* s = out->add_shapes();
+    for (uint64_t d : dims) s->add_dims(d);
+  }
+  out->set_payload_bytes(f.payload_bytes);
+  out->set_chunk_bytes(f.chunk_bytes);
+  out->set_chunk_count(f.chunk_count);
+  out->set_sha256(f.sha256.data(), f.sha256.size());
+}
+
+// Copies the description (not the bytes, which come in chunks). Counts that decide how
+// much is copied are checked first.
+Status FromProto(const pb::TensorPayload& p, std::string_view what, const WireLimits& l,
+                 TensorPayload* out, Framing* framing) {
+  if (static_cast<size_t>(p.shapes_size()) > l.max_tensors) {
+    return Status::OutOfRange(StrCat(what, " lists ", p.shapes_size(), " tensors; the limit is ",
+                                     l.max_tensors, " (max_tensors)"));
+  }
+  for (int t = 0; t < p.shapes_size(); ++t) {
+    if (static_cast<size_t>(p.shapes(t).dims_size()) > l.max_dims) {
+      return Status::OutOfRange(StrCat(what, " tensor ", t, " has ", p.shapes(t).dims_size(),
+                                       " dims; the limit is ", l.max_dims, " (max_dims)"));
+    }
+  }
+  if (p.sha256().size() != framing->sha256.size()) {
+    return Status::Corruption(
+        StrCat(what, " sha256 is ", p.sha256().size(), " bytes; a SHA-256 digest is 32"));
+  }
+  out->codec = p.codec();
+  out->dtype = static_cast<DType>(p.dtype());
+  out->element_count = p.element_count();
+  out->shapes.resize(p.shapes_size());
+  for (int t = 0; t < p.shapes_size(); ++t) {
+    out->shapes[t].assign(p.shapes(t).dims().begin(), p.shapes(t).dims().end());
+  }
+  framing->payload_bytes = p.payload_bytes();
+  framing->chunk_bytes = p.chunk_bytes();
+  framing->chunk_count = p.chunk_count();
+  std::memcpy(framing->sha256.data(), p.sha256().data(), framing->sha256.size());
+  return Status::OK();
+}
+
+// Fills the envelope body of `body`; its payload, if any, is described by `framing`.
+void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
+  if (const auto* m = std::get_if<Register>(&body)) {
+    auto* o = env->mutable_registration();
+    o->set_node_id(m->node_id);
+    o->set_num_examples(m->num_examples);
+    for (const auto& c : m->capabilities) o->add_capabilities(c);
+  } else if (const auto* m = std::get_if<RegisterAck>(&body)) {
+    auto* o = env->mutable_register_ack();
+    o->set_node_id(m->node_id);
+    o->set_heartbeat_interval_ms(m->heartbeat_interval_ms);
+  } else if (const auto* m = std::get_if<FitTask>(&body)) {
+    auto* o = env->mutable_fit_task();
+    o->set_round(m->round);
+    ToProto(m->global_model, framing, o->mutable_global_model());
+    o->set_local_epochs(m->local_epochs);
+    o->set_batch_size(m->batch_size);
+    o->set_learning_rate(m->learning_rate);
+    o->set_momentum(m->momentum);
+    o->set_prox_mu(m->prox_mu);
+    o->set_deadline_unix_ms(m->deadline_unix_ms);
+    o->set_update_codec(m->update_codec);
+  } else if (const auto* m = std::get_if<FitResult>(&body)) {
+    auto* o = env->mutable_fit_result();
+    o->set_round(m->round);
+    o->set_num_examples(m->num_examples);
+    o->set_train_loss(m->train_loss);
+    ToProto(m->update, framing, o->mutable_update());
+    o->set_bytes_before_codec(m->bytes_before_codec);
+    o->set_bytes_after_codec(m->bytes_after_codec);
+  } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
+    env->mutable_heartbeat()->set_sequence(m->sequence);
+  } else if (const auto* m = std::get_if<Reject>(&body)) {
+    auto* o = env->mutable_reject();
+    o->set_reason(static_cast<pb::RejectReason>(m->reason));
+    o->set_text(m->text);
+    o->set_rejected_message_id(m->rejected_message_id);
+  }
+}
+
+// The body of a non-chunk envelope. `framing` is filled when the body has a payload.
+Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, Framing* framing) {
+  switch (env.body_case()) {
+    case pb::Envelope::kRegistration: {
+      const auto& i = env.registration();
+      if (static_cast<size_t>(i.capabilities_size()) > l.max_capabilities) {
+        return Status::OutOfRange(StrCat("Register lists ", i.capabilities_size(),
+                                         " capabilities; the limit is ", l.max_capabilities,
+                                         " (max_capabilities)"));
+      }
+      Register m;
+      m.node_id = i.node_id();
+      m.num_examples = i.num_examples();
+      m.capabilities.assign(i.capabilities().begin(), i.capabilities().end());
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kRegisterAck: {
+      const auto& i = env.register_ack();
+      *body = RegisterAck{i.node_id(), i.heartbeat_interval_ms()};
+      return Status::OK();
+    }
+    case pb::Envelope::kFitTask: {
+      const auto& i = env.fit_task();
+      FitTask m;
+      m.round = i.round();
+      FM_RETURN_IF_ERROR(
+          FromProto(i.global_model(), "FitTask.global_model", l, &m.global_model, framing));
+      m.local_epochs = i.local_epochs();
+      m.batch_size = i.batch_size();
+      m.learning_rate = i.learning_rate();
+      m.momentum = i.momentum();
+      m.prox_mu = i.prox_mu();
+      m.deadline_unix_ms = i.deadline_unix_ms();
+      m.update_codec = i.update_codec();
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kFitResult: {
+      const auto& i = env.fit_result();
+      FitResult m;
+      m.round = i.round();
+      m.num_examples = i.num_examples();
+      m.train_loss = i.train_loss();
+      FM_RETURN_IF_ERROR(FromProto(i.update(), "FitResult.update", l, &m.update, framing));
+      m.bytes_before_codec = i.bytes_before_codec();
+      m.bytes_after_codec = i.bytes_after_codec();
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kHeartbeat:
+      *body = Heartbeat{env.heartbeat().sequence()};
+      return Status::OK();
+    case pb::Envelope::kReject: {
+      const auto& i = env.reject();
+      if (i.text().size() > l.max_text_bytes) {
+        return Status::OutOfRange(StrCat("Reject text is ", i.text().size(),
+                                         " bytes; the limit is ", l.max_text_bytes,
+                                         " (max_text_bytes)"));
+      }
+      *body = Reject{static_cast<RejectReason>(i.reason()), i.text(), i.rejected_message_id()};
+      return Status::OK();
+    }
+    case pb::Envelope::kChunk:
+    case pb::Envelope::BODY_NOT_SET:
+      break;
+  }
+  return Status::Internal("BodyFromProto called without a message body");
+}
+
+Sha256Digest EmptySha256() { return Sha256::Hash(std::string_view()); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+Status ValidateLimits(const WireLimits& l) {
+  if (l.max_header_bytes < (size_t{4} << 10) || l.max_header_bytes > (size_t{64} << 20)) {
+    return Status::InvalidArgument(StrCat("WireLimits.max_header_bytes is ", l.max_header_bytes,
+                                          "; it must be in [4 KiB, 64 MiB]"));
+  }
+  if (l.max_chunk_bytes < 1 || l.max_chunk_bytes > (size_t{1} << 30)) {
+    return Status::InvalidArgument(StrCat("WireLimits.max_chunk_bytes is ", l.max_chunk_bytes,
+                                          "; it must be in [1 byte, 1 GiB]"));
+  }
+  if (l.max_id_bytes < 1 || l.max_id_bytes > 1024) {
+    return Status::InvalidArgument(
+        StrCat("WireLimits.max_id_bytes is ", l.max_id_bytes, "; it must be in [1, 1024]"));
+  }
+  if (l.max_payload_bytes > std::numeric_limits<size_t>::max() ||
+      l.max_elements > (std::numeric_limits<uint64_t>::max() >> 1)) {
+    return Status::InvalidArgument(
+        "WireLimits.max_payload_bytes or max_elements is too large for this machine");
+  }
+  return Status::OK();
+}
+
+uint64_t MaxFrameBytes(const WireLimits& limits) {
+  return uint64_t{limits.max_header_bytes} + limits.max_chunk_bytes;
+}
+
+Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l) {
+  FM_RETURN_IF_ERROR(ValidateLimits(l));
+  const Body& body = message.body;
+  const TensorPayload* payload = PayloadOf(body);
+  const uint64_t payload_bytes = payload ? payload->bytes.size() : 0;
+  FM_RETURN_IF_ERROR(CheckHeader(message.header, l));
+  FM_RETURN_IF_ERROR(CheckBody(message.header, body, payload_bytes, l));
+
+  Framing framing;
+  if (payload != nullptr) {
+    const std::string_view what = PayloadFieldName(body);
+    framing.payload_bytes = payload_bytes;
+    framing.chunk_bytes = std::min<uint64_t>(l.max_chunk_bytes, payload_bytes);
+    const uint64_t count =
+        payload_bytes == 0 ? 0 : (payload_bytes + framing.chunk_bytes - 1) / framing.chunk_bytes;
+    FM_RETURN_IF_ERROR(CheckFraming(payload_bytes, framing.chunk_bytes, count, what, l));
+    framing.chunk_count = static_cast<uint32_t>(count);
+    framing.sha256 = Sha256::Hash(payload->bytes);
+    if (payload->sha256.has_value() && *payload->sha256 != framing.sha256) {
+      return Status::InvalidArgument(StrCat(what, " sha256 is set to ", Sha256Hex(*payload->sha256),
+                                            " but the bytes hash to ", Sha256Hex(framing.sha256)));
+    }
+    FM_RETURN_IF_ERROR(CheckPayloadValues(body));
+  }
+
+  const uint32_t type = static_cast<uint32_t>(TypeOf(body));
+  pb::Envelope env;
+  ToProto(message.header, type, env.mutable_header());
+  BodyToProto(body, framing, &env);
+  const size_t header_size = env.ByteSizeLong();
+  if (header_size > l.max_header_bytes) {
+    return Status::OutOfRange(StrCat("the ", TypeName(type), " header frame would be ", header_size,
+                                     " bytes; the limit is ", l.max_header_bytes,
+                                     " (max_header_bytes)"));
+  }
+  std::vector<Frame> frames;
+  frames.reserve(1 + framing.chunk_count);
+  frames.emplace_back(header_size);
+  if (!env.SerializeToArray(frames.back().data(), static_cast<int>(header_size))) {
+    return Status::Internal("protobuf refused to serialize a validated header frame");
+  }
+
+  if (framing.chunk_count > 0) {
+    pb::Envelope chunk_env;
+    ToProto(message.header, pb::MESSAGE_TYPE_CHUNK, chunk_env.mutable_header());
+    pb::Chunk* chunk = chunk_env.mutable_chunk();
+    chunk->set_transfer_id(message.header.message_id);
+    chunk->set_count(framing.chunk_count);
+    for (uint32_t i = 0; i < framing.chunk_count; ++i) {
+      const uint64_t offset = uint64_t{i} * framing.chunk_bytes;
+      const uint64_t len = std::min<uint64_t>(framing.chunk_bytes, payload_bytes - offset);
+      chunk->set_index(i);
+      chunk->set_data(payload->bytes.data() + offset, len);
+      const size_t size = chunk_env.ByteSizeLong();
+      FM_CHECK_LE(size, MaxFrameBytes(l));  // ValidateLimits leaves room for the header
+      frames.emplace_back(size);
+      if (!chunk_env.SerializeToArray(frames.back().data(), static_cast<int>(size))) {
+        return Status::Internal("protobuf refused to serialize a chunk frame");
+      }
+    }
+  }
+  return frames;
+}
+
+// ---------------------------------------------------------------------------------------
+
+Reassembler::Reassembler(WireLimits limits)
+    : limits_(limits), limits_status_(ValidateLimits(limits_)) {}
+
+uint64_t Reassembler::allocated_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [key, p] : pending_) total += p.bytes.capacity();
+  return total;
+}
+
+bool Reassembler::Drop(std::string_view sender_id, uint64_t message_id) {
+  auto it = pending_.find(Key{std::string(sender_id), message_id});
+  if (it == pending_.end()) return false;
+  pending_declared_bytes_ -= it->second.payload_bytes;
+  pending_.erase(it);
+  return true;
+}
+
+Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) {
+  FM_RETURN_IF_ERROR(limits_status_);
+  const WireLimits& l = limits_;
+  if (frame.empty()) return Status::Corruption("frame is empty");
+  if (frame.size() > MaxFrameBytes(l)) {
+    return Status::OutOfRange(StrCat("frame is ", frame.size(), " bytes; the limit is ",
+                                     MaxFrameBytes(l), " (max_header_bytes + max_chunk_bytes)"));
+  }
+
+  // Small frames parse as a full Envelope. A larger one can only be a chunk and parses
+  // through the ChunkFrame view, so no other body in it is expanded into objects.
+  pb::Envelope env;
+  pb::ChunkFrame chunk_frame;
+  const bool small = frame.size() <= l.max_header_bytes;
+  const bool parsed =
+      small ? env.ParseFromArray(frame.data(), static_cast<int>(frame.size()))
+            : chunk_frame.ParseFromArray(frame.data(), static_cast<int>(frame.size()));
+  if (!parsed) {
+    return Status::Corruption(
+        StrCat("frame of ", frame.size(), " bytes is not a valid fedmesh.wire Envelope"));
+  }
+  const bool has_header = small ? env.has_header() : chunk_frame.has_header();
+  if (!has_header) {
+    return Status::Corruption("frame has no header; it is truncated or not a fedmesh frame");
+  }
+  const pb::Header& h = small ? env.header() : chunk_frame.header();
+  if (h.protocol_version() != kProtocolVersion) {
+    return Status::FailedPrecondition(StrCat("peer speaks protocol version ", h.protocol_version(),
+                                             "; this build speaks ", kProtocolVersion));
+  }
+  Header header = FromProto(h);
+  FM_RETURN_IF_ERROR(CheckHeader(header, l));
+
+  const pb::Chunk* chunk = nullptr;
+  if (!small) {
+    if (h.type() != pb::MESSAGE_TYPE_CHUNK) {
+      return Status::OutOfRange(StrCat(TypeName(h.type()), " header frame from '", header.sender_id,
+                                       "' is ", frame.size(), " bytes; the limit is ",
+                                       l.max_header_bytes, " (max_header_bytes)"));
+    }
+    if (!chunk_frame.has_chunk()) {
+      return Status::Corruption(
+          StrCat("frame from '", header.sender_id, "' says Chunk but has no chunk body"));
+    }
+    chunk = &chunk_frame.chunk();
+  } else {
+    if (env.body_case() == pb::Envelope::BODY_NOT_SET) {
+      if (TypeName(h.type()) == "unknown") {
+        return Status::InvalidArgument(StrCat("frame from '", header.sender_id,
+                                              "' has message type ", static_cast<int>(h.type()),
+                                              ", which this build does not know"));
+      }
+      return Status::Corruption(StrCat(TypeName(h.type()), " frame from '", header.sender_id,
+                                       "' has no body; it is truncated or damaged"));
+    }
+    if (TypeOfBodyCase(env.body_case()) != static_cast<uint32_t>(h.type())) {
+      return Status::Corruption(StrCat("frame from '", header.sender_id, "' says type ",
+                                       TypeName(h.type()), " but carries a ",
+                                       TypeName(TypeOfBodyCase(env.body_case())), " body"));
+    }
+    if (env.has_chunk()) chunk = &env.chunk();
+  }
+
+  // ---- A chunk of a pending message.
+  if (chunk != nullptr) {
+    auto it = pending_.find(Key{header.sender_id, chunk->transfer_id()});
+    if (it == pending_.end()) {
+      return Status::Corruption(StrCat("chunk ", chunk->index(), " of message ",
+                                       chunk->transfer_id(), " from '", header.sender_id,
+                                       "' matches no pending message (an extra frame, or its "
+                                       "header frame was rejected or never arrived)"));
+    }
+    Pending& p = it->second;
+    const Header& mh = p.message.header;
+    const std::string where = StrCat("chunk ", chunk->index(), " of message ", mh.message_id,
+                                     " from '", mh.sender_id, "'");
+    if (header.federation_id != mh.federation_id || header.round != mh.round ||
+        header.model_version != mh.model_version || header.message_id != mh.message_id) {
+      return Status::Corruption(StrCat(
+          where, " has a header (federation '", header.federation_id, "', round ", header.round,
+          ", model_version ", header.model_version, ", message_id ", header.message_id,
+          ") that differs from its message's (federation '", mh.federation_id, "', round ",
+          mh.round, ", model_version ", mh.model_version, ")"));
+    }
+    if (chunk->count() != p.chunk_count) {
+      return Status::Corruption(
+          StrCat(where, " says ", chunk->count(), " chunks; the message declares ", p.chunk_count));
+    }
+    if (chunk->index() != p.next_index) {
+      return Status::Corruption(StrCat(where, " arrived when chunk ", p.next_index, " of ",
+                                       p.chunk_count,
+                                       " was expected (a frame is missing, repeated or out of "
+                                       "order)"));
+    }
+    const uint64_t offset = uint64_t{p.next_index} * p.chunk_bytes;
+    const uint64_t expected = std::min<uint64_t>(p.chunk_bytes, p.payload_bytes - offset);
+    const std::string& data = chunk->data();
+    if (data.size() != expected) {
+      return Status::Corruption(
+          StrCat(where, " carries ", data.size(), " bytes; ", expected, " were declared"));
+    }
+    // Grow toward the declared size as bytes arrive, never past it.
+    const size_t needed = p.bytes.size() + data.size();
+    if (needed > p.bytes.capacity()) {
+      p.bytes.reserve(static_cast<size_t>(std::min<uint64_t>(
+          p.payload_bytes, std::max<uint64_t>(needed, 2 * uint64_t{p.bytes.capacity()}))));
+    }
+    const auto* d = reinterpret_cast<const uint8_t*>(data.data());
+    p.bytes.insert(p.bytes.end(), d, d + data.size());
+    p.hasher.Update(std::span<const uint8_t>(d, data.size()));
+    if (++p.next_index < p.chunk_count) return std::optional<Message>();
+
+    // Last chunk: the message leaves the pending set whether or not it checks out.
+    Pending done = std::move(p);
+    pending_.erase(it);
+    pending_declared_bytes_ -= done.payload_bytes;
+    const Sha256Digest digest = done.hasher.Finish();
+    if (digest != done.declared_sha256) {
+      return Status::Corruption(StrCat("payload of message ", done.message.header.message_id,
+                                       " from '", done.message.header.sender_id,
+                                       "' fails its SHA-256 check (declared ",
+                                       Sha256Hex(done.declared_sha256), ", received bytes hash to ",
+                                       Sha256Hex(digest), "); the message is dropped"));
+    }
+    TensorPayload* payload = MutablePayloadOf(done.message.body);
+    FM_CHECK(payload != nullptr);
+    payload->bytes = std::move(done.bytes);
+    payload->sha256 = digest;
+    Status values = CheckPayloadValues(done.message.body);
+    if (!values.ok()) {
+      return values.WithContext(StrCat("message ", done.message.header.message_id, " from '",
+                                       done.message.header.sender_id, "' (dropped)"));
+    }
+    return std::optional<Message>(std::move(done.message));
+  }
+
+  // ---- A header frame.
+  Message message;
+  message.header = std::move(header);
+  Framing framing;
+  FM_RETURN_IF_ERROR(BodyFromProto(env, l, &message.body, &framing));
+  FM_RETURN_IF_ERROR(CheckBody(message.header, message.body, framing.payload_bytes, l));
+  TensorPayload* payload = MutablePayloadOf(message.body);
+  if (payload == nullptr) return std::optional<Message>(std::move(message));
+
+  const std::string_view what = PayloadFieldName(message.body);
+  FM_RETURN_IF_ERROR(
+      CheckFraming(framing.payload_bytes, framing.chunk_bytes, framing.chunk_count, what, l));
+  if (framing.payload_bytes == 0) {
+    if (framing.sha256 != EmptySha256()) {
+      return Status::Corruption(StrCat(what, " is empty but its sha256 is not that of no bytes"));
+    }
+    payload->sha256 = framing.sha256;
+    return std::optional<Message>(std::move(message));
+  }
+  Key key{message.header.sender_id, message.header.message_id};
+  if (pending_.count(key) != 0) {
+    return Status::AlreadyExists(StrCat("'", key.first, "' already has message ", key.second,
+                                        " waiting for chunks; message ids must be unique "
+                                        "among a sender's messages in flight"));
+  }
+  if (pending_.size() >= l.max_pending_messages) {
+    return Status::OutOfRange(StrCat("cannot accept message ", key.second, " from '", key.first,
+                                     "': ", pending_.size(),
+                                     " messages are already waiting for chunks (limit ",
+                                     l.max_pending_messages, ", max_pending_messages)"));
+  }
+  if (framing.payload_bytes >
+      l.max_pending_bytes - std::min(l.max_pending_bytes, pending_declared_bytes_)) {
+    return Status::OutOfRange(
+        StrCat("cannot accept message ", key.second, " from '", key.first, "': its ",
+               framing.payload_bytes, " payload bytes and the ", pending_declared_bytes_,
+               " already pending exceed max_pending_bytes (", l.max_pending_bytes, ")"));
+  }
+  Pending p;
+  p.message = std::move(message);
+  p.payload_bytes = framing.payload_bytes;
+  p.chunk_bytes = framing.chunk_bytes;
+  p.chunk_count = framing.chunk_count;
+  p.declared_sha256 = framing.sha256;
+  pending_declared_bytes_ += framing.payload_bytes;
+  pending_.emplace(std::move(key), std::move(p));
+  return std::optional<Message>();
+}
+
+// ---------------------------------------------------------------------------------------
+
+Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits) {
+  FM_RETURN_IF_ERROR(ValidateLimits(limits));
+  if (frames.empty()) {
+    return Status::Corruption("no frames; a message is at least its header frame");
+  }
+  Reassembler r(limits);
+  const size_t n = frames.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto added = r.Add(frames[i]);
+    if (!added.ok()) return added.status().WithContext(StrCat("frame ", i, " of ", n));
+    if (!added->has_value()) continue;
+    if (i + 1 < n) {
+      return Status::Corruption(StrCat("frame ", i, " of ", n, " completes the message but ",
+                                       n - i - 1,
+                                       " more frame(s) follow; a frame sequence holds exactly "
+                                       "one message"));
+    }
+    if (!r.pending_.empty()) {
+      return Status::Corruption(StrCat("frame ", i, " of ", n,
+                                       " completes a message, but an earlier frame began "
+                                       "another one"));
+    }
+    return std::move(**added);
+  }
+  if (r.pending_.empty()) return Status::Internal("Decode ended with nothing pending");
+  const auto& [key, p] = *r.pending_.begin();
+  return Status::Corruption(StrCat("the ", n, " frames end after chunk ", p.next_index, " of ",
+                                   p.chunk_count, " of message ", key.second, " from '", key.first,
+                                   "'; payload frames are missing"));
+}
+
+// ---------------------------------------------------------------------------------------
+
+TensorPayload FloatPayload(std::span<const float> values,
+                           std::vector<std::vector<uint64_t>> shapes) {
+  TensorPayload p;
+  p.codec = std::string(kCodecNone);
+  p.dtype = DType::kFloat32;
+  p.element_count = values.size();
+  p.shapes = std::move(shapes);
+  p.bytes.resize(values.size() * sizeof(float));
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!values.empty()) std::memcpy(p.bytes.data(), values.data(), p.bytes.size());
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint32_t bits = std::bit_cast<uint32_t>(values[i]);
+      for (int b = 0; b < 4; ++b) p.bytes[4 * i + b] = static_cast<uint8_t>(bits >> (8 * b));
+    }
+  }
+  return p;
+}
+
+Result<std::vector<float>> PayloadFloats(const TensorPayload& payload) {
+  if (payload.codec != kCodecNone) {
+    return Status::FailedPrecondition(
+        StrCat("payload has codec \"", payload.codec, "\"; decode it with its codec chain first"));
+  }
+  if (payload.dtype != DType::kFloat32) {
+    return Status::InvalidArgument(StrCat("payload has dtype ",
+                                          static_cast<uint32_t>(payload.dtype),
+                                          "; codec \"none\" holds float32 (1)"));
+  }
+  if (payload.bytes.size() % 4 != 0 || payload.bytes.size() / 4 != payload.element_count) {
+    return Status::InvalidArgument(StrCat("payload has ", payload.bytes.size(), " bytes for ",
+                                          payload.element_count,
+                                          " float32 elements; it needs 4 per element"));
+  }
+  std::vector<float> values(payload.element_count);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!values.empty()) std::memcpy(values.data(), payload.bytes.data(), payload.bytes.size());
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t bits = 0;
+      for (int b = 0; b < 4; ++b) bits |= uint32_t{payload.bytes[4 * i + b]} << (8 * b);
+      values[i] = std::bit_cast<float>(bits);
+    }
+  }
+  return values;
+}
+
+}  // namespace fedmesh::wire

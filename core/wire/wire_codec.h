@@ -1,0 +1,162 @@
+// Wire codec: turns a Message into the frames that travel (one ZeroMQ message part each)
+// and frames back into Messages. The byte format is in docs/wire.md. In short: a message is
+// one header frame (a serialized fedmesh.wire.Envelope, at most max_header_bytes) followed,
+// when it carries a tensor payload, by chunk frames of at most max_chunk_bytes of payload
+// each, so a model's size is bounded by max_payload_bytes, not by protobuf's 2 GiB cap.
+//
+// Every size a peer declares is checked against WireLimits before anything is allocated for
+// it, and memory for a payload grows only as its chunks arrive. Malformed input yields a
+// Status (one sentence, naming the field and both values) and never a crash:
+//   Corruption          the bytes are not a well-formed frame sequence: unparsable frame,
+//                       missing header or body, missing / extra / reordered / short chunk,
+//                       chunk count inconsistent with the declared size, SHA-256 mismatch;
+//   FailedPrecondition  the peer speaks a protocol version this build does not;
+//   OutOfRange          a frame, payload, element count, dims, chunk count, id or text
+//                       exceeds its limit, or the Reassembler is full;
+//   InvalidArgument     well-formed but meaningless content: empty or non-printable id,
+//                       NaN/Inf values, shapes that disagree with element_count, round
+//                       mismatch, hyperparameters out of range, unknown message type;
+//   AlreadyExists       a second message with the same (sender_id, message_id) in flight.
+// Thread-safety: Encode, Decode and the payload helpers are stateless and safe to call
+// concurrently. A Reassembler is not thread-safe; give each receiving loop its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/sha256.h"
+#include "core/status.h"
+#include "core/wire/messages.h"
+
+namespace fedmesh::wire {
+
+// Limits both sides apply. Encode refuses to produce what a receiver with the same limits
+// would refuse. Every default is documented in docs/wire.md ("Limits").
+struct WireLimits {
+  // Largest header frame (any frame that is not a chunk), checked before it is parsed.
+  // Default: 1 MiB; a FitTask header listing 4,096 four-dimensional tensors is under 100 KiB.
+  // Allowed: 4 KiB .. 64 MiB.
+  size_t max_header_bytes = size_t{1} << 20;
+  // Payload bytes per chunk frame. Encode cuts a payload into chunks of exactly this size
+  // (the last one may be shorter); a receiver rejects a message that declares bigger
+  // chunks. Default: 8 MiB: the per-frame overhead (about 100 bytes) is negligible, and a
+  // frame takes well under a second on a slow link, so heartbeats sent as separate ZeroMQ
+  // messages are not starved. Allowed: 1 byte .. 1 GiB (protobuf caps a frame at 2 GiB).
+  size_t max_chunk_bytes = size_t{8} << 20;
+  // Largest encoded payload of one message. Default: 4 GiB, a one-billion-parameter
+  // float32 model.
+  uint64_t max_payload_bytes = uint64_t{4} << 30;
+  // Largest dense element count of a payload (after decoding). Default: 2^30 (4 GiB of
+  // float32).
+  uint64_t max_elements = uint64_t{1} << 30;
+  // Most chunk frames per message. Default: 65,536 (4 GiB in 64 KiB chunks).
+  uint32_t max_chunks = 65536;
+  // Most tensors in one payload's shape list. Default: 4,096.
+  uint32_t max_tensors = 4096;
+  // Most dims of one tensor. Default: 8.
+  uint32_t max_dims = 8;
+  // Longest identifier: federation, sender and node ids, capabilities, codec chains.
+  // Default: 256 bytes. Allowed: 1 .. 1,024.
+  size_t max_id_bytes = 256;
+  // Most capabilities in one Register. Default: 64.
+  size_t max_capabilities = 64;
+  // Longest Reject text. Default: 1,024 bytes.
+  size_t max_text_bytes = 1024;
+  // Reassembler only: messages waiting for chunks at one time. Default: 64.
+  size_t max_pending_messages = 64;
+  // Reassembler only: the sum of the declared payload sizes of those messages, which
+  // bounds its memory. Default: 8 GiB.
+  uint64_t max_pending_bytes = uint64_t{8} << 30;
+};
+
+// Checks that `limits` are within the allowed ranges above. InvalidArgument naming the
+// field otherwise. Encode, Decode and Reassembler::Add call it themselves.
+Status ValidateLimits(const WireLimits& limits);
+
+// The largest frame a receiver with `limits` accepts: max_header_bytes + max_chunk_bytes.
+// Set the transport's per-message cap (ZMQ_MAXMSGSIZE) to this.
+uint64_t MaxFrameBytes(const WireLimits& limits);
+
+// One frame: the bytes of one ZeroMQ message part.
+using Frame = std::vector<uint8_t>;
+
+// Validates `message` against `limits` (the same checks a receiver makes, including
+// finite values for codec "none" payloads of FitTask and FitResult) and returns its header
+// frame followed by ceil(payload / max_chunk_bytes) chunk frames. Errors as listed above;
+// InvalidArgument when payload.sha256 is set and does not match payload.bytes.
+Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& limits = {});
+
+// Decodes the frames of exactly one message, as Encode produced them (e.g. the parts of
+// one ZeroMQ multipart message). Fails with Corruption when a frame is missing, extra,
+// or belongs to another message; errors name the frame index.
+Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits = {});
+
+// Collects frames that arrive one at a time, possibly interleaved across senders and
+// messages, and yields each message once its last frame has arrived. Chunks of one
+// message must arrive in order.
+//
+// A rejected frame leaves the Reassembler as it was: pending messages keep their bytes,
+// and a correct frame may still follow. The exception is the frame that completes a
+// message whose payload then fails its SHA-256 or finite-value check: that message is
+// dropped, since no later frame can repair it. Pending messages never expire by
+// themselves (this class has no clock); the owner calls Drop for those past a deadline.
+//
+// Memory: a header frame costs its parsed fields only; payload memory grows as chunks
+// arrive, up to the declared size, and never beyond max_pending_bytes in total.
+class Reassembler {
+ public:
+  explicit Reassembler(WireLimits limits = {});
+
+  // Accepts one frame. Returns the completed message, std::nullopt when it is waiting for
+  // more chunks, or an error for a bad frame.
+  Result<std::optional<Message>> Add(std::span<const uint8_t> frame);
+
+  // Discards the pending message (sender_id, message_id). Returns whether there was one.
+  bool Drop(std::string_view sender_id, uint64_t message_id);
+
+  size_t pending_messages() const { return pending_.size(); }
+  // Sum of the declared payload sizes of the pending messages.
+  uint64_t pending_declared_bytes() const { return pending_declared_bytes_; }
+  // Bytes actually allocated for pending payloads (vector capacities).
+  uint64_t allocated_bytes() const;
+
+ private:
+  // A message whose header frame arrived and whose chunks are still coming.
+  struct Pending {
+    Message message;  // its payload's bytes stay empty until the last chunk
+    uint64_t payload_bytes = 0;
+    uint64_t chunk_bytes = 0;
+    uint32_t chunk_count = 0;
+    Sha256Digest declared_sha256{};
+    uint32_t next_index = 0;
+    std::vector<uint8_t> bytes;  // chunks 0 .. next_index-1
+    Sha256 hasher;               // over `bytes`, fed as chunks arrive
+  };
+  using Key = std::pair<std::string, uint64_t>;  // (sender_id, message_id)
+
+  friend Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits);
+
+  WireLimits limits_;
+  Status limits_status_;  // ValidateLimits(limits_), reported by every Add
+  std::map<Key, Pending, std::less<>> pending_;
+  uint64_t pending_declared_bytes_ = 0;
+};
+
+// A codec "none" payload holding `values` as little-endian float32. `shapes` as in
+// TensorPayload (empty: flat). sha256 is left unset.
+TensorPayload FloatPayload(std::span<const float> values,
+                           std::vector<std::vector<uint64_t>> shapes = {});
+
+// The float32 values of a codec "none" payload. FailedPrecondition for another codec
+// (decode it with its codec chain first); InvalidArgument when dtype is not float32 or the
+// byte count is not 4 * element_count.
+Result<std::vector<float>> PayloadFloats(const TensorPayload& payload);
+
+}  // namespace fedmesh::wire

@@ -1,0 +1,882 @@
+// Wire codec: every message type survives Encode -> Decode field by field, large tensors
+// cross in many chunks bit-exactly, and every kind of hostile or damaged frame sequence is
+// refused with the documented status code while the Reassembler keeps what it had.
+// Hostile frames are built by editing real frames through the generated types, which this
+// test (as the conversion code's own test) may include.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/wire/fedmesh.pb.h"
+#include "core/wire/wire_codec.h"
+
+namespace fedmesh::wire {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+::testing::AssertionResult HasCode(const Status& s, StatusCode code, std::string_view needle = "") {
+  if (s.code() != code) {
+    return ::testing::AssertionFailure()
+           << "expected " << StatusCodeName(code) << ", got " << s.ToString();
+  }
+  if (!needle.empty() && s.message().find(needle) == std::string::npos) {
+    return ::testing::AssertionFailure() << "message lacks \"" << needle << "\": " << s.ToString();
+  }
+  return ::testing::AssertionSuccess() << s.ToString();
+}
+
+Header TestHeader(uint64_t message_id = 42) {
+  Header h;
+  h.federation_id = "fed-hospitals";
+  h.sender_id = "node-7";
+  h.round = 5;
+  h.model_version = 12;
+  h.message_id = message_id;
+  return h;
+}
+
+std::vector<float> Values(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(rng.Normal());
+  return v;
+}
+
+Message FitTaskMessage(std::span<const float> model,
+                       std::vector<std::vector<uint64_t>> shapes = {}) {
+  FitTask t;
+  t.round = 5;
+  t.global_model = FloatPayload(model, std::move(shapes));
+  t.local_epochs = 3;
+  t.batch_size = 64;
+  t.learning_rate = 0.05;
+  t.momentum = 0.9;
+  t.prox_mu = 0.01;
+  t.deadline_unix_ms = 1700000000123;
+  t.update_codec = "topk:0.01,fp16,zstd";
+  return Message{TestHeader(), t};
+}
+
+Message FitResultMessage(std::span<const float> update, uint64_t message_id = 42,
+                         std::string sender = "node-7") {
+  FitResult r;
+  r.round = 5;
+  r.num_examples = 6000;
+  r.train_loss = 0.4375;
+  r.update = FloatPayload(update);
+  r.bytes_before_codec = r.update.bytes.size();
+  r.bytes_after_codec = r.update.bytes.size();
+  Message m{TestHeader(message_id), r};
+  m.header.sender_id = std::move(sender);
+  return m;
+}
+
+// What Decode returns for `m`: the same message with the payload hash filled in.
+Message WithHash(Message m) {
+  if (auto* t = std::get_if<FitTask>(&m.body)) {
+    t->global_model.sha256 = Sha256::Hash(t->global_model.bytes);
+  }
+  if (auto* r = std::get_if<FitResult>(&m.body)) r->update.sha256 = Sha256::Hash(r->update.bytes);
+  return m;
+}
+
+std::vector<Frame> MustEncode(const Message& m, const WireLimits& l = {}) {
+  auto frames = Encode(m, l);
+  EXPECT_TRUE(frames.ok()) << frames.status().ToString();
+  return frames.ok() ? *frames : std::vector<Frame>{};
+}
+
+pb::Envelope ParseEnvelope(const Frame& f) {
+  pb::Envelope e;
+  EXPECT_TRUE(e.ParseFromArray(f.data(), static_cast<int>(f.size())));
+  return e;
+}
+
+Frame Serialize(const pb::Envelope& e) {
+  const std::string s = e.SerializeAsString();
+  return Frame(s.begin(), s.end());
+}
+
+Frame Rewrite(const Frame& f, const std::function<void(pb::Envelope&)>& edit) {
+  pb::Envelope e = ParseEnvelope(f);
+  edit(e);
+  return Serialize(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Round trips
+
+TEST(WireRoundTrip, RegisterFieldByField) {
+  Register reg;
+  reg.node_id = "node-7";
+  reg.num_examples = 60000;
+  reg.capabilities = {"codec:none", "codec:fp16", "device:cuda"};
+  const Message m{TestHeader(), reg};
+  auto frames = MustEncode(m);
+  ASSERT_EQ(frames.size(), 1u);
+  auto got = Decode(frames);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->header.federation_id, "fed-hospitals");
+  EXPECT_EQ(got->header.sender_id, "node-7");
+  EXPECT_EQ(got->header.round, 5u);
+  EXPECT_EQ(got->header.model_version, 12u);
+  EXPECT_EQ(got->header.message_id, 42u);
+  ASSERT_EQ(TypeOf(got->body), MessageType::kRegister);
+  const auto& r = std::get<Register>(got->body);
+  EXPECT_EQ(r.node_id, "node-7");
+  EXPECT_EQ(r.num_examples, 60000u);
+  EXPECT_EQ(r.capabilities, (std::vector<std::string>{"codec:none", "codec:fp16", "device:cuda"}));
+  EXPECT_TRUE(*got == m);
+}
+
+TEST(WireRoundTrip, RegisterAckFieldByField) {
+  const Message m{TestHeader(), RegisterAck{"node-7", 2500}};
+  auto got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& a = std::get<RegisterAck>(got->body);
+  EXPECT_EQ(a.node_id, "node-7");
+  EXPECT_EQ(a.heartbeat_interval_ms, 2500u);
+  EXPECT_TRUE(got->header == m.header);
+  EXPECT_TRUE(*got == m);
+}
+
+TEST(WireRoundTrip, FitTaskFieldByField) {
+  // Bit patterns a float round trip could damage: -0, denormals, extremes.
+  std::vector<float> model = Values(1000, 1);
+  model[0] = -0.0f;
+  model[1] = std::numeric_limits<float>::denorm_min();
+  model[2] = std::numeric_limits<float>::max();
+  model[3] = std::numeric_limits<float>::lowest();
+  const Message m = FitTaskMessage(model, {{10, 50}, {50}, {449}, {}});  // {} = scalar
+  WireLimits l;
+  l.max_chunk_bytes = 1000;  // 4,000 bytes: chunks of 1000
+  auto frames = MustEncode(m, l);
+  ASSERT_EQ(frames.size(), 1u + 4u);
+  auto got = Decode(frames, l);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& t = std::get<FitTask>(got->body);
+  EXPECT_EQ(t.round, 5u);
+  EXPECT_EQ(t.local_epochs, 3u);
+  EXPECT_EQ(t.batch_size, 64u);
+  EXPECT_EQ(t.learning_rate, 0.05);
+  EXPECT_EQ(t.momentum, 0.9);
+  EXPECT_EQ(t.prox_mu, 0.01);
+  EXPECT_EQ(t.deadline_unix_ms, 1700000000123u);
+  EXPECT_EQ(t.update_codec, "topk:0.01,fp16,zstd");
+  EXPECT_EQ(t.global_model.codec, "none");
+  EXPECT_EQ(t.global_model.dtype, DType::kFloat32);
+  EXPECT_EQ(t.global_model.element_count, 1000u);
+  EXPECT_EQ(t.global_model.shapes, (std::vector<std::vector<uint64_t>>{{10, 50}, {50}, {449}, {}}));
+  ASSERT_TRUE(t.global_model.sha256.has_value());
+  EXPECT_EQ(*t.global_model.sha256, Sha256::Hash(std::get<FitTask>(m.body).global_model.bytes));
+  auto floats = PayloadFloats(t.global_model);
+  ASSERT_TRUE(floats.ok());
+  ASSERT_EQ(floats->size(), model.size());
+  EXPECT_EQ(std::memcmp(floats->data(), model.data(), model.size() * 4), 0);
+  EXPECT_TRUE(std::signbit((*floats)[0]));
+  EXPECT_TRUE(*got == WithHash(m));
+}
+
+TEST(WireRoundTrip, FitResultFieldByField) {
+  const std::vector<float> update = Values(777, 2);
+  const Message m = FitResultMessage(update);
+  auto got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& r = std::get<FitResult>(got->body);
+  EXPECT_EQ(r.round, 5u);
+  EXPECT_EQ(r.num_examples, 6000u);
+  EXPECT_EQ(r.train_loss, 0.4375);
+  EXPECT_EQ(r.bytes_before_codec, 777u * 4);
+  EXPECT_EQ(r.bytes_after_codec, 777u * 4);
+  EXPECT_EQ(r.update.element_count, 777u);
+  EXPECT_TRUE(r.update.shapes.empty());
+  auto floats = PayloadFloats(r.update);
+  ASSERT_TRUE(floats.ok());
+  EXPECT_EQ(*floats, update);
+  EXPECT_TRUE(*got == WithHash(m));
+}
+
+TEST(WireRoundTrip, HeartbeatFieldByField) {
+  const Message m{TestHeader(7), Heartbeat{123456789}};
+  auto got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::get<Heartbeat>(got->body).sequence, 123456789u);
+  EXPECT_EQ(got->header.message_id, 7u);
+  EXPECT_TRUE(*got == m);
+}
+
+TEST(WireRoundTrip, RejectFieldByFieldKeepsUnknownReasonValues) {
+  for (RejectReason reason : {RejectReason::kLate, static_cast<RejectReason>(99)}) {
+    const Message m{TestHeader(), Reject{reason, "update arrived after the deadline", 41}};
+    auto got = Decode(MustEncode(m));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const auto& r = std::get<Reject>(got->body);
+    EXPECT_EQ(r.reason, reason);
+    EXPECT_EQ(r.text, "update arrived after the deadline");
+    EXPECT_EQ(r.rejected_message_id, 41u);
+    EXPECT_TRUE(*got == m);
+  }
+}
+
+TEST(WireRoundTrip, EmptyPayloadIsOneFrame) {
+  const Message m = FitResultMessage({});
+  auto frames = MustEncode(m);
+  ASSERT_EQ(frames.size(), 1u);
+  auto got = Decode(frames);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& u = std::get<FitResult>(got->body).update;
+  EXPECT_EQ(u.element_count, 0u);
+  EXPECT_TRUE(u.bytes.empty());
+  EXPECT_EQ(Sha256Hex(*u.sha256),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+// Codecs other than "none" are opaque bytes to the wire layer: any length, no float checks.
+TEST(WireRoundTrip, OtherCodecBytesPassThroughUnchanged) {
+  Message m = FitResultMessage({});
+  auto& u = std::get<FitResult>(m.body).update;
+  u.codec = "topk:0.01,zstd";
+  u.element_count = 1000000;
+  u.bytes = {0xff, 0xff, 0xc0, 0x7f, 1, 2, 3};  // includes a NaN pattern; 7 bytes
+  std::get<FitResult>(m.body).bytes_after_codec = 7;
+  auto got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::get<FitResult>(got->body).update.bytes, u.bytes);
+  EXPECT_TRUE(*got == WithHash(m));
+  EXPECT_TRUE(HasCode(PayloadFloats(std::get<FitResult>(got->body).update).status(),
+                      StatusCode::kFailedPrecondition, "topk"));
+}
+
+TEST(WireRoundTrip, FloatHelpersAreLittleEndianFloat32) {
+  const std::vector<float> v = {1.0f, -2.5f};
+  const TensorPayload p = FloatPayload(v);
+  EXPECT_EQ(p.bytes, (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x20, 0xc0}));
+  auto back = PayloadFloats(p);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, v);
+  TensorPayload bad = p;
+  bad.bytes.pop_back();
+  EXPECT_TRUE(HasCode(PayloadFloats(bad).status(), StatusCode::kInvalidArgument));
+}
+
+TEST(WireEncode, PresetHashMustMatchTheBytes) {
+  Message m = FitResultMessage(Values(10, 3));
+  auto& u = std::get<FitResult>(m.body).update;
+  u.sha256 = Sha256::Hash(u.bytes);
+  EXPECT_TRUE(Encode(m).ok());
+  u.bytes[5] ^= 1;
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "sha256"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Large tensors
+
+TEST(WireLargeTensor, TwentyMillionFloatsReassembleBitExactly) {
+  const size_t n = 20'000'000;  // 80 MB
+  std::vector<float> update(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Varied finite bit patterns: random mantissa and sign, exponent kept below 0xFF.
+    uint32_t bits = static_cast<uint32_t>(SplitMix64(i));
+    if ((bits & 0x7F800000u) == 0x7F800000u) bits &= ~0x00800000u;
+    std::memcpy(&update[i], &bits, 4);
+  }
+  const Message m = FitResultMessage(update);
+  WireLimits l;
+  l.max_chunk_bytes = size_t{1} << 20;  // 1 MiB: 77 chunks
+  const auto t0 = std::chrono::steady_clock::now();
+  auto frames = MustEncode(m, l);
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_EQ(frames.size(), 1u + 77u);
+  for (const auto& f : frames) EXPECT_LE(f.size(), MaxFrameBytes(l));
+  EXPECT_GT(frames[1].size(), kMiB);  // a full chunk, parsed through the ChunkFrame view
+
+  // Frame by frame through a Reassembler: nothing until the last chunk.
+  Reassembler r(l);
+  std::optional<Message> got;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto added = r.Add(frames[i]);
+    ASSERT_TRUE(added.ok()) << "frame " << i << ": " << added.status().ToString();
+    ASSERT_EQ(added->has_value(), i + 1 == frames.size()) << "frame " << i;
+    if (added->has_value()) got = std::move(**added);
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(r.pending_messages(), 0u);
+  EXPECT_EQ(r.pending_declared_bytes(), 0u);
+  const auto& u = std::get<FitResult>(got->body).update;
+  ASSERT_EQ(u.bytes.size(), n * 4);
+  EXPECT_EQ(std::memcmp(u.bytes.data(), update.data(), n * 4), 0);
+  auto floats = PayloadFloats(u);
+  ASSERT_TRUE(floats.ok());
+  EXPECT_EQ(std::memcmp(floats->data(), update.data(), n * 4), 0);
+  std::printf("[ info ] 80 MB in %zu frames: encode %.0f ms, reassemble %.0f ms\n", frames.size(),
+              std::chrono::duration<double, std::milli>(t1 - t0).count(),
+              std::chrono::duration<double, std::milli>(t2 - t1).count());
+
+  // Decode of the whole sequence gives the same message.
+  auto decoded = Decode(frames, l);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(*decoded == *got);
+}
+
+// ---------------------------------------------------------------------------------------
+// Reassembler behaviour
+
+TEST(WireReassembler, InterleavedMessagesFromTwoSenders) {
+  WireLimits l;
+  l.max_chunk_bytes = 256;
+  const auto ua = Values(300, 4), ub = Values(500, 5);
+  // Same message id from two senders: keys are (sender, message id).
+  auto fa = MustEncode(FitResultMessage(ua, 9, "node-a"), l);
+  auto fb = MustEncode(FitResultMessage(ub, 9, "node-b"), l);
+  Reassembler r(l);
+  std::vector<Message> done;
+  size_t ia = 0, ib = 0;
+  while (ia < fa.size() || ib < fb.size()) {
+    for (auto* p : {&ia, &ib}) {
+      auto& frames = (p == &ia) ? fa : fb;
+      if (*p >= frames.size()) continue;
+      auto added = r.Add(frames[(*p)++]);
+      ASSERT_TRUE(added.ok()) << added.status().ToString();
+      if (added->has_value()) done.push_back(std::move(**added));
+    }
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].header.sender_id, "node-a");  // a has fewer chunks, finishes first
+  EXPECT_EQ(*PayloadFloats(std::get<FitResult>(done[0].body).update), ua);
+  EXPECT_EQ(done[1].header.sender_id, "node-b");
+  EXPECT_EQ(*PayloadFloats(std::get<FitResult>(done[1].body).update), ub);
+}
+
+// A rejected frame costs nothing: the pending message keeps its chunks and completes
+// when the right frames follow.
+TEST(WireReassembler, RejectedFrameLosesNothing) {
+  WireLimits l;
+  l.max_chunk_bytes = 400;
+  const auto update = Values(400, 6);  // 1600 bytes: 4 chunks
+  const Message m = FitResultMessage(update);
+  auto frames = MustEncode(m, l);
+  ASSERT_EQ(frames.size(), 5u);
+  Reassembler r(l);
+  ASSERT_TRUE(r.Add(frames[0]).ok());
+  ASSERT_TRUE(r.Add(frames[1]).ok());
+  const uint64_t allocated = r.allocated_bytes();
+
+  const Frame short_chunk =
+      Rewrite(frames[2], [](pb::Envelope& e) { e.mutable_chunk()->mutable_data()->pop_back(); });
+  const Frame truncated(frames[2].begin(), frames[2].end() - 1);
+  const Frame skipped = frames[3];
+  const Frame wrong_round =
+      Rewrite(frames[2], [](pb::Envelope& e) { e.mutable_header()->set_round(6); });
+  const std::pair<const Frame*, const char*> bad[] = {
+      {&short_chunk, "carries 399 bytes; 400 were declared"},
+      {&truncated, "not a valid"},
+      {&skipped, "chunk 2 of message 42 from 'node-7' arrived when chunk 1 of 4 was expected"},
+      {&wrong_round, "differs from its message's"},
+      {&frames[0], "already has message 42"},
+  };
+  for (const auto& [frame, needle] : bad) {
+    auto added = r.Add(*frame);
+    EXPECT_FALSE(added.ok());
+    EXPECT_NE(added.status().message().find(needle), std::string::npos)
+        << added.status().ToString();
+    EXPECT_EQ(r.pending_messages(), 1u);
+    EXPECT_EQ(r.pending_declared_bytes(), 1600u);
+    EXPECT_EQ(r.allocated_bytes(), allocated);
+  }
+  ASSERT_TRUE(r.Add(frames[2]).ok());
+  ASSERT_TRUE(r.Add(frames[3]).ok());
+  auto last = r.Add(frames[4]);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  ASSERT_TRUE(last->has_value());
+  EXPECT_TRUE(**last == WithHash(m));
+}
+
+// Memory follows the bytes that arrived, not the size a header claims.
+TEST(WireReassembler, AllocatesOnlyAsBytesArrive) {
+  const uint64_t kTerabyte = uint64_t{1} << 40;
+  WireLimits l;
+  l.max_chunk_bytes = kMiB;
+  l.max_payload_bytes = kTerabyte;
+  l.max_pending_bytes = kTerabyte;
+  l.max_elements = kTerabyte / 4;
+  l.max_chunks = 1 << 20;
+  auto frames = MustEncode(FitResultMessage(Values(kMiB / 4 * 2, 7)), l);  // 2 chunks
+  ASSERT_EQ(frames.size(), 3u);
+  const Frame header = Rewrite(frames[0], [&](pb::Envelope& e) {
+    auto* r = e.mutable_fit_result();
+    r->set_bytes_after_codec(kTerabyte);
+    r->mutable_update()->set_payload_bytes(kTerabyte);
+    r->mutable_update()->set_element_count(kTerabyte / 4);
+    r->mutable_update()->set_chunk_count(1 << 20);
+  });
+  const Frame chunk0 =
+      Rewrite(frames[1], [](pb::Envelope& e) { e.mutable_chunk()->set_count(1 << 20); });
+  Reassembler r(l);
+  auto added = r.Add(header);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_FALSE(added->has_value());
+  EXPECT_EQ(r.pending_declared_bytes(), kTerabyte);
+  EXPECT_EQ(r.allocated_bytes(), 0u);
+  added = r.Add(chunk0);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_GE(r.allocated_bytes(), kMiB);
+  EXPECT_LE(r.allocated_bytes(), 2 * kMiB);
+  EXPECT_TRUE(r.Drop("node-7", 42));
+  EXPECT_FALSE(r.Drop("node-7", 42));
+  EXPECT_EQ(r.pending_messages(), 0u);
+  EXPECT_EQ(r.pending_declared_bytes(), 0u);
+  EXPECT_EQ(r.allocated_bytes(), 0u);
+}
+
+TEST(WireReassembler, FullReassemblerRefusesNewMessagesButKeepsItsOwn) {
+  WireLimits l;
+  l.max_chunk_bytes = 64;
+  l.max_pending_messages = 1;
+  auto fa = MustEncode(FitResultMessage(Values(32, 8), 1, "node-a"), l);
+  auto fb = MustEncode(FitResultMessage(Values(32, 9), 2, "node-b"), l);
+  Reassembler r(l);
+  ASSERT_TRUE(r.Add(fa[0]).ok());
+  EXPECT_TRUE(HasCode(r.Add(fb[0]).status(), StatusCode::kOutOfRange, "max_pending_messages"));
+  for (size_t i = 1; i + 1 < fa.size(); ++i) ASSERT_TRUE(r.Add(fa[i]).ok());
+  auto last = r.Add(fa.back());
+  ASSERT_TRUE(last.ok() && last->has_value());
+
+  WireLimits bytes_limit = l;
+  bytes_limit.max_pending_messages = 8;
+  bytes_limit.max_pending_bytes = 200;  // each message declares 128 bytes
+  Reassembler r2(bytes_limit);
+  ASSERT_TRUE(r2.Add(fa[0]).ok());
+  EXPECT_TRUE(HasCode(r2.Add(fb[0]).status(), StatusCode::kOutOfRange, "max_pending_bytes"));
+  EXPECT_EQ(r2.pending_declared_bytes(), 128u);
+}
+
+TEST(WireReassembler, ChunkOfAnotherSenderMatchesNothing) {
+  WireLimits l;
+  l.max_chunk_bytes = 64;
+  auto fa = MustEncode(FitResultMessage(Values(32, 10), 1, "node-a"), l);
+  auto fb = MustEncode(FitResultMessage(Values(32, 11), 1, "node-b"), l);
+  Reassembler r(l);
+  ASSERT_TRUE(r.Add(fa[0]).ok());
+  EXPECT_TRUE(HasCode(r.Add(fb[1]).status(), StatusCode::kCorruption, "matches no pending"));
+  // A chunk relabelled to node-a's message still fails: its bytes do not hash right.
+  ASSERT_TRUE(r.Add(fa[1]).ok());
+  const Frame forged =
+      Rewrite(fb[2], [](pb::Envelope& e) { e.mutable_header()->set_sender_id("node-a"); });
+  EXPECT_TRUE(HasCode(r.Add(forged).status(), StatusCode::kCorruption, "SHA-256"));
+  EXPECT_EQ(r.pending_messages(), 0u);  // a completed message that fails is dropped
+}
+
+// ---------------------------------------------------------------------------------------
+// Hostile and damaged input
+
+TEST(WireHostile, GarbageFrameIsCorruption) {
+  const std::string text = "this is not a protobuf";
+  const Frame garbage_text(text.begin(), text.end());
+  const Frame garbage_ff(64, 0xff);
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{garbage_text}).status(), StatusCode::kCorruption));
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{garbage_ff}).status(), StatusCode::kCorruption));
+  EXPECT_TRUE(
+      HasCode(Decode(std::vector<Frame>{Frame{}}).status(), StatusCode::kCorruption, "empty"));
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{}).status(), StatusCode::kCorruption));
+}
+
+TEST(WireHostile, RandomFramesAreNeverAccepted) {
+  Rng rng(2024);
+  int corruption = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Frame f(1 + rng.UniformInt(300));
+    for (auto& b : f) b = static_cast<uint8_t>(rng.NextU64());
+    auto got = Decode(std::vector<Frame>{f});
+    ASSERT_FALSE(got.ok()) << "random frame " << i << " decoded";
+    corruption += got.status().code() == StatusCode::kCorruption;
+  }
+  EXPECT_GT(corruption, 2900);
+}
+
+// Cutting a header frame anywhere is detected: the body comes last and is length-prefixed.
+TEST(WireHostile, TruncatedHeaderFrameIsCorruptionAtEveryLength) {
+  Register reg{"node-7", 10, {"codec:none"}};
+  const Message messages[] = {
+      {TestHeader(), reg},
+      FitTaskMessage(Values(16, 12), {{4, 4}}),
+      FitResultMessage(Values(16, 13)),
+      {TestHeader(), Heartbeat{0}},
+      {TestHeader(), Reject{RejectReason::kUnspecified, "", 0}},
+  };
+  for (const Message& m : messages) {
+    const Frame header = MustEncode(m)[0];
+    for (size_t len = 0; len < header.size(); ++len) {
+      const Frame cut(header.begin(), header.begin() + len);
+      Reassembler r;
+      ASSERT_TRUE(HasCode(r.Add(cut).status(), StatusCode::kCorruption))
+          << MessageTypeName(TypeOf(m.body)) << " cut to " << len << " of " << header.size();
+    }
+  }
+}
+
+TEST(WireHostile, OversizedHeaderFrameIsOutOfRange) {
+  Register reg;
+  reg.node_id = "node-7";
+  for (int i = 0; i < 20000; ++i)
+    reg.capabilities.push_back("capability-" + std::to_string(i) + std::string(80, 'x'));
+  const Message m{TestHeader(), reg};
+  // The sender's own limits refuse it.
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kOutOfRange, "max_capabilities"));
+  WireLimits loose;
+  loose.max_capabilities = 100000;
+  EXPECT_TRUE(HasCode(Encode(m, loose).status(), StatusCode::kOutOfRange, "max_header_bytes"));
+  loose.max_header_bytes = 4 * kMiB;
+  auto frames = MustEncode(m, loose);
+  ASSERT_EQ(frames.size(), 1u);
+  ASSERT_GT(frames[0].size(), kMiB);
+  // A receiver with default limits refuses the 2 MB header frame...
+  EXPECT_TRUE(HasCode(Decode(frames).status(), StatusCode::kOutOfRange, "max_header_bytes"));
+  // ...and a frame beyond header + chunk limits without parsing it.
+  const std::vector<Frame> huge{Frame(MaxFrameBytes(WireLimits{}) + 1, 0x0a)};
+  EXPECT_TRUE(HasCode(Decode(huge).status(), StatusCode::kOutOfRange,
+                      "max_header_bytes + max_chunk_bytes"));
+}
+
+TEST(WireHostile, WrongProtocolVersionIsFailedPrecondition) {
+  const auto frames = MustEncode(Message{TestHeader(), Heartbeat{1}});
+  for (uint32_t version : {0u, 2u, 77u}) {
+    const Frame f = Rewrite(
+        frames[0], [&](pb::Envelope& e) { e.mutable_header()->set_protocol_version(version); });
+    const Status s = Decode(std::vector<Frame>{f}).status();
+    EXPECT_TRUE(HasCode(s, StatusCode::kFailedPrecondition,
+                        "protocol version " + std::to_string(version) + "; this build speaks 1"));
+  }
+}
+
+TEST(WireHostile, MissingOrBadIdsAreRejected) {
+  const auto frames = MustEncode(Message{TestHeader(), Heartbeat{1}});
+  auto with = [&](const std::function<void(pb::Header*)>& edit) {
+    return Decode(std::vector<Frame>{
+                      Rewrite(frames[0], [&](pb::Envelope& e) { edit(e.mutable_header()); })})
+        .status();
+  };
+  EXPECT_TRUE(HasCode(with([](pb::Header* h) { h->clear_federation_id(); }),
+                      StatusCode::kInvalidArgument, "federation_id is empty"));
+  EXPECT_TRUE(HasCode(with([](pb::Header* h) { h->clear_sender_id(); }),
+                      StatusCode::kInvalidArgument, "sender_id is empty"));
+  EXPECT_TRUE(HasCode(with([](pb::Header* h) { h->set_sender_id("node\n7"); }),
+                      StatusCode::kInvalidArgument, "byte 0x0a at offset 4"));
+  EXPECT_TRUE(HasCode(with([](pb::Header* h) { h->set_sender_id(std::string(257, 'n')); }),
+                      StatusCode::kOutOfRange, "max_id_bytes"));
+  const Frame no_header = Rewrite(frames[0], [](pb::Envelope& e) { e.clear_header(); });
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{no_header}).status(), StatusCode::kCorruption,
+                      "no header"));
+  // The sender refuses the same.
+  Message m{TestHeader(), Heartbeat{1}};
+  m.header.federation_id.clear();
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "federation_id"));
+}
+
+// A header claiming a terabyte payload is refused from its declared size alone.
+TEST(WireHostile, DeclaredPayloadOverLimitFailsBeforeAllocating) {
+  const uint64_t kTerabyte = uint64_t{1} << 40;
+  const auto frames = MustEncode(FitResultMessage(Values(16, 14)));
+  const Frame header = Rewrite(frames[0], [&](pb::Envelope& e) {
+    auto* r = e.mutable_fit_result();
+    r->set_bytes_after_codec(kTerabyte);
+    r->mutable_update()->set_payload_bytes(kTerabyte);
+    r->mutable_update()->set_element_count(kTerabyte / 4);
+    r->mutable_update()->set_chunk_bytes(8 * kMiB);
+    r->mutable_update()->set_chunk_count(kTerabyte / (8 * kMiB));
+  });
+  Reassembler r;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = r.Add(header).status();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(HasCode(s, StatusCode::kOutOfRange, "1099511627776 payload bytes"));
+  EXPECT_TRUE(HasCode(s, StatusCode::kOutOfRange, "max_payload_bytes"));
+  EXPECT_LT(ms, 100.0);
+  EXPECT_EQ(r.pending_messages(), 0u);
+  EXPECT_EQ(r.allocated_bytes(), 0u);
+}
+
+TEST(WireHostile, MissingPayloadFrameIsCorruption) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  const auto frames = MustEncode(FitResultMessage(Values(100, 15)), l);  // 4 chunks
+  ASSERT_EQ(frames.size(), 5u);
+  std::vector<Frame> middle_gone = frames;
+  middle_gone.erase(middle_gone.begin() + 2);
+  EXPECT_TRUE(HasCode(Decode(middle_gone, l).status(), StatusCode::kCorruption,
+                      "chunk 1 of 4 was expected"));
+  std::vector<Frame> last_gone = frames;
+  last_gone.pop_back();
+  EXPECT_TRUE(
+      HasCode(Decode(last_gone, l).status(), StatusCode::kCorruption, "end after chunk 3 of 4"));
+  const std::vector<Frame> header_gone(frames.begin() + 1, frames.end());
+  EXPECT_TRUE(HasCode(Decode(header_gone, l).status(), StatusCode::kCorruption,
+                      "matches no pending message"));
+}
+
+TEST(WireHostile, ExtraFrameIsCorruption) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  const auto frames = MustEncode(FitResultMessage(Values(100, 16)), l);
+  std::vector<Frame> repeated = frames;
+  repeated.push_back(frames.back());
+  EXPECT_TRUE(
+      HasCode(Decode(repeated, l).status(), StatusCode::kCorruption, "1 more frame(s) follow"));
+  std::vector<Frame> repeated_middle = frames;
+  repeated_middle.insert(repeated_middle.begin() + 2, frames[2]);
+  EXPECT_TRUE(HasCode(Decode(repeated_middle, l).status(), StatusCode::kCorruption,
+                      "chunk 2 of 4 was expected"));
+  // Two messages in one sequence.
+  auto hb = MustEncode(Message{TestHeader(), Heartbeat{3}});
+  hb.push_back(hb[0]);
+  EXPECT_TRUE(HasCode(Decode(hb).status(), StatusCode::kCorruption, "exactly one message"));
+  std::vector<Frame> two{frames[0], hb[0]};
+  EXPECT_TRUE(HasCode(Decode(two, l).status(), StatusCode::kCorruption, "began another"));
+}
+
+TEST(WireHostile, TruncatedPayloadFrameIsCorruption) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  auto frames = MustEncode(FitResultMessage(Values(100, 17)), l);
+  std::vector<Frame> cut = frames;
+  cut[3].resize(cut[3].size() - 10);  // the data field now overruns the frame
+  EXPECT_TRUE(HasCode(Decode(cut, l).status(), StatusCode::kCorruption, "frame 3 of 5"));
+  std::vector<Frame> short_data = frames;
+  short_data[4] =
+      Rewrite(frames[4], [](pb::Envelope& e) { e.mutable_chunk()->mutable_data()->resize(50); });
+  EXPECT_TRUE(HasCode(Decode(short_data, l).status(), StatusCode::kCorruption,
+                      "carries 50 bytes; 100 were declared"));
+}
+
+TEST(WireHostile, FlippedPayloadByteIsCorruption) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  auto frames = MustEncode(FitResultMessage(Values(100, 18)), l);
+  // The chunk data is the last field of the frame: flip its last byte.
+  frames[2].back() ^= 0x01;
+  EXPECT_TRUE(HasCode(Decode(frames, l).status(), StatusCode::kCorruption, "SHA-256"));
+  // A damaged declared hash is caught the same way.
+  auto frames2 = MustEncode(FitResultMessage(Values(100, 18)), l);
+  frames2[0] = Rewrite(frames2[0], [](pb::Envelope& e) {
+    (*e.mutable_fit_result()->mutable_update()->mutable_sha256())[0] ^= 0x80;
+  });
+  EXPECT_TRUE(HasCode(Decode(frames2, l).status(), StatusCode::kCorruption, "SHA-256"));
+  auto frames3 = MustEncode(FitResultMessage(Values(100, 18)), l);
+  frames3[0] = Rewrite(frames3[0], [](pb::Envelope& e) {
+    e.mutable_fit_result()->mutable_update()->mutable_sha256()->pop_back();
+  });
+  EXPECT_TRUE(HasCode(Decode(frames3, l).status(), StatusCode::kCorruption, "32"));
+}
+
+// Replaces element `index` of a codec "none" payload sent in `frames` by `value`, keeping
+// the hash consistent, as a sender that does not validate would.
+std::vector<Frame> WithValueAt(std::vector<Frame> frames, size_t chunk_bytes, size_t index,
+                               float value) {
+  std::vector<uint8_t> payload;
+  for (size_t i = 1; i < frames.size(); ++i) {
+    const pb::Envelope e = ParseEnvelope(frames[i]);
+    const std::string& d = e.chunk().data();
+    payload.insert(payload.end(), d.begin(), d.end());
+  }
+  std::memcpy(payload.data() + 4 * index, &value, 4);
+  const Sha256Digest sha = Sha256::Hash(payload);
+  frames[0] = Rewrite(frames[0], [&](pb::Envelope& e) {
+    auto* p = e.has_fit_task() ? e.mutable_fit_task()->mutable_global_model()
+                               : e.mutable_fit_result()->mutable_update();
+    p->set_sha256(sha.data(), sha.size());
+  });
+  const size_t c = 1 + 4 * index / chunk_bytes;
+  frames[c] = Rewrite(frames[c], [&](pb::Envelope& e) {
+    const size_t off = (c - 1) * chunk_bytes;
+    e.mutable_chunk()->set_data(payload.data() + off, e.chunk().data().size());
+  });
+  return frames;
+}
+
+TEST(WireHostile, NonFiniteValuesAreInvalidArgumentWithIndex) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> update = Values(5000, 19);
+  update[1234] = nan;
+  // The sender refuses.
+  EXPECT_TRUE(HasCode(Encode(FitResultMessage(update)).status(), StatusCode::kInvalidArgument,
+                      "FitResult.update value at index 1234 is NaN"));
+  std::vector<float> model = Values(5000, 20);
+  model[4999] = -inf;
+  EXPECT_TRUE(HasCode(Encode(FitTaskMessage(model)).status(), StatusCode::kInvalidArgument,
+                      "FitTask.global_model value at index 4999 is -Inf"));
+
+  // The receiver refuses what an unchecked sender produced.
+  WireLimits l;
+  l.max_chunk_bytes = 4096;
+  const auto good = MustEncode(FitResultMessage(Values(5000, 19)), l);
+  EXPECT_TRUE(HasCode(Decode(WithValueAt(good, 4096, 1234, nan), l).status(),
+                      StatusCode::kInvalidArgument, "value at index 1234 is NaN"));
+  const auto good_task = MustEncode(FitTaskMessage(Values(5000, 20)), l);
+  EXPECT_TRUE(HasCode(Decode(WithValueAt(good_task, 4096, 4000, inf), l).status(),
+                      StatusCode::kInvalidArgument, "global_model value at index 4000 is +Inf"));
+  // Control: the same edit with a finite value decodes.
+  auto fine = Decode(WithValueAt(good, 4096, 1234, 2.5f), l);
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ((*PayloadFloats(std::get<FitResult>(fine->body).update))[1234], 2.5f);
+
+  Message loss = FitResultMessage(Values(4, 21));
+  std::get<FitResult>(loss.body).train_loss = nan;
+  EXPECT_TRUE(HasCode(Encode(loss).status(), StatusCode::kInvalidArgument, "train_loss"));
+}
+
+TEST(WireHostile, ShapeErrorsAreRejected) {
+  const auto model = Values(12, 22);
+  // Sender side.
+  EXPECT_TRUE(HasCode(Encode(FitTaskMessage(model, {{3, 5}})).status(),
+                      StatusCode::kInvalidArgument,
+                      "shapes describe 15 elements but "
+                      "element_count is 12"));
+  EXPECT_TRUE(HasCode(Encode(FitTaskMessage(model, {{1, 1, 1, 1, 1, 1, 1, 1, 12}})).status(),
+                      StatusCode::kOutOfRange, "tensor 0 has 9 dims; the limit is 8"));
+  EXPECT_TRUE(HasCode(Encode(FitTaskMessage(model, {{12}, {0}})).status(),
+                      StatusCode::kInvalidArgument, "tensor 1 has dim 0 = 0"));
+  EXPECT_TRUE(Encode(FitTaskMessage(model, {{1, 1, 1, 1, 1, 1, 3, 4}})).ok());  // 8 dims: fine
+
+  // Receiver side.
+  const auto frames = MustEncode(FitTaskMessage(model, {{3, 4}}));
+  auto edit = [&](const std::function<void(pb::TensorPayload*)>& fn) {
+    std::vector<Frame> f = frames;
+    f[0] =
+        Rewrite(f[0], [&](pb::Envelope& e) { fn(e.mutable_fit_task()->mutable_global_model()); });
+    return Decode(f).status();
+  };
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->mutable_shapes(0)->set_dims(1, 5); }),
+                      StatusCode::kInvalidArgument, "shapes describe 15 elements"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) {
+                        for (int i = 0; i < 7; ++i) p->mutable_shapes(0)->add_dims(1);
+                      }),
+                      StatusCode::kOutOfRange, "9 dims"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) {
+                        for (int i = 0; i < 5000; ++i) p->add_shapes();
+                      }),
+                      StatusCode::kOutOfRange, "max_tensors"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) {
+                        p->mutable_shapes(0)->set_dims(0, uint64_t{1} << 62);
+                        p->mutable_shapes(0)->set_dims(1, 16);
+                      }),
+                      StatusCode::kOutOfRange, "max_elements"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->set_element_count(13); }),
+                      StatusCode::kInvalidArgument, "element_count is 13"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->set_dtype(pb::DType(7)); }),
+                      StatusCode::kInvalidArgument, "dtype 7"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->clear_codec(); }),
+                      StatusCode::kInvalidArgument, "codec is empty"));
+}
+
+TEST(WireHostile, FloatPayloadOfOddLengthIsInvalidArgument) {
+  Message m = FitResultMessage(Values(4, 23));
+  auto& r = std::get<FitResult>(m.body);
+  r.update.bytes.resize(10);
+  r.bytes_after_codec = 10;
+  EXPECT_TRUE(
+      HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "not a whole number of float32"));
+  r.update.bytes.resize(12);
+  r.bytes_after_codec = 12;
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument,
+                      "12 bytes (3 float32 values) but element_count is 4"));
+}
+
+TEST(WireHostile, ChunkingInconsistentWithDeclaredSizeIsRejected) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  const auto frames = MustEncode(FitResultMessage(Values(100, 24)), l);  // 400 B, 4 chunks
+  auto edit = [&](const std::function<void(pb::TensorPayload*)>& fn, const WireLimits& rl) {
+    std::vector<Frame> f = frames;
+    f[0] = Rewrite(f[0], [&](pb::Envelope& e) { fn(e.mutable_fit_result()->mutable_update()); });
+    return Decode(f, rl).status();
+  };
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->set_chunk_count(3); }, l),
+                      StatusCode::kCorruption,
+                      "declares 3 chunks, but 400 bytes in chunks of "
+                      "100 bytes take 4"));
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload* p) { p->set_chunk_bytes(0); }, l),
+                      StatusCode::kCorruption, "chunks of 0 bytes"));
+  WireLimits small = l;
+  small.max_chunk_bytes = 64;
+  EXPECT_TRUE(
+      HasCode(edit([](pb::TensorPayload*) {}, small), StatusCode::kOutOfRange, "max_chunk_bytes"));
+  WireLimits few = l;
+  few.max_chunks = 3;
+  EXPECT_TRUE(HasCode(edit([](pb::TensorPayload*) {}, few), StatusCode::kOutOfRange, "max_chunks"));
+  EXPECT_TRUE(HasCode(Encode(FitResultMessage(Values(100, 24)), few).status(),
+                      StatusCode::kOutOfRange, "max_chunks"));
+  // A chunk that disagrees with the declared count.
+  std::vector<Frame> f = frames;
+  f[1] = Rewrite(f[1], [](pb::Envelope& e) { e.mutable_chunk()->set_count(5); });
+  EXPECT_TRUE(HasCode(Decode(f, l).status(), StatusCode::kCorruption,
+                      "says 5 chunks; the message declares 4"));
+}
+
+TEST(WireHostile, TypeAndBodyMustAgree) {
+  const auto frames = MustEncode(Message{TestHeader(), Heartbeat{3}});
+  const Frame mismatch = Rewrite(
+      frames[0], [](pb::Envelope& e) { e.mutable_header()->set_type(pb::MESSAGE_TYPE_FIT_TASK); });
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{mismatch}).status(), StatusCode::kCorruption,
+                      "says type FitTask but carries a Heartbeat body"));
+  const Frame unknown = Rewrite(frames[0], [](pb::Envelope& e) {
+    e.mutable_header()->set_type(pb::MessageType(99));
+    e.clear_heartbeat();
+  });
+  EXPECT_TRUE(HasCode(Decode(std::vector<Frame>{unknown}).status(), StatusCode::kInvalidArgument,
+                      "message type 99"));
+}
+
+TEST(WireHostile, MeaninglessFieldValuesAreInvalidArgument) {
+  auto task_with = [](const std::function<void(FitTask&)>& edit) {
+    Message m = FitTaskMessage(Values(8, 25));
+    edit(std::get<FitTask>(m.body));
+    return Encode(m).status();
+  };
+  EXPECT_TRUE(HasCode(task_with([](FitTask& t) { t.round = 6; }), StatusCode::kInvalidArgument,
+                      "FitTask round 6 differs from header round 5"));
+  EXPECT_TRUE(HasCode(task_with([](FitTask& t) { t.learning_rate = std::nan(""); }),
+                      StatusCode::kInvalidArgument, "learning_rate"));
+  EXPECT_TRUE(HasCode(task_with([](FitTask& t) { t.momentum = 1.0; }), StatusCode::kInvalidArgument,
+                      "momentum"));
+  EXPECT_TRUE(HasCode(task_with([](FitTask& t) { t.local_epochs = 0; }),
+                      StatusCode::kInvalidArgument, "local_epochs"));
+  EXPECT_TRUE(HasCode(task_with([](FitTask& t) { t.prox_mu = -1; }), StatusCode::kInvalidArgument,
+                      "prox_mu"));
+  Message r = FitResultMessage(Values(8, 26));
+  std::get<FitResult>(r.body).bytes_after_codec = 31;
+  EXPECT_TRUE(HasCode(Encode(r).status(), StatusCode::kInvalidArgument,
+                      "bytes_after_codec is 31 but the update has 32 bytes"));
+  // Receiver side: a round mismatch written by an unchecked sender.
+  const auto frames = MustEncode(FitTaskMessage(Values(8, 25)));
+  std::vector<Frame> f = frames;
+  f[0] = Rewrite(f[0], [](pb::Envelope& e) { e.mutable_fit_task()->set_round(4); });
+  EXPECT_TRUE(HasCode(Decode(f).status(), StatusCode::kInvalidArgument,
+                      "FitTask round 4 differs from header round 5"));
+  Message rej{TestHeader(), Reject{RejectReason::kMalformed, "bad[31m", 1}};
+  EXPECT_TRUE(HasCode(Encode(rej).status(), StatusCode::kInvalidArgument, "control byte 0x1b"));
+}
+
+TEST(WireEncode, InvalidLimitsAreInvalidArgument) {
+  WireLimits l;
+  l.max_chunk_bytes = 0;
+  const Message m{TestHeader(), Heartbeat{1}};
+  EXPECT_TRUE(HasCode(Encode(m, l).status(), StatusCode::kInvalidArgument, "max_chunk_bytes"));
+  Reassembler r(l);
+  EXPECT_TRUE(
+      HasCode(r.Add(MustEncode(m)[0]).status(), StatusCode::kInvalidArgument, "max_chunk_bytes"));
+  l.max_chunk_bytes = size_t{2} << 30;
+  EXPECT_TRUE(HasCode(Encode(m, l).status(), StatusCode::kInvalidArgument, "max_chunk_bytes"));
+}
+
+}  // namespace
+}  // namespace fedmesh::wire
