@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FEDMESH_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" -DFEDMESH_BUILD_TESTS=OFF -DFEDMESH_BUILD_BENCH=OFF
+FEDMESH_TARGETS=fedmesh-node "$root/scripts/build.sh"
 
 out="$root/runs/demo"
 mkdir -p "$out"

@@ -5,8 +5,10 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FEDMESH_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" "$@"
+# Explicit, so a build folder configured by demo.sh or by hand still builds every test.
+"$root/scripts/build.sh" -DFEDMESH_BUILD_TESTS=ON "$@"
 cd "$build"
 # Unit tests run two at a time; the training runs (node_tests, each using both cores)
 # are marked RUN_SERIAL in CMakeLists.txt so they never share the machine.
-ctest --output-on-failure -j "${FEDMESH_TEST_JOBS:-2}" --timeout 1200
+# --no-tests=error: a build that somehow produced no tests must not pass as green.
+ctest --output-on-failure --no-tests=error -j "${FEDMESH_TEST_JOBS:-2}" --timeout 1200

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <utility>
@@ -269,6 +270,19 @@ Status Database::SetUserVersion(int version) {
   return Exec("PRAGMA user_version = " + std::to_string(version));
 }
 
+Result<Blob> Database::OpenBlob(std::string_view table, std::string_view column, int64_t rowid,
+                               bool writable) {
+  const std::string t(table), c(column);
+  std::string what = t + "." + c + " of row " + std::to_string(rowid);
+  sqlite3_blob* raw = nullptr;
+  const int rc = sqlite3_blob_open(db_, "main", t.c_str(), c.c_str(), rowid, writable ? 1 : 0, &raw);
+  if (rc != SQLITE_OK) {
+    sqlite3_blob_close(raw);  // a failed open may still hand back a handle; null is a no-op
+    return Error(rc, "opening the blob " + what);
+  }
+  return Blob(raw, this, std::move(what));
+}
+
 int64_t Database::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
 
 int64_t Database::ChangedRows() const { return sqlite3_changes64(db_); }
@@ -334,6 +348,11 @@ Status Statement::BindNull(int index) {
                "binding parameter " + std::to_string(index) + " of");
 }
 
+Status Statement::BindZeroBlob(int index, uint64_t size) {
+  return Check(sqlite3_bind_zeroblob64(stmt_, index, size),
+               "binding parameter " + std::to_string(index) + " of");
+}
+
 Result<bool> Statement::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
@@ -392,6 +411,70 @@ std::span<const uint8_t> Statement::ColumnBlob(int col) const {
   const int n = sqlite3_column_bytes(stmt_, col);
   if (blob == nullptr) return {};
   return {blob, static_cast<size_t>(n)};
+}
+
+// ---------------------------------------------------------------------------------------
+// Blob
+
+namespace {
+// sqlite3_blob_read/write take int sizes and offsets; values never exceed INT_MAX bytes
+// (SQLITE_MAX_LENGTH), so chunks of 1 GiB cover any value in at most two calls.
+constexpr uint64_t kBlobChunk = uint64_t{1} << 30;
+}  // namespace
+
+Blob::~Blob() {
+  if (blob_ != nullptr) sqlite3_blob_close(blob_);
+}
+
+Blob::Blob(Blob&& other) noexcept
+    : blob_(std::exchange(other.blob_, nullptr)),
+      db_(std::exchange(other.db_, nullptr)),
+      what_(std::move(other.what_)) {}
+
+Blob& Blob::operator=(Blob&& other) noexcept {
+  if (this != &other) {
+    if (blob_ != nullptr) sqlite3_blob_close(blob_);
+    blob_ = std::exchange(other.blob_, nullptr);
+    db_ = std::exchange(other.db_, nullptr);
+    what_ = std::move(other.what_);
+  }
+  return *this;
+}
+
+uint64_t Blob::size() const { return static_cast<uint64_t>(sqlite3_blob_bytes(blob_)); }
+
+Status Blob::CheckRange(uint64_t offset, uint64_t n, std::string_view op) const {
+  const uint64_t total = size();
+  if (offset > total || n > total - offset) {
+    return Status::OutOfRange(std::string(op) + " of " + std::to_string(n) + " bytes at offset " +
+                              std::to_string(offset) + " is past the end of the blob " + what_ +
+                              " (" + std::to_string(total) + " bytes) on " + db_->path());
+  }
+  return Status::OK();
+}
+
+Status Blob::Read(uint64_t offset, std::span<uint8_t> out) {
+  FM_RETURN_IF_ERROR(CheckRange(offset, out.size(), "reading"));
+  for (uint64_t done = 0; done < out.size();) {
+    const uint64_t n = std::min<uint64_t>(kBlobChunk, out.size() - done);
+    const int rc = sqlite3_blob_read(blob_, out.data() + done, static_cast<int>(n),
+                                     static_cast<int>(offset + done));
+    if (rc != SQLITE_OK) return db_->Error(rc, "reading the blob " + what_);
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status Blob::Write(uint64_t offset, std::span<const uint8_t> data) {
+  FM_RETURN_IF_ERROR(CheckRange(offset, data.size(), "writing"));
+  for (uint64_t done = 0; done < data.size();) {
+    const uint64_t n = std::min<uint64_t>(kBlobChunk, data.size() - done);
+    const int rc = sqlite3_blob_write(blob_, data.data() + done, static_cast<int>(n),
+                                      static_cast<int>(offset + done));
+    if (rc != SQLITE_OK) return db_->Error(rc, "writing the blob " + what_);
+    done += n;
+  }
+  return Status::OK();
 }
 
 }  // namespace fedmesh

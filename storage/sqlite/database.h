@@ -14,10 +14,12 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "core/status.h"
 
 struct sqlite3;
+struct sqlite3_blob;
 struct sqlite3_stmt;
 
 namespace fedmesh {
@@ -67,6 +69,10 @@ class Statement {
   // Binds a BLOB. An empty span binds an empty blob, not NULL.
   Status Bind(int index, std::span<const uint8_t> blob);
   Status BindNull(int index);
+  // Binds a BLOB of `size` zero bytes without allocating them: with Blob (below) this
+  // writes a large value in place, never holding a second full copy in a bound parameter.
+  // A size above SQLite's maximum value length is OutOfRange (when the statement runs).
+  Status BindZeroBlob(int index, uint64_t size);
   // Any other integer type (int, uint32_t, size_t, bool) binds as an INTEGER; unsigned
   // values above INT64_MAX do not fit SQLite's integers and are OutOfRange.
   template <typename T>
@@ -75,6 +81,16 @@ class Statement {
       if (value > static_cast<T>(INT64_MAX)) return ValueTooLarge(index);
     }
     return Bind(index, static_cast<int64_t>(value));
+  }
+
+  // Binds args to parameters 1, 2, ... in order with the Bind overloads above; stops at
+  // the first failure and returns it.
+  template <typename... Args>
+  Status BindAll(const Args&... args) {
+    Status s;
+    int index = 0;
+    ((s.ok() ? static_cast<void>(s = Bind(++index, args)) : static_cast<void>(0)), ...);
+    return s;
   }
 
   // Runs the statement to its next row: true when a row is available through the Column
@@ -106,6 +122,40 @@ class Statement {
 
   sqlite3_stmt* stmt_ = nullptr;
   const Database* db_ = nullptr;
+};
+
+// An open handle on one BLOB value for incremental I/O (sqlite3_blob_*): reads and writes
+// go straight between the caller's buffer and the database pages, so a value of hundreds
+// of megabytes is never copied whole. The value's size is fixed when it is written (use
+// zeroblob(n) or BindZeroBlob, then Write); Blob cannot grow or shrink it.
+// Changing the row through SQL while the handle is open expires it: later calls fail.
+// Close it (destroy it) before the transaction it belongs to commits.
+// REQUIRES: the Database that opened it outlives it.
+class Blob {
+ public:
+  ~Blob();
+  Blob(Blob&& other) noexcept;
+  Blob& operator=(Blob&& other) noexcept;
+  Blob(const Blob&) = delete;
+  Blob& operator=(const Blob&) = delete;
+
+  // Size of the value in bytes.
+  uint64_t size() const;
+  // Reads out.size() bytes starting at `offset`. Past the end is OutOfRange.
+  Status Read(uint64_t offset, std::span<uint8_t> out);
+  // Overwrites data.size() bytes starting at `offset`. Past the end is OutOfRange.
+  // REQUIRES: the Blob was opened writable.
+  Status Write(uint64_t offset, std::span<const uint8_t> data);
+
+ private:
+  friend class Database;
+  Blob(sqlite3_blob* blob, const Database* db, std::string what)
+      : blob_(blob), db_(db), what_(std::move(what)) {}
+  Status CheckRange(uint64_t offset, uint64_t n, std::string_view op) const;
+
+  sqlite3_blob* blob_ = nullptr;
+  const Database* db_ = nullptr;
+  std::string what_;  // "table.column of row N", for error messages
 };
 
 class Database {
@@ -142,6 +192,12 @@ class Database {
   // REQUIRES: version >= 0 (InvalidArgument otherwise).
   Status SetUserVersion(int version);
 
+  // Opens the BLOB in `column` of the row whose rowid is `rowid` in `table` (of the main
+  // database) for incremental I/O. A missing row, a NULL or a numeric value is an error;
+  // a table or column that does not exist is InvalidArgument.
+  Result<Blob> OpenBlob(std::string_view table, std::string_view column, int64_t rowid,
+                        bool writable);
+
   // The rowid of the last successful INSERT on this connection.
   int64_t LastInsertRowId() const;
   // Rows changed by the last INSERT, UPDATE or DELETE on this connection.
@@ -151,6 +207,7 @@ class Database {
 
  private:
   friend class Statement;
+  friend class Blob;
   Database(sqlite3* db, std::string path, int busy_timeout_ms)
       : db_(db), path_(std::move(path)), busy_timeout_ms_(busy_timeout_ms) {}
   // Turns a SQLite result code into a Status naming the file, `what` was being done and

@@ -382,5 +382,54 @@ TEST_F(DatabaseTest, UserVersionPersists) {
   EXPECT_EQ(*v, 7);
 }
 
+TEST_F(DatabaseTest, BlobWritesInPlaceIntoAZeroBlobAndReadsBack) {
+  auto db = MustOpen(path_);
+  ASSERT_TRUE(db->Exec("CREATE TABLE b (id INTEGER PRIMARY KEY, v BLOB)").ok());
+  auto insert = db->Prepare("INSERT INTO b (id, v) VALUES (7, ?)");
+  ASSERT_TRUE(insert.ok());
+  ASSERT_TRUE(insert->BindZeroBlob(1, 100000).ok());
+  ASSERT_TRUE(insert->Run().ok());
+  EXPECT_EQ(QueryInt(*db, "SELECT length(v) FROM b WHERE id = 7"), 100000);
+
+  std::vector<uint8_t> data(100000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 1);
+  {
+    auto blob = db->OpenBlob("b", "v", 7, /*writable=*/true);
+    ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+    EXPECT_EQ(blob->size(), 100000u);
+    ASSERT_TRUE(blob->Write(0, std::span<const uint8_t>(data).first(60000)).ok());
+    ASSERT_TRUE(blob->Write(60000, std::span<const uint8_t>(data).subspan(60000)).ok());
+  }
+  auto blob = db->OpenBlob("b", "v", 7, /*writable=*/false);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  std::vector<uint8_t> back(data.size());
+  ASSERT_TRUE(blob->Read(0, back).ok());
+  EXPECT_EQ(back, data);
+  std::vector<uint8_t> tail(10);
+  ASSERT_TRUE(blob->Read(99990, tail).ok());
+  EXPECT_EQ(tail, std::vector<uint8_t>(data.end() - 10, data.end()));
+}
+
+TEST_F(DatabaseTest, BlobRefusesOutOfRangeAccessAndMissingRows) {
+  auto db = MustOpen(path_);
+  ASSERT_TRUE(db->Exec("CREATE TABLE b (id INTEGER PRIMARY KEY, v BLOB); "
+                       "INSERT INTO b VALUES (1, zeroblob(16)), (2, NULL)")
+                  .ok());
+  auto blob = db->OpenBlob("b", "v", 1, /*writable=*/true);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  std::vector<uint8_t> buf(8);
+  Status past = blob->Read(10, buf);
+  EXPECT_EQ(past.code(), StatusCode::kOutOfRange) << past.ToString();
+  EXPECT_THAT(past.message(), HasSubstr(path_));
+  EXPECT_EQ(blob->Write(9, buf).code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(blob->Write(8, buf).ok());
+
+  auto missing = db->OpenBlob("b", "v", 3, /*writable=*/false);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("b.v of row 3"));
+  EXPECT_FALSE(db->OpenBlob("b", "v", 2, /*writable=*/false).ok());  // NULL is not a blob
+  EXPECT_EQ(db->OpenBlob("nope", "v", 1, false).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace fedmesh

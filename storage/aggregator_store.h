@@ -1,0 +1,148 @@
+// AggregatorStore: the aggregator's persistent state in one SQLite file (WAL,
+// synchronous=FULL): global model versions (float32 blob + SHA-256), rounds and their
+// selection, the updates accepted in the open round, rejections, per-round metrics and
+// the nodes seen. Every method is one transaction, so a crash (SIGKILL, power loss) leaves
+// the file exactly as after the last method that returned OK: a restarted aggregator calls
+// LoadOpenRound() and resumes the round with every update it had accepted. The schema is
+// documented in docs/storage.md.
+// Thread-safety: one thread at a time (it owns one SQLite connection). Other processes may
+// read the file while the aggregator runs (WAL); two aggregators writing one file would
+// interleave their rounds and must not be started.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "storage/sqlite/database.h"
+
+namespace fedmesh {
+
+// A global model version as stored; its params passed the SHA-256 check.
+struct StoredModel {
+  uint64_t version = 0;
+  std::vector<float> params;
+};
+
+// One update accepted in the open round; params passed the SHA-256 check.
+struct AcceptedUpdate {
+  std::string node;
+  uint64_t num_examples = 0;
+  double train_loss = 0;  // NaN when the node did not report one
+  std::vector<float> params;
+};
+
+// The round in progress, as a restarted aggregator needs it to carry on.
+struct OpenRoundState {
+  uint64_t round = 0;
+  uint32_t attempt = 0;
+  std::vector<std::string> selected;    // in the order given to OpenRound / RetryRound
+  double deadline = 0;                  // as given (the aggregator's clock, seconds)
+  std::vector<AcceptedUpdate> updates;  // in acceptance order, so a resumed sum is bit-exact
+};
+
+// What one closed round produced. On input to CloseRound only test_accuracy, test_loss,
+// bytes_up, bytes_down and wall_s are read: the other fields are facts the store keeps
+// itself and fills in on output (see Metrics()).
+struct RoundMetrics {
+  uint64_t round = 0;
+  uint32_t attempt = 0;        // the attempt that closed the round
+  uint64_t model_version = 0;  // the model the round produced
+  double test_accuracy = std::numeric_limits<double>::quiet_NaN();  // NaN: not evaluated
+  double test_loss = std::numeric_limits<double>::quiet_NaN();      // NaN: not evaluated
+  uint64_t selected = 0;  // nodes in the closing attempt's selection
+  uint64_t received = 0;  // updates accepted in the closing attempt
+  uint64_t rejected = 0;  // RecordRejection calls for the round (late ones included)
+  uint64_t bytes_up = 0;
+  uint64_t bytes_down = 0;
+  double wall_s = 0;
+};
+
+struct NodeRecord {
+  std::string id;
+  std::string public_key_z85;  // the key it last connected with
+  double first_seen = 0;
+  double last_seen = 0;
+};
+
+class AggregatorStore {
+ public:
+  // Opens or creates the store at `path` and brings its schema to version 1. A file of
+  // another kind (a node store, a foreign database) or written by a newer fedmesh is
+  // FailedPrecondition; a damaged file is Corruption.
+  static Result<std::unique_ptr<AggregatorStore>> Open(const std::string& path);
+
+  AggregatorStore(const AggregatorStore&) = delete;
+  AggregatorStore& operator=(const AggregatorStore&) = delete;
+
+  // ---- models. Versions only increase: a version at or below the latest stored one is
+  // AlreadyExists (equal) or FailedPrecondition (lower). Every version is kept.
+  Status SaveModel(uint64_t version, std::span<const float> params);
+  // The highest version, or nullopt in a new store.
+  Result<std::optional<StoredModel>> LatestModel();
+  // NotFound for a version never stored; Corruption when the blob fails its check.
+  Result<std::vector<float>> LoadModel(uint64_t version);
+
+  // ---- rounds. At most one round is open. Round numbers only increase.
+  // Opens `round` with attempt `attempt`. FailedPrecondition when a round is open or a
+  // round >= `round` exists; InvalidArgument for an empty selection or a node listed twice.
+  Status OpenRound(uint64_t round, uint32_t attempt, std::vector<std::string> selected,
+                   double deadline);
+  // Records an update of the open round from a selected node. FailedPrecondition when
+  // `round` is not the open round or `node` is not in its selection; AlreadyExists (and
+  // nothing changes) when the node already has an accepted update in this attempt.
+  // The store does not check shapes or values: the round engine validates before this.
+  Status AcceptUpdate(uint64_t round, const std::string& node, uint64_t num_examples,
+                      std::span<const float> params, double train_loss);
+  // The open round with its accepted updates (params verified), or nullopt when none is open.
+  Result<std::optional<OpenRoundState>> LoadOpenRound();
+  // Closes the open round `round`: stores the new model as `new_model_version` (see
+  // SaveModel for the version rule), the round's metrics, marks the round closed, and drops
+  // the params of its accepted updates (their node, example count and loss are kept).
+  // All or nothing: on error the round is still open with its updates.
+  Status CloseRound(uint64_t round, uint64_t new_model_version, std::span<const float> new_params,
+                    const RoundMetrics& metrics);
+  // Starts attempt `attempt` (> the current one) of the open round `round` with a new
+  // selection and deadline, after the current attempt failed (quorum not reached by the
+  // deadline). Nothing of the failed attempt is kept: its accepted updates, selection and
+  // rejections are deleted, so the new attempt starts as if the round had just been
+  // opened, and a node selected again sends a fresh update. The store cannot tell the
+  // attempts' updates apart once the failed one is gone: the engine must refuse an
+  // update made for an earlier attempt.
+  Status RetryRound(uint64_t round, uint32_t attempt, std::vector<std::string> selected,
+                    double deadline);
+  // Counts one rejected update from `node` for `round` (open or closed; counted per node
+  // and reason). NotFound when the round was never opened.
+  Status RecordRejection(uint64_t round, const std::string& node, const std::string& reason);
+
+  // ---- nodes.
+  // Records that `id` was seen at `now` with this key: first_seen is set once, last_seen
+  // and the key are updated on every call.
+  Status UpsertNode(const std::string& id, const std::string& public_key_z85, double now);
+  // Every node ever seen, ordered by id.
+  Result<std::vector<NodeRecord>> Nodes();
+
+  // ---- metrics of every closed round, ordered by round.
+  Result<std::vector<RoundMetrics>> Metrics();
+
+  const std::string& path() const { return db_->path(); }
+
+ private:
+  explicit AggregatorStore(std::unique_ptr<Database> db) : db_(std::move(db)) {}
+
+  // Bodies that run inside a transaction.
+  Status InsertModel(uint64_t version, std::span<const float> params);
+  Result<std::vector<float>> ReadModel(uint64_t version);
+  Result<std::optional<uint64_t>> OpenRoundNumber();
+  Status RequireOpenRound(uint64_t round, std::string_view action);
+  Status InsertSelection(uint64_t round, const std::vector<std::string>& selected);
+
+  std::unique_ptr<Database> db_;
+};
+
+}  // namespace fedmesh
