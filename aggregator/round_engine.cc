@@ -1,0 +1,591 @@
+#include "aggregator/round_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <utility>
+
+#include "core/check.h"
+#include "core/wire/wire_codec.h"
+
+namespace fedmesh {
+namespace {
+
+// The wire's identifier rules (wire_codec.cc CheckId), so the engine never builds a header
+// the codec would refuse.
+constexpr size_t kMaxIdBytes = 256;
+constexpr size_t kMaxRejectText = 1024;
+
+Status CheckId(const std::string& value, std::string_view field) {
+  if (value.empty()) return Status::InvalidArgument(std::string(field) + " is empty; set it");
+  if (value.size() > kMaxIdBytes) {
+    return Status::InvalidArgument(std::string(field) + " is " + std::to_string(value.size()) +
+                                   " bytes; the limit is " + std::to_string(kMaxIdBytes));
+  }
+  for (char c : value) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x21 || b > 0x7E) {
+      return Status::InvalidArgument(std::string(field) + " \"" + value +
+                                     "\" must be printable ASCII without spaces");
+    }
+  }
+  return Status::OK();
+}
+
+template <typename T>
+std::string Str(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Index of the first NaN or infinity, or values.size().
+size_t FirstNonFinite(std::span<const float> values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) return i;
+  }
+  return values.size();
+}
+
+}  // namespace
+
+Status Validate(const RoundEngineOptions& o) {
+  FM_RETURN_IF_ERROR(CheckId(o.federation_id, "federation_id"));
+  FM_RETURN_IF_ERROR(CheckId(o.aggregator_id, "aggregator_id"));
+  auto bad = [](std::string_view field, const auto& value, std::string_view rule) {
+    return Status::InvalidArgument(std::string(field) + " is " + Str(value) + "; it must be " +
+                                   std::string(rule));
+  };
+  if (o.total_rounds < 1) return bad("total_rounds", o.total_rounds, ">= 1");
+  if (o.clients_per_round < 1) return bad("clients_per_round", o.clients_per_round, ">= 1");
+  if (o.min_clients < 1) return bad("min_clients", o.min_clients, ">= 1");
+  if (o.min_clients > o.clients_per_round) {
+    return Status::InvalidArgument("min_clients (" + Str(o.min_clients) +
+                                   ") exceeds clients_per_round (" + Str(o.clients_per_round) +
+                                   "); a round could never reach its quorum");
+  }
+  if (o.min_available_clients != 0 && o.min_available_clients < o.min_clients) {
+    return Status::InvalidArgument("min_available_clients (" + Str(o.min_available_clients) +
+                                   ") is below min_clients (" + Str(o.min_clients) +
+                                   "); set it to 0 to use min_clients");
+  }
+  if (!std::isfinite(o.timeout_s) || o.timeout_s <= 0) {
+    return bad("timeout_s", o.timeout_s, "finite and > 0");
+  }
+  if (o.max_retries < 0) return bad("max_retries", o.max_retries, ">= 0");
+  if (o.local_epochs < 1) return bad("local_epochs", o.local_epochs, ">= 1");
+  if (o.batch_size < 1) return bad("batch_size", o.batch_size, ">= 1");
+  if (!std::isfinite(o.learning_rate) || o.learning_rate <= 0) {
+    return bad("learning_rate", o.learning_rate, "finite and > 0");
+  }
+  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum", o.momentum, "in [0, 1)");
+  if (o.heartbeat_interval_ms < 1) {
+    return bad("heartbeat_interval_ms", o.heartbeat_interval_ms, ">= 1");
+  }
+  return Status::OK();
+}
+
+std::string_view RejectCauseName(RejectCause cause) {
+  switch (cause) {
+    case RejectCause::kWrongFederation:
+      return "wrong_federation";
+    case RejectCause::kUnknownNode:
+      return "unknown_node";
+    case RejectCause::kMalformed:
+      return "malformed";
+    case RejectCause::kWrongRound:
+      return "wrong_round";
+    case RejectCause::kLate:
+      return "late";
+    case RejectCause::kNotSelected:
+      return "not_selected";
+    case RejectCause::kDuplicate:
+      return "duplicate";
+    case RejectCause::kWrongShape:
+      return "wrong_shape";
+    case RejectCause::kNonFinite:
+      return "non_finite";
+  }
+  return "unknown";
+}
+
+wire::RejectReason ToWireReason(RejectCause cause) {
+  using R = wire::RejectReason;
+  switch (cause) {
+    case RejectCause::kWrongFederation:
+      return R::kUnknownFederation;
+    case RejectCause::kUnknownNode:
+      return R::kNotEnrolled;
+    case RejectCause::kMalformed:
+      return R::kMalformed;
+    case RejectCause::kWrongRound:
+      return R::kWrongRound;
+    case RejectCause::kLate:
+      return R::kLate;
+    case RejectCause::kNotSelected:
+      return R::kUnspecified;
+    case RejectCause::kDuplicate:
+      return R::kDuplicate;
+    case RejectCause::kWrongShape:
+      return R::kWrongShape;
+    case RejectCause::kNonFinite:
+      return R::kNonFinite;
+  }
+  return R::kUnspecified;
+}
+
+// ---- Construction ------------------------------------------------------------------------
+
+RoundEngine::RoundEngine(RoundEngineOptions options, Env* env, std::unique_ptr<Strategy> strategy,
+                         std::vector<float> global, Evaluator evaluator)
+    : options_(std::move(options)),
+      env_(env),
+      strategy_(std::move(strategy)),
+      evaluator_(std::move(evaluator)),
+      global_(std::move(global)) {}
+
+namespace {
+
+Status CheckCommon(const RoundEngineOptions& options, const Env* env, const Strategy* strategy,
+                   const std::vector<float>& global) {
+  FM_RETURN_IF_ERROR(Validate(options));
+  if (env == nullptr) return Status::InvalidArgument("env is null");
+  if (strategy == nullptr) return Status::InvalidArgument("strategy is null");
+  if (global.empty()) return Status::InvalidArgument("the global model has no parameters");
+  if (size_t i = FirstNonFinite(global); i != global.size()) {
+    return Status::InvalidArgument("the global model holds " + Str(global[i]) + " at index " +
+                                   Str(i));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<RoundEngine> RoundEngine::Create(RoundEngineOptions options, Env* env,
+                                        std::unique_ptr<Strategy> strategy,
+                                        std::vector<float> initial_global, Evaluator evaluator) {
+  FM_RETURN_IF_ERROR(CheckCommon(options, env, strategy.get(), initial_global));
+  return RoundEngine(std::move(options), env, std::move(strategy), std::move(initial_global),
+                     std::move(evaluator));
+}
+
+Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
+                                         std::unique_ptr<Strategy> strategy, Evaluator evaluator,
+                                         RestoredState state) {
+  FM_RETURN_IF_ERROR(
+      CheckCommon(options, env, strategy.get(), state.global).WithContext("restored state"));
+  auto bad = [](std::string m) { return Status::InvalidArgument("restored state: " + m); };
+  if (state.round < 1 || state.round > options.total_rounds) {
+    return bad("round " + Str(state.round) +
+               " is outside [1, total_rounds = " + Str(options.total_rounds) + "]");
+  }
+  if (state.attempt < 1) return bad("attempt is 0; attempts count from 1");
+  if (state.attempt > static_cast<uint64_t>(options.max_retries) + 1) {
+    return bad("attempt " + Str(state.attempt) +
+               " exceeds max_retries + 1 = " + Str(options.max_retries + 1));
+  }
+  std::vector<std::string> selected = state.selected;
+  std::sort(selected.begin(), selected.end());
+  for (size_t i = 0; i < selected.size(); ++i) {
+    FM_RETURN_IF_ERROR(CheckId(selected[i], "restored state: selected node id"));
+    if (i > 0 && selected[i] == selected[i - 1]) {
+      return bad("node " + selected[i] + " is selected twice");
+    }
+  }
+  std::map<std::string, Accepted> accepted;
+  for (RestoredUpdate& restored : state.accepted) {
+    ClientUpdate& u = restored.update;
+    if (!std::binary_search(selected.begin(), selected.end(), u.node_id)) {
+      return bad("accepted update from " + u.node_id + ", which is not among the selected");
+    }
+    if (u.num_examples == 0) return bad("accepted update from " + u.node_id + " has 0 examples");
+    if (u.params.size() != state.global.size()) {
+      return bad("accepted update from " + u.node_id + " has " + Str(u.params.size()) +
+                 " elements; the model has " + Str(state.global.size()));
+    }
+    if (size_t i = FirstNonFinite(u.params); i != u.params.size()) {
+      return bad("accepted update from " + u.node_id + " holds " + Str(u.params[i]) + " at index " +
+                 Str(i));
+    }
+    std::string id = u.node_id;
+    if (!accepted.emplace(id, Accepted{std::move(u), restored.train_loss}).second) {
+      return bad("node " + id + " has two accepted updates");
+    }
+  }
+
+  RoundEngine e(std::move(options), env, std::move(strategy), std::move(state.global),
+                std::move(evaluator));
+  e.round_ = state.round;
+  e.rounds_completed_ = state.round - 1;
+  e.model_version_ = state.model_version;
+  e.total_retries_ = state.attempt - 1;
+  if (selected.empty()) {
+    // No attempt was open: the next one is a fresh selection, numbered after the restored.
+    e.attempt_ = state.attempt - 1;
+    e.phase_ = Phase::kWaitingForNodes;
+  } else {
+    e.attempt_ = state.attempt;
+    e.selected_ = std::move(selected);
+    e.accepted_ = std::move(accepted);
+    e.phase_ = Phase::kRoundOpen;
+  }
+  return e;
+}
+
+// ---- Inputs ------------------------------------------------------------------------------
+
+std::vector<RoundEngine::Output> RoundEngine::Start() {
+  FM_CHECK(!started_);
+  started_ = true;
+  std::vector<Output> out;
+  const double now = env_->NowSeconds();
+  round_started_s_ = now;
+  if (phase_ == Phase::kRoundOpen) {  // restored mid-round
+    deadline_s_ = now + options_.timeout_s;
+    fit_task_ = BuildFitTask();
+    out.push_back(SetTimer{deadline_s_});
+    if (accepted_.size() == selected_.size()) CloseRound(out);
+  }
+  return out;
+}
+
+std::vector<RoundEngine::Output> RoundEngine::OnMessage(const std::string& from,
+                                                        const wire::Message& m) {
+  FM_CHECK(started_);
+  std::vector<Output> out;
+  if (m.header.federation_id != options_.federation_id) {
+    Reject(from, m, RejectCause::kWrongFederation,
+           "federation \"" + m.header.federation_id + "\" is not this aggregator's (\"" +
+               options_.federation_id + "\")",
+           out);
+    return out;
+  }
+  if (m.header.sender_id != from) {
+    Reject(from, m, RejectCause::kMalformed,
+           "header sender_id \"" + m.header.sender_id + "\" differs from the authenticated peer",
+           out);
+    return out;
+  }
+  if (const auto* reg = std::get_if<wire::Register>(&m.body)) {
+    HandleRegister(from, m, *reg, out);
+  } else if (const auto* fit = std::get_if<wire::FitResult>(&m.body)) {
+    HandleFitResult(from, m, *fit, out);
+  } else if (std::holds_alternative<wire::Heartbeat>(m.body)) {
+    if (!connected(from)) {
+      Reject(from, m, RejectCause::kUnknownNode, "heartbeat from a node that is not registered",
+             out);
+    }
+  } else if (std::holds_alternative<wire::Reject>(m.body)) {
+    // A node refusing a FitTask: answering a Reject with a Reject could loop. The round
+    // goes on without it; the driver logs the message itself.
+  } else {
+    Reject(from, m, RejectCause::kMalformed,
+           "nodes do not send " + std::string(wire::MessageTypeName(wire::TypeOf(m.body))), out);
+  }
+  return out;
+}
+
+std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
+  FM_CHECK(started_);
+  std::vector<Output> out;
+  if (phase_ != Phase::kRoundOpen || now < deadline_s_) return out;  // stale or early
+  if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
+    CloseRound(out);
+  } else {
+    RetryOrGiveUp(out);
+  }
+  return out;
+}
+
+std::vector<RoundEngine::Output> RoundEngine::OnDisconnect(const std::string& node_id) {
+  FM_CHECK(started_);
+  if (auto it = nodes_.find(node_id); it != nodes_.end()) it->second.connected = false;
+  return {};
+}
+
+// ---- Message handling --------------------------------------------------------------------
+
+void RoundEngine::HandleRegister(const std::string& from, const wire::Message& m,
+                                 const wire::Register& r, std::vector<Output>& out) {
+  if (r.node_id != from) {
+    Reject(from, m, RejectCause::kMalformed,
+           "Register node_id \"" + r.node_id + "\" differs from the authenticated peer", out);
+    return;
+  }
+  NodeInfo& node = nodes_[from];
+  node.num_examples = r.num_examples;
+  node.capabilities = r.capabilities;
+  node.connected = true;
+
+  wire::Message ack{OutHeader(), wire::RegisterAck{from, options_.heartbeat_interval_ms}};
+  out.push_back(Send{from, std::move(ack), std::nullopt});
+
+  if (phase_ == Phase::kRoundOpen) {
+    // A selected node that (re)connects before answering gets its task (again): it may have
+    // restarted, or the aggregator may have.
+    if (IsSelected(from) && !accepted_.contains(from)) SendFitTask(from, out);
+  } else if (phase_ == Phase::kWaitingForNodes) {
+    TryOpenRound(out);
+  }
+}
+
+void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& m,
+                                  const wire::FitResult& r, std::vector<Output>& out) {
+  auto reject = [&](RejectCause cause, std::string text) {
+    Reject(from, m, cause, std::move(text), out);
+  };
+  const std::string claimed = "round " + Str(r.round);
+  if (!connected(from)) {
+    return reject(RejectCause::kUnknownNode,
+                  "node is not registered (or disconnected since); send Register first");
+  }
+  if (r.round != m.header.round) {
+    return reject(RejectCause::kMalformed, "FitResult round " + Str(r.round) +
+                                               " differs from header round " + Str(m.header.round));
+  }
+  if (phase_ == Phase::kFinished) {
+    return reject(RejectCause::kLate, "update for " + claimed + " after the federation finished");
+  }
+  if (r.round < round_) {
+    return reject(
+        RejectCause::kLate,
+        "update for " + claimed + ", which has closed; the current round is " + Str(round_));
+  }
+  if (r.round > round_) {
+    return reject(
+        RejectCause::kWrongRound,
+        "update for " + claimed + ", which has not started; the current round is " + Str(round_));
+  }
+  if (phase_ != Phase::kRoundOpen) {
+    return reject(RejectCause::kLate,
+                  "update for " + claimed + ", whose attempt closed; waiting for nodes to retry");
+  }
+  if (env_->NowSeconds() >= deadline_s_) {
+    return reject(RejectCause::kLate, "update for " + claimed + " after its deadline");
+  }
+  if (accepted_.contains(from)) {
+    return reject(RejectCause::kDuplicate, "second update for " + claimed);
+  }
+  if (!IsSelected(from)) {
+    if (earlier_selected_.contains(from)) {
+      return reject(RejectCause::kLate, "update for an earlier attempt of " + claimed +
+                                            ", which timed out; now at attempt " + Str(attempt_));
+    }
+    return reject(RejectCause::kNotSelected, "node was not selected for " + claimed);
+  }
+  if (r.num_examples == 0) {
+    return reject(RejectCause::kMalformed, "update reports 0 training examples");
+  }
+  if (!std::isfinite(r.train_loss)) {
+    return reject(RejectCause::kNonFinite, "train_loss is " + Str(r.train_loss));
+  }
+  if (r.update.codec != wire::kCodecNone) {
+    // Codec chains are decoded by the driver before the engine; a coded payload here is a
+    // node using a codec the FitTask did not ask for.
+    return reject(RejectCause::kMalformed,
+                  "update codec \"" + r.update.codec + "\" was not requested; use \"none\"");
+  }
+  if (r.update.element_count != global_.size()) {
+    return reject(RejectCause::kWrongShape, "update has " + Str(r.update.element_count) +
+                                                " elements; the model has " + Str(global_.size()));
+  }
+  Result<std::vector<float>> params = wire::PayloadFloats(r.update);
+  if (!params.ok()) {
+    return reject(RejectCause::kMalformed, "update payload: " + params.status().message());
+  }
+  if (size_t i = FirstNonFinite(*params); i != params->size()) {
+    return reject(RejectCause::kNonFinite,
+                  "update holds " + Str((*params)[i]) + " at index " + Str(i));
+  }
+
+  out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss, *params});
+  accepted_.emplace(from,
+                    Accepted{ClientUpdate{from, r.num_examples, std::move(*params)}, r.train_loss});
+  if (accepted_.size() == selected_.size()) CloseRound(out);
+}
+
+void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCause cause,
+                         std::string text, std::vector<Output>& out) {
+  if (text.size() > kMaxRejectText) text.resize(kMaxRejectText);
+  ++rejected_[static_cast<size_t>(cause)];
+  ++rejected_in_round_;
+  wire::Message reply{OutHeader(), wire::Reject{ToWireReason(cause), text, m.header.message_id}};
+  out.push_back(Send{to, std::move(reply), std::nullopt});
+  out.push_back(UpdateRejected{round_, to, wire::TypeOf(m.body), cause, std::move(text)});
+}
+
+// ---- Rounds ------------------------------------------------------------------------------
+
+void RoundEngine::TryOpenRound(std::vector<Output>& out) {
+  std::vector<std::string> candidates;
+  for (const auto& [id, node] : nodes_) {
+    if (node.connected) candidates.push_back(id);  // sorted: std::map order
+  }
+  const int needed = std::max(options_.min_clients, options_.min_available_clients);
+  if (candidates.size() < static_cast<size_t>(needed)) {
+    phase_ = Phase::kWaitingForNodes;
+    return;
+  }
+  // Partial Fisher-Yates: the first k positions become a uniform sample without
+  // replacement. Candidates are sorted first, so the draw depends only on the rng state and
+  // the set of connected nodes, not on registration order.
+  const size_t k = std::min(candidates.size(), static_cast<size_t>(options_.clients_per_round));
+  Rng& rng = env_->rng();
+  for (size_t i = 0; i < k; ++i) {
+    const size_t j = i + rng.UniformInt(candidates.size() - i);
+    std::swap(candidates[i], candidates[j]);
+  }
+  candidates.resize(k);
+  std::sort(candidates.begin(), candidates.end());
+
+  const double now = env_->NowSeconds();
+  if (attempt_ == 0) round_started_s_ = now;
+  ++attempt_;
+  phase_ = Phase::kRoundOpen;
+  selected_ = std::move(candidates);
+  accepted_.clear();
+  deadline_s_ = now + options_.timeout_s;
+
+  fit_task_ = BuildFitTask();
+
+  out.push_back(RoundOpened{round_, attempt_, model_version_, selected_, deadline_s_});
+  for (const std::string& id : selected_) SendFitTask(id, out);
+  out.push_back(SetTimer{deadline_s_});
+}
+
+wire::FitTask RoundEngine::BuildFitTask() const {
+  wire::FitTask task;
+  task.round = round_;
+  task.global_model = wire::FloatPayload(global_);
+  task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
+  task.batch_size = static_cast<uint32_t>(options_.batch_size);
+  task.learning_rate = options_.learning_rate;
+  task.momentum = options_.momentum;
+  task.prox_mu = strategy_->prox_mu();
+  task.deadline_unix_ms = 0;  // the engine has no wall clock: see Send::deadline_s
+  return task;
+}
+
+void RoundEngine::SendFitTask(const std::string& to, std::vector<Output>& out) {
+  FM_CHECK(fit_task_.has_value());
+  out.push_back(Send{to, wire::Message{OutHeader(), *fit_task_}, deadline_s_});
+}
+
+void RoundEngine::CloseRound(std::vector<Output>& out) {
+  std::vector<ClientUpdate> updates;
+  updates.reserve(accepted_.size());
+  RoundMetrics metrics;
+  double loss_sum = 0.0, loss_weight = 0.0;
+  for (auto& [id, a] : accepted_) {
+    metrics.num_examples += a.update.num_examples;
+    if (std::isfinite(a.train_loss)) {
+      loss_sum += static_cast<double>(a.update.num_examples) * a.train_loss;
+      loss_weight += static_cast<double>(a.update.num_examples);
+    }
+    updates.push_back(std::move(a.update));
+  }
+  std::vector<float> next(global_.size());
+  Status s = strategy_->Aggregate(global_, updates, next);
+  if (!s.ok()) {
+    // Every update was validated on arrival, so this is a bug in the strategy or engine.
+    Finish(Status::Internal("aggregating round " + Str(round_) + " failed: " + s.ToString()), out);
+    return;
+  }
+  global_ = std::move(next);
+  ++model_version_;
+  ++rounds_completed_;
+
+  metrics.selected = static_cast<uint32_t>(selected_.size());
+  metrics.received = static_cast<uint32_t>(updates.size());
+  metrics.rejected = rejected_in_round_;
+  metrics.attempts = attempt_;
+  metrics.train_loss = loss_weight > 0 ? loss_sum / loss_weight : std::nan("");
+  metrics.duration_s = env_->NowSeconds() - round_started_s_;
+  if (evaluator_) {
+    EvalResult eval = evaluator_(global_);
+    metrics.test_accuracy = eval.accuracy;
+    metrics.test_loss = eval.loss;
+  }
+  out.push_back(RoundClosed{round_, model_version_, metrics, global_});
+
+  selected_.clear();
+  earlier_selected_.clear();
+  accepted_.clear();
+  fit_task_.reset();
+  rejected_in_round_ = 0;
+  attempt_ = 0;
+  if (round_ >= options_.total_rounds) {
+    Finish(Status::OK(), out);
+    return;
+  }
+  ++round_;
+  TryOpenRound(out);
+}
+
+void RoundEngine::RetryOrGiveUp(std::vector<Output>& out) {
+  const auto received = static_cast<uint32_t>(accepted_.size());
+  std::string reason = "only " + Str(received) + " of " + Str(selected_.size()) +
+                       " selected nodes answered by the deadline; min_clients is " +
+                       Str(options_.min_clients);
+  if (attempt_ > static_cast<uint32_t>(options_.max_retries)) {
+    Finish(Status::DeadlineExceeded("round " + Str(round_) + " failed after " + Str(attempt_) +
+                                    " attempts: " + reason),
+           out);
+    return;
+  }
+  out.push_back(RoundRetried{round_, attempt_, received, std::move(reason)});
+  ++total_retries_;
+  earlier_selected_.insert(selected_.begin(), selected_.end());
+  selected_.clear();
+  accepted_.clear();
+  fit_task_.reset();
+  TryOpenRound(out);
+}
+
+void RoundEngine::Finish(Status status, std::vector<Output>& out) {
+  phase_ = Phase::kFinished;
+  selected_.clear();
+  accepted_.clear();
+  fit_task_.reset();
+  out.push_back(Finished{std::move(status), rounds_completed_});
+}
+
+// ---- Helpers -----------------------------------------------------------------------------
+
+wire::Header RoundEngine::OutHeader() {
+  wire::Header h;
+  h.federation_id = options_.federation_id;
+  h.sender_id = options_.aggregator_id;
+  h.round = round_;
+  h.model_version = model_version_;
+  h.message_id = next_message_id_++;
+  return h;
+}
+
+bool RoundEngine::IsSelected(const std::string& node_id) const {
+  return std::binary_search(selected_.begin(), selected_.end(), node_id);
+}
+
+std::vector<std::string> RoundEngine::answered() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, a] : accepted_) ids.push_back(id);
+  return ids;
+}
+
+bool RoundEngine::connected(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.connected;
+}
+
+size_t RoundEngine::connected_count() const {
+  return std::count_if(nodes_.begin(), nodes_.end(),
+                       [](const auto& kv) { return kv.second.connected; });
+}
+
+uint64_t RoundEngine::rejected_total() const {
+  uint64_t total = 0;
+  for (uint64_t n : rejected_) total += n;
+  return total;
+}
+
+}  // namespace fedmesh

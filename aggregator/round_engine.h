@@ -1,0 +1,324 @@
+// RoundEngine: the aggregator's federated-learning rounds as a sans-IO state machine
+// (DESIGN.md, "sans-IO protocol cores"). Nodes register; when enough are connected
+// (min_available_clients) the engine opens a round: it selects clients_per_round of them
+// (seeded through Env::rng()), sends each a FitTask with the global model and sets a timer
+// at the round's deadline. It accepts one valid FitResult per selected node and closes the
+// round as soon as every selected node has answered, or at the deadline when at least
+// min_clients have; otherwise it retries the same round number with a fresh selection, up
+// to max_retries times. Closing aggregates through a Strategy, evaluates the new model, bumps the
+// model version and opens the next round, until total_rounds have closed.
+//
+// The engine does no I/O and reads no clock of its own: inputs are OnMessage (a decoded
+// message and the authenticated peer it came from), OnTimer and OnDisconnect; every input
+// returns the Outputs to act on, in order: messages to send, a timer to set, and events
+// (RoundOpened, UpdateAccepted, UpdateRejected, RoundClosed, RoundRetried, Finished) that
+// the driver persists, logs and counts. fedmesh-aggregator drives it with ZeroMQ and the
+// wall clock and writes each event to SQLite; fedmesh-sim drives the same object with
+// virtual time. After a crash, Restore rebuilds the engine from what was persisted.
+//
+// Thread-safety: not thread-safe; one thread of control (the driver's event loop) makes
+// every call, and owns the Env's rng() for that time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "aggregator/strategy.h"
+#include "core/env.h"
+#include "core/status.h"
+#include "core/wire/messages.h"
+
+namespace fedmesh {
+
+struct RoundEngineOptions {
+  // Federation every message must name in Header::federation_id. Required: no default;
+  // printable ASCII without spaces, at most 256 bytes (the wire's id rules).
+  std::string federation_id;
+  // Header::sender_id of the messages the engine sends. Default: "aggregator".
+  std::string aggregator_id = "aggregator";
+  // Rounds to close before Finished. Default: 10. Must be >= 1.
+  uint64_t total_rounds = 10;
+  // Nodes selected per round; all connected nodes when fewer are connected (but at least
+  // min_clients). Default: 10. Must be >= 1.
+  int clients_per_round = 10;
+  // Fewest answers with which a round may close at its deadline. Default: 2. Must be in
+  // [1, clients_per_round].
+  int min_clients = 2;
+  // Fewest connected nodes before a round (or a retry) opens: a fresh aggregator waits for
+  // this many registrations, instead of selecting among the first min_clients to arrive.
+  // Default: 0, meaning min_clients. Must be 0 or >= min_clients.
+  int min_available_clients = 0;
+  // Seconds from opening a round (an attempt) to its deadline. Default: 600, enough for a
+  // few local epochs of a small CNN on a CPU-only site. Must be finite and > 0.
+  double timeout_s = 600.0;
+  // Times a round that timed out below min_clients is retried with a fresh selection
+  // before the engine gives up with a failed Finished. Default: 3. Must be >= 0.
+  int max_retries = 3;
+  // Local training settings sent in every FitTask. Defaults: 1 epoch, batch 32, learning
+  // rate 0.01, momentum 0. Ranges (the wire's): epochs, batch >= 1; learning rate finite
+  // and > 0; momentum in [0, 1). Doubles, like the wire fields, so a configured 0.01 is
+  // sent as exactly that double.
+  int local_epochs = 1;
+  int batch_size = 32;
+  double learning_rate = 0.01;
+  double momentum = 0.0;
+  // RegisterAck::heartbeat_interval_ms: how often nodes send a Heartbeat. The engine does
+  // not track liveness itself; the driver calls OnDisconnect. Default: 5,000. Must be >= 1.
+  uint64_t heartbeat_interval_ms = 5000;
+};
+
+// InvalidArgument naming the first offending field and its value, e.g. min_clients >
+// clients_per_round.
+Status Validate(const RoundEngineOptions& options);
+
+// Why a message from a node was refused. Each cause has its own counter; ToWireReason gives
+// the RejectReason the node receives.
+enum class RejectCause : uint8_t {
+  kWrongFederation,  // Header::federation_id is not this federation's
+  kUnknownNode,      // the sender is not registered (or disconnected since): Register first
+  kMalformed,        // sender/node id differs from the peer, round fields disagree, a
+                     // payload that does not decode, a codec other than "none",
+                     // num_examples == 0, or a message type nodes do not send
+  kWrongRound,       // a FitResult for a round that has not started
+  kLate,             // for a round (or attempt) already closed, or after the deadline
+  kNotSelected,      // the node was not selected for the current round
+  kDuplicate,        // the node's update for this round was already accepted
+  kWrongShape,       // element count differs from the model's
+  kNonFinite,        // a NaN or infinity in the update or its train_loss
+};
+inline constexpr size_t kRejectCauseCount = 9;
+
+std::string_view RejectCauseName(RejectCause cause);
+// kNotSelected has no wire value of its own and is sent as kUnspecified (the text says why).
+wire::RejectReason ToWireReason(RejectCause cause);
+
+// A test-set evaluation of a global model.
+struct EvalResult {
+  double accuracy = 0.0;
+  double loss = 0.0;
+};
+// Evaluates a global model on the configured test set. Called once per closed round, on the
+// new model, inside the input that closed the round. May be empty: no evaluation.
+using Evaluator = std::function<EvalResult(std::span<const float> global)>;
+
+class RoundEngine {
+ public:
+  // ---- Outputs ---------------------------------------------------------------------------
+
+  // Send `message` to node `to`. For a FitTask, deadline_s is the round's deadline in Env
+  // seconds and message's FitTask::deadline_unix_ms is 0: the engine knows only Env time,
+  // so a driver with a wall clock stamps deadline_unix_ms = wall_now_ms +
+  // 1000 * (deadline_s - env.NowSeconds()) before encoding; a simulator may leave it 0.
+  struct Send {
+    std::string to;
+    wire::Message message;
+    std::optional<double> deadline_s;
+  };
+  // Call OnTimer at Env time at_seconds (or later). Earlier timers stay valid; a timer that
+  // fires when nothing is due is harmless.
+  struct SetTimer {
+    double at_seconds = 0.0;
+  };
+  // A round (attempt) opened: persist it before sending the FitTasks.
+  struct RoundOpened {
+    uint64_t round = 0;
+    uint32_t attempt = 0;  // 1 for the first selection of a round, +1 per retry
+    uint64_t model_version = 0;
+    std::vector<std::string> selected;  // sorted
+    double deadline_s = 0.0;            // Env seconds
+  };
+  // An update was accepted for `round`: persist it; Restore needs it after a crash.
+  // num_examples is the FitResult's (what the node trained on this round), not Register's.
+  struct UpdateAccepted {
+    uint64_t round = 0;
+    std::string node_id;
+    uint64_t num_examples = 0;
+    double train_loss = 0.0;
+    std::vector<float> params;
+  };
+  // A message from a node was refused; the node was sent a wire::Reject. Nothing else in
+  // the engine changed but the counters. `round` is the engine's current round; `text`
+  // names the claimed round where it matters and is the line to log.
+  struct UpdateRejected {
+    uint64_t round = 0;
+    std::string node_id;
+    wire::MessageType type = wire::MessageType::kFitResult;
+    RejectCause cause = RejectCause::kMalformed;
+    std::string text;
+  };
+  struct RoundMetrics {
+    std::optional<double> test_accuracy;  // empty without an Evaluator
+    std::optional<double> test_loss;
+    uint32_t selected = 0;      // nodes selected in the attempt that closed
+    uint32_t received = 0;      // updates aggregated
+    uint32_t rejected = 0;      // messages rejected while this round was current
+    uint32_t attempts = 0;      // 1 + retries of this round
+    uint64_t num_examples = 0;  // sum over the aggregated updates
+    // Example-weighted mean of the reported train losses over the updates whose loss is
+    // known; NaN when none is.
+    double train_loss = 0.0;
+    double duration_s = 0.0;  // from the round's first opening (or Start after Restore)
+  };
+  // The round closed and `global` is model `model_version`: commit both in one transaction.
+  struct RoundClosed {
+    uint64_t round = 0;
+    uint64_t model_version = 0;
+    RoundMetrics metrics;
+    std::vector<float> global;
+  };
+  // The attempt timed out with fewer than min_clients updates; its updates are discarded
+  // (storage drops them) and the same round number is retried with a fresh selection.
+  struct RoundRetried {
+    uint64_t round = 0;
+    uint32_t failed_attempt = 0;
+    uint32_t received = 0;
+    std::string reason;
+  };
+  // The federation ended: OK after total_rounds, DeadlineExceeded when a round failed
+  // max_retries + 1 times, Internal when the strategy failed. No round opens afterwards.
+  struct Finished {
+    Status status;
+    uint64_t rounds_completed = 0;
+  };
+  using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
+                              RoundClosed, RoundRetried, Finished>;
+
+  // ---- Construction ----------------------------------------------------------------------
+
+  // An update accepted before the crash, as UpdateAccepted reported it.
+  struct RestoredUpdate {
+    ClientUpdate update;
+    double train_loss = std::numeric_limits<double>::quiet_NaN();  // NaN: not known
+  };
+  // What the driver persisted, enough to resume after a crash.
+  struct RestoredState {
+    uint64_t round = 1;          // the round that was current; in [1, total_rounds]
+    uint64_t model_version = 0;  // version of `global`
+    std::vector<float> global;   // the committed global model
+    uint32_t attempt = 1;        // attempt of `round` that was open (1 + retries so far)
+    // The open attempt's selection. Empty: no attempt was open (the engine was waiting for
+    // nodes); it then waits for min_clients registrations and selects afresh.
+    std::vector<std::string> selected;
+    // Updates accepted in that attempt; each from a selected node, at most one per node.
+    std::vector<RestoredUpdate> accepted;
+  };
+
+  // A new federation at round 1, model version 0. REQUIRES: env outlives the engine.
+  // InvalidArgument for bad options, a null strategy, or an empty or non-finite model.
+  static Result<RoundEngine> Create(RoundEngineOptions options, Env* env,
+                                    std::unique_ptr<Strategy> strategy,
+                                    std::vector<float> initial_global, Evaluator evaluator = {});
+
+  // Resumes from `state`. No node is connected: the selected nodes that have not answered
+  // are sent the FitTask again when they register, and Start sets a fresh deadline
+  // (timeout_s from now). InvalidArgument when `state` is inconsistent (names the field).
+  static Result<RoundEngine> Restore(RoundEngineOptions options, Env* env,
+                                     std::unique_ptr<Strategy> strategy, Evaluator evaluator,
+                                     RestoredState state);
+
+  RoundEngine(RoundEngine&&) = default;
+  RoundEngine& operator=(RoundEngine&&) = default;
+
+  // ---- Inputs (each returns what to do, in order) ------------------------------------------
+
+  // Call once, before any other input. A restored engine with an open round returns its new
+  // deadline timer (and closes the round at once if every selected node had answered).
+  std::vector<Output> Start();
+  // `from` is the authenticated peer id (the transport's, not the header's).
+  std::vector<Output> OnMessage(const std::string& from, const wire::Message& message);
+  // `now`: Env time at which a timer fired.
+  std::vector<Output> OnTimer(double now);
+  // The node's connection is gone: it is no longer selectable, and its messages are
+  // refused (kUnknownNode) until it registers again. Returns no outputs today.
+  std::vector<Output> OnDisconnect(const std::string& node_id);
+
+  // ---- Observers ---------------------------------------------------------------------------
+
+  enum class Phase { kWaitingForNodes, kRoundOpen, kFinished };
+  Phase phase() const { return phase_; }
+  uint64_t round() const { return round_; }      // the current (or last) round, 1-based
+  uint32_t attempt() const { return attempt_; }  // of the current round; 0 before its first
+  uint64_t model_version() const { return model_version_; }
+  uint64_t rounds_completed() const { return rounds_completed_; }
+  const std::vector<float>& global() const { return global_; }
+  const std::vector<std::string>& selected() const { return selected_; }  // sorted
+  // Node ids whose update for the current attempt was accepted, sorted.
+  std::vector<std::string> answered() const;
+  double deadline_s() const { return deadline_s_; }  // of the open attempt
+  bool connected(const std::string& node_id) const;
+  size_t connected_count() const;
+  // Retries of the current round, and over the engine's life.
+  uint32_t retries() const { return attempt_ > 0 ? attempt_ - 1 : 0; }
+  uint64_t total_retries() const { return total_retries_; }
+  uint64_t rejected(RejectCause cause) const { return rejected_[static_cast<size_t>(cause)]; }
+  uint64_t rejected_total() const;
+  const Strategy& strategy() const { return *strategy_; }
+
+ private:
+  struct NodeInfo {
+    uint64_t num_examples = 0;
+    std::vector<std::string> capabilities;
+    bool connected = false;
+  };
+  struct Accepted {
+    ClientUpdate update;
+    double train_loss = 0.0;  // NaN when not known
+  };
+
+  RoundEngine(RoundEngineOptions options, Env* env, std::unique_ptr<Strategy> strategy,
+              std::vector<float> global, Evaluator evaluator);
+
+  void HandleRegister(const std::string& from, const wire::Message& m, const wire::Register& r,
+                      std::vector<Output>& out);
+  void HandleFitResult(const std::string& from, const wire::Message& m, const wire::FitResult& r,
+                       std::vector<Output>& out);
+  void Reject(const std::string& to, const wire::Message& m, RejectCause cause, std::string text,
+              std::vector<Output>& out);
+  // Opens an attempt of round_ if enough nodes are connected; otherwise waits.
+  void TryOpenRound(std::vector<Output>& out);
+  void CloseRound(std::vector<Output>& out);
+  void RetryOrGiveUp(std::vector<Output>& out);
+  void Finish(Status status, std::vector<Output>& out);
+  wire::FitTask BuildFitTask() const;
+  void SendFitTask(const std::string& to, std::vector<Output>& out);
+  wire::Header OutHeader();
+  bool IsSelected(const std::string& node_id) const;
+
+  RoundEngineOptions options_;
+  Env* env_;
+  std::unique_ptr<Strategy> strategy_;
+  Evaluator evaluator_;
+  std::vector<float> global_;
+
+  bool started_ = false;
+  Phase phase_ = Phase::kWaitingForNodes;
+  uint64_t round_ = 1;
+  uint32_t attempt_ = 0;
+  uint64_t model_version_ = 0;
+  uint64_t rounds_completed_ = 0;
+  std::vector<std::string> selected_;         // sorted
+  std::set<std::string> earlier_selected_;    // selected in this round's failed attempts
+  std::map<std::string, Accepted> accepted_;  // by node id: aggregation order is stable
+  double deadline_s_ = 0.0;
+  double round_started_s_ = 0.0;
+  std::optional<wire::FitTask> fit_task_;  // the open attempt's task, built once
+  std::map<std::string, NodeInfo> nodes_;  // every node that ever registered
+
+  uint64_t next_message_id_ = 1;
+  uint64_t total_retries_ = 0;
+  uint32_t rejected_in_round_ = 0;
+  std::array<uint64_t, kRejectCauseCount> rejected_{};
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,936 @@
+// Round engine tests: one engine and N fake nodes in one process, exchanging wire::Message
+// values directly (no sockets, no codec), with a fake clock the test moves by hand.
+#include "aggregator/round_engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregator/strategy.h"
+#include "core/env.h"
+#include "core/wire/wire_codec.h"
+
+namespace fedmesh {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using Output = RoundEngine::Output;
+
+constexpr char kFed[] = "fed-test";
+
+// Time is a number the test sets; randomness is a seeded Rng (sim/ is not linked here).
+class FakeEnv final : public Env {
+ public:
+  explicit FakeEnv(uint64_t seed) : rng_(seed) {}
+  double NowSeconds() const override { return now_; }
+  Rng& rng() override { return rng_; }
+  void Set(double t) { now_ = t; }
+  void Advance(double dt) { now_ += dt; }
+
+ private:
+  double now_ = 1000.0;  // not 0: the engine must not assume time starts at 0
+  Rng rng_;
+};
+
+RoundEngineOptions TestOptions() {
+  RoundEngineOptions o;
+  o.federation_id = kFed;
+  o.total_rounds = 3;
+  o.clients_per_round = 4;
+  o.min_clients = 2;
+  o.timeout_s = 60.0;
+  o.max_retries = 2;
+  o.local_epochs = 2;
+  o.batch_size = 16;
+  o.learning_rate = 0.05;
+  o.momentum = 0.9;
+  return o;
+}
+
+// TestOptions() where a round waits for `n` connected nodes before opening.
+RoundEngineOptions WaitFor(int n, RoundEngineOptions o = TestOptions()) {
+  o.min_available_clients = n;
+  return o;
+}
+
+template <typename T>
+std::vector<T> Filter(const std::vector<Output>& outs) {
+  std::vector<T> found;
+  for (const Output& o : outs) {
+    if (const T* t = std::get_if<T>(&o)) found.push_back(*t);
+  }
+  return found;
+}
+
+// The engine, the fake clock, and every node's inbox. A fake node answers a FitTask with
+// params = global + its own delta, so the expected FedAvg result is easy to compute by hand.
+class Harness {
+ public:
+  struct Node {
+    uint64_t num_examples = 0;
+    float delta = 0.0f;
+    std::vector<wire::Message> inbox;
+    uint64_t next_message_id = 1;
+  };
+
+  explicit Harness(RoundEngineOptions options = TestOptions(), std::vector<float> global = {0, 0},
+                   uint64_t seed = 1, std::unique_ptr<Strategy> strategy = nullptr,
+                   Evaluator evaluator = {})
+      : env(seed) {
+    if (!strategy) strategy = std::make_unique<FedAvg>();
+    auto e = RoundEngine::Create(std::move(options), &env, std::move(strategy), std::move(global),
+                                 std::move(evaluator));
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    engine.emplace(std::move(e).value());
+    Absorb(engine->Start());
+  }
+
+  // Restored engine.
+  explicit Harness(RoundEngine::RestoredState state, RoundEngineOptions options = TestOptions(),
+                   uint64_t seed = 1)
+      : env(seed) {
+    auto e = RoundEngine::Restore(std::move(options), &env, std::make_unique<FedAvg>(), {},
+                                  std::move(state));
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    engine.emplace(std::move(e).value());
+    start_outputs = engine->Start();
+    Absorb(start_outputs);
+  }
+
+  // Routes sends to inboxes and records timers and events; returns `outs` for inspection.
+  const std::vector<Output>& Absorb(const std::vector<Output>& outs) {
+    for (const Output& o : outs) {
+      if (const auto* send = std::get_if<RoundEngine::Send>(&o)) {
+        nodes[send->to].inbox.push_back(send->message);
+      } else if (const auto* timer = std::get_if<RoundEngine::SetTimer>(&o)) {
+        timers.push_back(timer->at_seconds);
+      } else {
+        events.push_back(o);
+      }
+    }
+    return outs;
+  }
+
+  wire::Header HeaderFrom(const std::string& id, uint64_t round = 0) {
+    return wire::Header{kFed, id, round, 0, nodes[id].next_message_id++};
+  }
+
+  std::vector<Output> Deliver(const std::string& from, const wire::Message& m) {
+    std::vector<Output> outs = engine->OnMessage(from, m);
+    Absorb(outs);
+    return outs;
+  }
+
+  std::vector<Output> Register(const std::string& id, uint64_t num_examples, float delta = 0) {
+    nodes[id].num_examples = num_examples;
+    nodes[id].delta = delta;
+    return Deliver(id, wire::Message{HeaderFrom(id), wire::Register{id, num_examples, {}}});
+  }
+
+  // The most recent FitTask in `id`'s inbox, if any.
+  std::optional<wire::FitTask> LastFitTask(const std::string& id) {
+    auto& inbox = nodes[id].inbox;
+    for (auto it = inbox.rbegin(); it != inbox.rend(); ++it) {
+      if (const auto* t = std::get_if<wire::FitTask>(&it->body)) return *t;
+    }
+    return std::nullopt;
+  }
+
+  wire::Message FitResultMessage(const std::string& id, uint64_t round,
+                                 const std::vector<float>& params,
+                                 std::optional<uint64_t> num_examples = std::nullopt) {
+    wire::FitResult r;
+    r.round = round;
+    r.num_examples = num_examples.value_or(nodes[id].num_examples);
+    r.train_loss = 0.5;
+    r.update = wire::FloatPayload(params);
+    r.bytes_before_codec = r.bytes_after_codec = r.update.bytes.size();
+    return wire::Message{HeaderFrom(id, round), r};
+  }
+
+  // The node trains on its last FitTask: params = global + delta.
+  std::vector<float> Train(const std::string& id) {
+    std::optional<wire::FitTask> task = LastFitTask(id);
+    EXPECT_TRUE(task.has_value()) << id << " has no FitTask";
+    if (!task) return {};
+    std::vector<float> params = wire::PayloadFloats(task->global_model).value();
+    for (float& p : params) p += nodes[id].delta;
+    return params;
+  }
+
+  std::vector<Output> Answer(const std::string& id) {
+    const uint64_t round = LastFitTask(id)->round;
+    return Deliver(id, FitResultMessage(id, round, Train(id)));
+  }
+
+  // Moves the clock to the latest timer and fires it.
+  std::vector<Output> FireTimer() {
+    EXPECT_FALSE(timers.empty());
+    env.Set(timers.back());
+    std::vector<Output> outs = engine->OnTimer(env.NowSeconds());
+    Absorb(outs);
+    return outs;
+  }
+
+  template <typename T>
+  std::vector<T> Events() const {
+    return Filter<T>(events);
+  }
+
+  FakeEnv env;
+  std::optional<RoundEngine> engine;
+  std::map<std::string, Node> nodes;
+  std::vector<double> timers;
+  std::vector<Output> events;
+  std::vector<Output> start_outputs;
+};
+
+// ---- Options -----------------------------------------------------------------------------
+
+TEST(RoundEngineOptionsTest, ValidateNamesTheOffendingField) {
+  EXPECT_TRUE(Validate(TestOptions()).ok());
+  struct Case {
+    std::function<void(RoundEngineOptions&)> mutate;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& o) { o.federation_id = ""; }, "federation_id is empty"},
+      {[](auto& o) { o.federation_id = "has space"; }, "printable ASCII"},
+      {[](auto& o) { o.aggregator_id = ""; }, "aggregator_id"},
+      {[](auto& o) { o.total_rounds = 0; }, "total_rounds"},
+      {[](auto& o) { o.clients_per_round = 0; }, "clients_per_round"},
+      {[](auto& o) { o.min_clients = 0; }, "min_clients"},
+      {[](auto& o) { o.min_clients = 5; }, "min_clients (5) exceeds clients_per_round (4)"},
+      {[](auto& o) { o.min_available_clients = 1; }, "min_available_clients (1) is below"},
+      {[](auto& o) { o.timeout_s = 0; }, "timeout_s"},
+      {[](auto& o) { o.timeout_s = std::nan(""); }, "timeout_s"},
+      {[](auto& o) { o.max_retries = -1; }, "max_retries"},
+      {[](auto& o) { o.local_epochs = 0; }, "local_epochs"},
+      {[](auto& o) { o.batch_size = -3; }, "batch_size"},
+      {[](auto& o) { o.learning_rate = 0; }, "learning_rate"},
+      {[](auto& o) { o.momentum = 1.0; }, "momentum"},
+      {[](auto& o) { o.heartbeat_interval_ms = 0; }, "heartbeat_interval_ms"},
+  };
+  for (const Case& c : cases) {
+    RoundEngineOptions o = TestOptions();
+    c.mutate(o);
+    Status s = Validate(o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.expect;
+    EXPECT_THAT(s.message(), HasSubstr(c.expect));
+  }
+  // The default options leave the federation id to the operator.
+  EXPECT_THAT(Validate(RoundEngineOptions{}).message(), HasSubstr("federation_id"));
+}
+
+TEST(RoundEngineOptionsTest, CreateRejectsBadOptionsStrategyAndModel) {
+  FakeEnv env(1);
+  auto bad_options = TestOptions();
+  bad_options.min_clients = 9;
+  auto r = RoundEngine::Create(bad_options, &env, std::make_unique<FedAvg>(), {0.0f});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+
+  r = RoundEngine::Create(TestOptions(), &env, nullptr, {0.0f});
+  EXPECT_THAT(r.status().message(), HasSubstr("strategy is null"));
+
+  r = RoundEngine::Create(TestOptions(), &env, std::make_unique<FedAvg>(), {});
+  EXPECT_THAT(r.status().message(), HasSubstr("no parameters"));
+
+  r = RoundEngine::Create(TestOptions(), &env, std::make_unique<FedAvg>(),
+                          {1.0f, std::numeric_limits<float>::infinity()});
+  EXPECT_THAT(r.status().message(), HasSubstr("index 1"));
+}
+
+// ---- Rounds ------------------------------------------------------------------------------
+
+TEST(RoundEngineTest, WaitsUntilMinClientsAreRegistered) {
+  Harness h;  // min_clients = 2
+  EXPECT_TRUE(h.timers.empty());
+  std::vector<Output> outs = h.Register("n1", 10);
+  ASSERT_EQ(outs.size(), 1u);  // only the ack
+  const auto& ack = std::get<RoundEngine::Send>(outs[0]);
+  EXPECT_EQ(ack.to, "n1");
+  EXPECT_EQ(std::get<wire::RegisterAck>(ack.message.body), (wire::RegisterAck{"n1", 5000}));
+  EXPECT_EQ(ack.message.header.federation_id, kFed);
+  EXPECT_EQ(ack.message.header.sender_id, "aggregator");
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);
+  EXPECT_TRUE(h.Events<RoundEngine::RoundOpened>().empty());
+  EXPECT_FALSE(h.LastFitTask("n1").has_value());
+
+  h.env.Advance(5);
+  outs = h.Register("n2", 10);
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kRoundOpen);
+  auto opened = Filter<RoundEngine::RoundOpened>(outs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].round, 1u);
+  EXPECT_EQ(opened[0].attempt, 1u);
+  EXPECT_THAT(opened[0].selected, ElementsAre("n1", "n2"));  // all, fewer than 4 connected
+  EXPECT_EQ(opened[0].deadline_s, 1005.0 + 60.0);
+  EXPECT_THAT(h.timers, ElementsAre(1065.0));
+  EXPECT_TRUE(h.LastFitTask("n1").has_value());
+  EXPECT_TRUE(h.LastFitTask("n2").has_value());
+}
+
+TEST(RoundEngineTest, ThreeRoundsOfFedAvgMatchTheHandComputation) {
+  // Weights 128, 384, 256, 256 (sum 1024) and deltas 1, 5, -2, 0.5:
+  // (128*1 + 384*5 - 256*2 + 256*0.5) / 1024 = 1664 / 1024 = 1.625 per round, exact in float.
+  std::vector<double> evaluated_first;
+  Evaluator eval = [&](std::span<const float> g) {
+    evaluated_first.push_back(g[0]);
+    return EvalResult{0.25 * static_cast<double>(evaluated_first.size()), 1.0};
+  };
+  Harness h(WaitFor(4), {0.0f, 1.0f, -3.0f, 0.25f}, 1, nullptr, eval);
+  h.Register("n1", 128, 1.0f);
+  h.Register("n2", 384, 5.0f);
+  h.Register("n3", 256, -2.0f);
+  h.Register("n4", 256, 0.5f);
+  for (uint64_t round = 1; round <= 3; ++round) {
+    ASSERT_EQ(h.engine->round(), round);
+    ASSERT_THAT(h.engine->selected(), ElementsAre("n1", "n2", "n3", "n4"));
+    const wire::FitTask task = *h.LastFitTask("n3");
+    EXPECT_EQ(task.round, round);
+    EXPECT_EQ(task.local_epochs, 2u);
+    EXPECT_EQ(task.batch_size, 16u);
+    EXPECT_EQ(task.learning_rate, 0.05);
+    EXPECT_EQ(task.momentum, 0.9);
+    EXPECT_EQ(task.prox_mu, 0.0);
+    EXPECT_EQ(task.deadline_unix_ms, 0u);
+    EXPECT_EQ(wire::PayloadFloats(task.global_model).value(), h.engine->global());
+    for (const char* id : {"n4", "n2", "n1"}) {  // arrival order must not matter
+      auto outs = h.Answer(id);
+      ASSERT_EQ(Filter<RoundEngine::UpdateAccepted>(outs).size(), 1u) << id;
+      EXPECT_TRUE(Filter<RoundEngine::RoundClosed>(outs).empty());
+    }
+    auto outs = h.Answer("n3");  // the last selected node closes the round at once
+    auto closed = Filter<RoundEngine::RoundClosed>(outs);
+    ASSERT_EQ(closed.size(), 1u);
+    const float add = 1.625f * static_cast<float>(round);
+    EXPECT_THAT(closed[0].global, ElementsAre(0.0f + add, 1.0f + add, -3.0f + add, 0.25f + add));
+    EXPECT_EQ(closed[0].global, h.engine->global());
+    EXPECT_EQ(closed[0].round, round);
+    EXPECT_EQ(closed[0].model_version, round);
+    EXPECT_EQ(closed[0].metrics.selected, 4u);
+    EXPECT_EQ(closed[0].metrics.received, 4u);
+    EXPECT_EQ(closed[0].metrics.rejected, 0u);
+    EXPECT_EQ(closed[0].metrics.attempts, 1u);
+    EXPECT_EQ(closed[0].metrics.num_examples, 1024u);
+    EXPECT_EQ(closed[0].metrics.train_loss, 0.5);
+    EXPECT_EQ(closed[0].metrics.test_accuracy, 0.25 * static_cast<double>(round));
+    EXPECT_EQ(closed[0].metrics.test_loss, 1.0);
+    EXPECT_EQ(evaluated_first.back(), 0.0 + add);  // evaluated the new model
+  }
+  auto finished = h.Events<RoundEngine::Finished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].status.ok());
+  EXPECT_EQ(finished[0].rounds_completed, 3u);
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kFinished);
+  EXPECT_EQ(h.engine->model_version(), 3u);
+  EXPECT_EQ(h.Events<RoundEngine::RoundOpened>().size(), 3u);
+  EXPECT_EQ(h.Events<RoundEngine::UpdateAccepted>().size(), 12u);
+  EXPECT_EQ(h.engine->rejected_total(), 0u);
+}
+
+TEST(RoundEngineTest, QuorumClosesAtTheDeadlineWithMinClients) {
+  Harness h(WaitFor(4));
+  h.Register("n1", 128, 1.0f);
+  h.Register("n2", 384, 5.0f);
+  h.Register("n3", 256, -2.0f);
+  h.Register("n4", 256, 0.5f);
+  h.Answer("n1");
+  h.Answer("n2");
+  EXPECT_THAT(h.engine->answered(), ElementsAre("n1", "n2"));
+
+  // A timer before the deadline changes nothing.
+  EXPECT_TRUE(h.engine->OnTimer(h.engine->deadline_s() - 1).empty());
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kRoundOpen);
+
+  auto outs = h.FireTimer();
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  // (128 * 1 + 384 * 5) / 512 = 4.
+  EXPECT_THAT(closed[0].global, ElementsAre(4.0f, 4.0f));
+  EXPECT_EQ(closed[0].metrics.selected, 4u);
+  EXPECT_EQ(closed[0].metrics.received, 2u);
+  EXPECT_EQ(closed[0].metrics.num_examples, 512u);
+  EXPECT_EQ(closed[0].metrics.duration_s, 60.0);
+  EXPECT_FALSE(closed[0].metrics.test_accuracy.has_value());  // no evaluator
+  // The next round opened straight away.
+  EXPECT_EQ(h.engine->round(), 2u);
+  EXPECT_EQ(Filter<RoundEngine::RoundOpened>(outs).size(), 1u);
+
+  // The stragglers of round 1 are now late.
+  outs = h.Deliver("n3", h.FitResultMessage("n3", 1, {0.0f, 0.0f}));
+  ASSERT_EQ(Filter<RoundEngine::UpdateRejected>(outs).size(), 1u);
+  EXPECT_EQ(Filter<RoundEngine::UpdateRejected>(outs)[0].cause, RejectCause::kLate);
+}
+
+TEST(RoundEngineTest, TimeoutBelowQuorumRetriesTheSameRoundWithAFreshSelection) {
+  RoundEngineOptions o = TestOptions();
+  o.clients_per_round = 3;
+  Harness h(WaitFor(6, o), {0.0f, 0.0f}, /*seed=*/3);
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) h.Register(id, 100, 1.0f);
+  const std::vector<std::string> first = h.engine->selected();
+  ASSERT_EQ(first.size(), 3u);
+  h.Answer(first[0]);  // 1 of 3: below min_clients = 2
+
+  auto outs = h.FireTimer();
+  auto retried = Filter<RoundEngine::RoundRetried>(outs);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_EQ(retried[0].round, 1u);
+  EXPECT_EQ(retried[0].failed_attempt, 1u);
+  EXPECT_EQ(retried[0].received, 1u);
+  EXPECT_THAT(retried[0].reason, HasSubstr("only 1 of 3"));
+  EXPECT_TRUE(Filter<RoundEngine::RoundClosed>(outs).empty());
+
+  auto opened = Filter<RoundEngine::RoundOpened>(outs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].round, 1u);  // same round number
+  EXPECT_EQ(opened[0].attempt, 2u);
+  EXPECT_EQ(opened[0].deadline_s, h.env.NowSeconds() + 60.0);
+  EXPECT_EQ(h.timers.back(), opened[0].deadline_s);
+  const std::vector<std::string> second = h.engine->selected();
+  EXPECT_EQ(opened[0].selected, second);
+  EXPECT_NE(second, first);  // redrawn (this seed draws a different set)
+  for (const auto& id : second) {
+    EXPECT_EQ(h.LastFitTask(id)->round, 1u) << id;
+  }
+  EXPECT_EQ(h.engine->round(), 1u);
+  EXPECT_EQ(h.engine->retries(), 1u);
+  EXPECT_EQ(h.engine->total_retries(), 1u);
+  EXPECT_TRUE(h.engine->answered().empty());  // the failed attempt's update is dropped
+  EXPECT_EQ(h.engine->model_version(), 0u);
+  EXPECT_THAT(h.engine->global(), ElementsAre(0.0f, 0.0f));
+
+  // A node of the failed attempt that was not drawn again is late, not "not selected".
+  for (const auto& id : first) {
+    if (std::find(second.begin(), second.end(), id) != second.end()) continue;
+    outs = h.Deliver(id, h.FitResultMessage(id, 1, {1.0f, 1.0f}));
+    auto rejected = Filter<RoundEngine::UpdateRejected>(outs);
+    ASSERT_EQ(rejected.size(), 1u);
+    EXPECT_EQ(rejected[0].cause, RejectCause::kLate);
+    EXPECT_THAT(rejected[0].text, HasSubstr("earlier attempt"));
+    break;
+  }
+
+  for (const auto& id : second) h.Answer(id);
+  auto closed = h.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].round, 1u);
+  EXPECT_EQ(closed[0].metrics.attempts, 2u);
+  EXPECT_EQ(closed[0].metrics.received, 3u);
+  EXPECT_THAT(closed[0].global, ElementsAre(1.0f, 1.0f));
+  EXPECT_EQ(h.engine->round(), 2u);
+  EXPECT_EQ(h.engine->retries(), 0u);
+  EXPECT_EQ(h.engine->total_retries(), 1u);
+}
+
+TEST(RoundEngineTest, GivesUpAfterMaxRetries) {
+  RoundEngineOptions o = TestOptions();
+  o.max_retries = 1;
+  Harness h(o);
+  for (const char* id : {"a", "b", "c"}) h.Register(id, 100);
+  auto outs = h.FireTimer();  // nobody answered: retry 1
+  EXPECT_EQ(Filter<RoundEngine::RoundRetried>(outs).size(), 1u);
+  h.Answer("a");
+  outs = h.FireTimer();  // 1 < 2 again, and no retries left
+  EXPECT_TRUE(Filter<RoundEngine::RoundRetried>(outs).empty());
+  auto finished = Filter<RoundEngine::Finished>(outs);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(finished[0].status.message(), HasSubstr("round 1 failed after 2 attempts"));
+  EXPECT_EQ(finished[0].rounds_completed, 0u);
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kFinished);
+  // Nothing opens any more.
+  EXPECT_TRUE(h.engine->OnTimer(h.env.NowSeconds() + 1000).empty());
+  outs = h.Register("d", 100);
+  EXPECT_TRUE(Filter<RoundEngine::RoundOpened>(outs).empty());
+}
+
+TEST(RoundEngineTest, RetryWaitsForNodesWhenTooFewAreConnected) {
+  Harness h;
+  h.Register("a", 100);
+  h.Register("b", 100);
+  h.engine->OnDisconnect("b");
+  auto outs = h.FireTimer();
+  EXPECT_EQ(Filter<RoundEngine::RoundRetried>(outs).size(), 1u);
+  EXPECT_TRUE(Filter<RoundEngine::RoundOpened>(outs).empty());
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);
+  outs = h.Register("c", 100);
+  auto opened = Filter<RoundEngine::RoundOpened>(outs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].attempt, 2u);
+  EXPECT_THAT(opened[0].selected, ElementsAre("a", "c"));
+}
+
+TEST(RoundEngineTest, DisconnectedNodesAreNotSelectedAndMustRegisterAgain) {
+  Harness h(WaitFor(3));
+  h.Register("a", 100, 1.0f);
+  h.Register("b", 100, 1.0f);
+  h.Register("c", 100, 1.0f);
+  ASSERT_THAT(h.engine->selected(), ElementsAre("a", "b", "c"));
+  h.engine->OnDisconnect("c");
+  EXPECT_FALSE(h.engine->connected("c"));
+  EXPECT_EQ(h.engine->connected_count(), 2u);
+  auto outs = h.Answer("c");  // selected, but gone: it must register first
+  auto rejected = Filter<RoundEngine::UpdateRejected>(outs);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kUnknownNode);
+
+  h.Answer("a");
+  h.Answer("b");
+  outs = h.FireTimer();
+  ASSERT_EQ(Filter<RoundEngine::RoundClosed>(outs).size(), 1u);
+  // Round 2 waits: only 2 of the 3 required nodes are connected.
+  EXPECT_EQ(h.engine->round(), 2u);
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);
+  outs = h.Register("c", 100, 1.0f);
+  auto opened = Filter<RoundEngine::RoundOpened>(outs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_THAT(opened[0].selected, ElementsAre("a", "b", "c"));
+}
+
+TEST(RoundEngineTest, ASelectedNodeThatRegistersAgainGetsItsTaskAgain) {
+  Harness h;
+  h.Register("a", 100, 1.0f);
+  h.Register("b", 100, 1.0f);
+  h.nodes["a"].inbox.clear();
+  auto outs = h.Register("a", 100, 1.0f);  // e.g. the node restarted
+  auto sends = Filter<RoundEngine::Send>(outs);
+  ASSERT_EQ(sends.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<wire::RegisterAck>(sends[0].message.body));
+  EXPECT_EQ(std::get<wire::FitTask>(sends[1].message.body).round, 1u);
+  EXPECT_EQ(sends[1].deadline_s, h.engine->deadline_s());
+  // Once it has answered, registering again sends no task.
+  h.Answer("a");
+  outs = h.Register("a", 100, 1.0f);
+  EXPECT_EQ(Filter<RoundEngine::Send>(outs).size(), 1u);
+}
+
+TEST(RoundEngineTest, SeededSelectionIsDeterministic) {
+  auto selections = [](uint64_t seed) {
+    RoundEngineOptions o = TestOptions();
+    o.total_rounds = 5;
+    o.clients_per_round = 3;
+    Harness h(WaitFor(10, o), {0.0f}, seed);
+    for (int i = 0; i < 10; ++i) h.Register("node" + std::to_string(i), 10);
+    std::vector<std::vector<std::string>> picked;
+    while (h.engine->phase() == RoundEngine::Phase::kRoundOpen) {
+      picked.push_back(h.engine->selected());
+      for (const auto& id : picked.back()) h.Answer(id);
+    }
+    EXPECT_EQ(picked.size(), 5u);
+    return picked;
+  };
+  const auto a = selections(42);
+  EXPECT_EQ(selections(42), a);
+  EXPECT_NE(selections(43), a);
+  // Not always the same three nodes.
+  bool varies = false;
+  for (const auto& s : a) varies |= (s != a[0]);
+  EXPECT_TRUE(varies);
+}
+
+TEST(RoundEngineTest, FedProxSendsProxMuInEveryFitTask) {
+  auto strategy = MakeStrategy("fedprox", StrategyOptions{.prox_mu = 0.25});
+  ASSERT_TRUE(strategy.ok());
+  Harness h(TestOptions(), {0.0f, 0.0f}, 1, std::move(strategy).value());
+  h.Register("a", 100, 1.0f);
+  h.Register("b", 300, 5.0f);
+  EXPECT_EQ(h.LastFitTask("a")->prox_mu, 0.25);
+  EXPECT_EQ(h.LastFitTask("b")->prox_mu, 0.25);
+  h.Answer("a");
+  h.Answer("b");
+  EXPECT_THAT(h.engine->global(), ElementsAre(4.0f, 4.0f));  // FedAvg aggregation
+  EXPECT_EQ(h.LastFitTask("a")->round, 2u);
+  EXPECT_EQ(h.LastFitTask("a")->prox_mu, 0.25);
+}
+
+// A strategy that always fails: the engine must stop, not commit a model.
+class FailingStrategy final : public Strategy {
+ public:
+  Status Aggregate(std::span<const float>, const std::vector<ClientUpdate>&,
+                   std::span<float>) override {
+    return Status::InvalidArgument("boom");
+  }
+  std::string_view name() const override { return "failing"; }
+};
+
+TEST(RoundEngineTest, AStrategyErrorFinishesWithInternalAndCommitsNothing) {
+  Harness h(TestOptions(), {0.0f, 0.0f}, 1, std::make_unique<FailingStrategy>());
+  h.Register("a", 100, 1.0f);
+  h.Register("b", 100, 1.0f);
+  h.Answer("a");
+  auto outs = h.Answer("b");
+  EXPECT_TRUE(Filter<RoundEngine::RoundClosed>(outs).empty());
+  auto finished = Filter<RoundEngine::Finished>(outs);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].status.code(), StatusCode::kInternal);
+  EXPECT_THAT(finished[0].status.message(), HasSubstr("boom"));
+  EXPECT_EQ(h.engine->model_version(), 0u);
+  EXPECT_THAT(h.engine->global(), ElementsAre(0.0f, 0.0f));
+}
+
+// ---- Rejections --------------------------------------------------------------------------
+
+// Six nodes, four selected in round 1, one already answered. Each test sends one bad
+// message and checks the reply, the event, the counter, and that nothing else changed.
+class RejectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* id : {"a", "b", "c", "d", "e", "f"}) h_.Register(id, 100, 1.0f);
+    selected_ = h_.engine->selected();
+    ASSERT_EQ(selected_.size(), 4u);
+    for (const char* id : {"a", "b", "c", "d", "e", "f"}) {
+      if (std::find(selected_.begin(), selected_.end(), id) == selected_.end()) unselected_ = id;
+    }
+    ASSERT_FALSE(unselected_.empty());
+    h_.Answer(selected_[0]);
+    Snapshot(before_);
+  }
+
+  struct State {
+    RoundEngine::Phase phase;
+    uint64_t round;
+    uint32_t attempt;
+    uint64_t model_version;
+    std::vector<std::string> selected, answered;
+    std::vector<float> global;
+    double deadline;
+    size_t connected;
+    bool operator==(const State&) const = default;
+  };
+  void Snapshot(State& s) {
+    const RoundEngine& e = *h_.engine;
+    s = State{e.phase(),    e.round(),  e.attempt(),    e.model_version(),  e.selected(),
+              e.answered(), e.global(), e.deadline_s(), e.connected_count()};
+  }
+
+  // `outs` is exactly a Reject to `from` naming `m` and the matching event; the cause's
+  // counter is 1, every other counter 0, and the round state is as before.
+  void ExpectRejected(const std::vector<Output>& outs, const std::string& from,
+                      const wire::Message& m, RejectCause cause, wire::RejectReason reason,
+                      const std::string& text_part) {
+    ASSERT_EQ(outs.size(), 2u);
+    const auto& send = std::get<RoundEngine::Send>(outs[0]);
+    EXPECT_EQ(send.to, from);
+    const auto& reject = std::get<wire::Reject>(send.message.body);
+    EXPECT_EQ(reject.reason, reason);
+    EXPECT_EQ(reject.rejected_message_id, m.header.message_id);
+    EXPECT_THAT(reject.text, HasSubstr(text_part));
+    EXPECT_EQ(send.message.header.federation_id, kFed);
+    const auto& event = std::get<RoundEngine::UpdateRejected>(outs[1]);
+    EXPECT_EQ(event.node_id, from);
+    EXPECT_EQ(event.cause, cause);
+    EXPECT_EQ(event.text, reject.text);
+    EXPECT_EQ(event.round, before_.round);
+    for (size_t i = 0; i < kRejectCauseCount; ++i) {
+      const auto c = static_cast<RejectCause>(i);
+      EXPECT_EQ(h_.engine->rejected(c), c == cause ? 1u : 0u) << RejectCauseName(c);
+    }
+    State after;
+    Snapshot(after);
+    EXPECT_TRUE(after == before_);
+  }
+
+  // Sends `m` from `from` and expects it rejected.
+  void SendAndExpect(const std::string& from, const wire::Message& m, RejectCause cause,
+                     wire::RejectReason reason, const std::string& text_part) {
+    ExpectRejected(h_.Deliver(from, m), from, m, cause, reason, text_part);
+  }
+
+  // The rest of the selection answers: the round closes with every accepted update and
+  // counts the rejections made while it was open.
+  void ExpectRoundStillCloses(uint32_t rejected = 1) {
+    for (size_t i = 1; i < selected_.size(); ++i) h_.Answer(selected_[i]);
+    auto closed = h_.Events<RoundEngine::RoundClosed>();
+    ASSERT_EQ(closed.size(), 1u);
+    EXPECT_EQ(closed[0].metrics.received, 4u);
+    EXPECT_EQ(closed[0].metrics.rejected, rejected);
+    EXPECT_THAT(closed[0].global, ElementsAre(1.0f, 1.0f));
+  }
+
+  Harness h_{WaitFor(6)};
+  std::vector<std::string> selected_;
+  std::string unselected_;
+  State before_;
+};
+
+TEST_F(RejectionTest, LateAfterTheDeadlineBeforeTheTimerFired) {
+  const std::string& node = selected_[1];
+  h_.env.Set(h_.engine->deadline_s());
+  auto m = h_.FitResultMessage(node, 1, {1.0f, 1.0f});
+  SendAndExpect(node, m, RejectCause::kLate, wire::RejectReason::kLate, "after its deadline");
+  // The timer then closes the round with the one update accepted in time (min_clients 2 not
+  // met: retried).
+  auto outs = h_.FireTimer();
+  EXPECT_EQ(Filter<RoundEngine::RoundRetried>(outs).size(), 1u);
+}
+
+TEST_F(RejectionTest, LateForARoundThatHasClosed) {
+  ExpectRoundStillCloses(/*rejected=*/0);
+  ASSERT_EQ(h_.engine->round(), 2u);
+  Snapshot(before_);
+  auto m = h_.FitResultMessage(selected_[0], 1, {1.0f, 1.0f});
+  SendAndExpect(selected_[0], m, RejectCause::kLate, wire::RejectReason::kLate,
+                "round 1, which has closed; the current round is 2");
+}
+
+TEST_F(RejectionTest, Duplicate) {
+  const std::string& node = selected_[0];  // already answered in SetUp
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f});
+  SendAndExpect(node, m, RejectCause::kDuplicate, wire::RejectReason::kDuplicate, "second update");
+  ExpectRoundStillCloses();  // the first update counts, not the 9s
+}
+
+TEST_F(RejectionTest, NotSelected) {
+  auto m = h_.FitResultMessage(unselected_, 1, {9.0f, 9.0f});
+  SendAndExpect(unselected_, m, RejectCause::kNotSelected, wire::RejectReason::kUnspecified,
+                "not selected for round 1");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, WrongRound) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 5, {9.0f, 9.0f});
+  SendAndExpect(node, m, RejectCause::kWrongRound, wire::RejectReason::kWrongRound,
+                "round 5, which has not started");
+  ExpectRoundStillCloses();  // and the node can still answer correctly
+}
+
+TEST_F(RejectionTest, WrongShape) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {1.0f, 1.0f, 1.0f});
+  SendAndExpect(node, m, RejectCause::kWrongShape, wire::RejectReason::kWrongShape,
+                "3 elements; the model has 2");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, NaN) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {1.0f, std::numeric_limits<float>::quiet_NaN()});
+  SendAndExpect(node, m, RejectCause::kNonFinite, wire::RejectReason::kNonFinite, "index 1");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, InfiniteTrainLoss) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {1.0f, 1.0f});
+  std::get<wire::FitResult>(m.body).train_loss = std::numeric_limits<double>::infinity();
+  SendAndExpect(node, m, RejectCause::kNonFinite, wire::RejectReason::kNonFinite, "train_loss");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, UnknownNode) {
+  wire::FitResult r;
+  r.round = 1;
+  r.num_examples = 100;
+  r.update = wire::FloatPayload(std::vector<float>{9.0f, 9.0f});
+  wire::Message m{wire::Header{kFed, "mallory", 1, 0, 77}, r};
+  SendAndExpect("mallory", m, RejectCause::kUnknownNode, wire::RejectReason::kNotEnrolled,
+                "Register first");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, WrongFederation) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f});
+  m.header.federation_id = "other-fed";
+  SendAndExpect(node, m, RejectCause::kWrongFederation, wire::RejectReason::kUnknownFederation,
+                "\"other-fed\"");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedCodec) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f});
+  std::get<wire::FitResult>(m.body).update.codec = "fp16";
+  SendAndExpect(node, m, RejectCause::kMalformed, wire::RejectReason::kMalformed, "\"fp16\"");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedPayloadBytes) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f});
+  std::get<wire::FitResult>(m.body).update.bytes.pop_back();
+  SendAndExpect(node, m, RejectCause::kMalformed, wire::RejectReason::kMalformed, "update payload");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedZeroExamples) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f}, /*num_examples=*/0);
+  SendAndExpect(node, m, RejectCause::kMalformed, wire::RejectReason::kMalformed,
+                "0 training examples");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedSenderIsNotTheAuthenticatedPeer) {
+  // `selected_[1]` claims to be `selected_[2]` in its header.
+  auto m = h_.FitResultMessage(selected_[2], 1, {9.0f, 9.0f});
+  SendAndExpect(selected_[1], m, RejectCause::kMalformed, wire::RejectReason::kMalformed,
+                "authenticated peer");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedRoundFieldsDisagree) {
+  const std::string& node = selected_[1];
+  auto m = h_.FitResultMessage(node, 1, {9.0f, 9.0f});
+  m.header.round = 2;
+  SendAndExpect(node, m, RejectCause::kMalformed, wire::RejectReason::kMalformed,
+                "differs from header round 2");
+  ExpectRoundStillCloses();
+}
+
+TEST_F(RejectionTest, MalformedMessageTypeFromANode) {
+  const std::string& node = selected_[1];
+  wire::Message m{h_.HeaderFrom(node, 1), wire::FitTask{}};
+  SendAndExpect(node, m, RejectCause::kMalformed, wire::RejectReason::kMalformed,
+                "nodes do not send FitTask");
+  ExpectRoundStillCloses();
+}
+
+TEST(RejectCauseTest, EveryCauseHasADistinctName) {
+  std::set<std::string_view> names;
+  for (size_t i = 0; i < kRejectCauseCount; ++i) {
+    names.insert(RejectCauseName(static_cast<RejectCause>(i)));
+  }
+  EXPECT_EQ(names.size(), kRejectCauseCount);
+  EXPECT_FALSE(names.contains("unknown"));
+}
+
+// ---- Restore -----------------------------------------------------------------------------
+
+RoundEngine::RestoredState MidRoundTwo() {
+  RoundEngine::RestoredState s;
+  s.round = 2;
+  s.model_version = 1;
+  s.global = {1.0f, 1.0f};
+  s.attempt = 1;
+  s.selected = {"b", "a"};
+  s.accepted = {{ClientUpdate{"a", 100, {1.0f, 2.0f}}}};  // its train loss is not known
+  return s;
+}
+
+TEST(RoundEngineRestoreTest, ResumesWithTheAcceptedUpdatesAndClosesWhenTheRestAnswer) {
+  Harness h(MidRoundTwo());
+  ASSERT_EQ(h.start_outputs.size(), 1u);
+  EXPECT_EQ(std::get<RoundEngine::SetTimer>(h.start_outputs[0]).at_seconds, 1000.0 + 60.0);
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kRoundOpen);
+  EXPECT_EQ(h.engine->round(), 2u);
+  EXPECT_EQ(h.engine->model_version(), 1u);
+  EXPECT_THAT(h.engine->selected(), ElementsAre("a", "b"));
+  EXPECT_THAT(h.engine->answered(), ElementsAre("a"));
+
+  // "a" already answered: it gets only the ack, and a re-sent update is a duplicate.
+  auto outs = h.Register("a", 100);
+  EXPECT_EQ(outs.size(), 1u);
+  EXPECT_FALSE(h.LastFitTask("a").has_value());
+  outs = h.Deliver("a", h.FitResultMessage("a", 2, {7.0f, 7.0f}));
+  ASSERT_EQ(Filter<RoundEngine::UpdateRejected>(outs).size(), 1u);
+  EXPECT_EQ(Filter<RoundEngine::UpdateRejected>(outs)[0].cause, RejectCause::kDuplicate);
+
+  // "b" reconnects and gets round 2's task on the restored global model.
+  h.Register("b", 300);
+  auto task = h.LastFitTask("b");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->round, 2u);
+  EXPECT_THAT(wire::PayloadFloats(task->global_model).value(), ElementsAre(1.0f, 1.0f));
+  outs = h.Deliver("b", h.FitResultMessage("b", 2, {5.0f, 6.0f}));
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].round, 2u);
+  EXPECT_EQ(closed[0].model_version, 2u);
+  // (100 * {1, 2} + 300 * {5, 6}) / 400.
+  EXPECT_THAT(closed[0].global, ElementsAre(4.0f, 5.0f));
+  EXPECT_EQ(closed[0].metrics.received, 2u);
+  EXPECT_EQ(closed[0].metrics.train_loss, 0.5);  // only b's loss is known
+  EXPECT_EQ(h.engine->round(), 3u);              // round 3 opened with a and b
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kRoundOpen);
+}
+
+TEST(RoundEngineRestoreTest, ClosesAtTheFreshDeadlineWithTheRestoredUpdates) {
+  RoundEngineOptions o = TestOptions();
+  o.min_clients = 1;
+  Harness h(MidRoundTwo(), o);
+  auto outs = h.FireTimer();
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_THAT(closed[0].global, ElementsAre(1.0f, 2.0f));
+  EXPECT_TRUE(std::isnan(closed[0].metrics.train_loss));
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);  // nobody connected
+}
+
+TEST(RoundEngineRestoreTest, ClosesAtStartWhenEverySelectedNodeHadAnswered) {
+  RoundEngine::RestoredState s = MidRoundTwo();
+  s.selected = {"a"};
+  s.accepted[0].train_loss = 0.75;
+  Harness h(s);
+  auto closed = Filter<RoundEngine::RoundClosed>(h.start_outputs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].round, 2u);
+  EXPECT_EQ(closed[0].metrics.train_loss, 0.75);
+  EXPECT_THAT(h.engine->global(), ElementsAre(1.0f, 2.0f));
+}
+
+TEST(RoundEngineRestoreTest, WithoutAnOpenAttemptWaitsAndSelectsAfresh) {
+  RoundEngine::RestoredState s = MidRoundTwo();
+  s.selected.clear();
+  s.accepted.clear();
+  s.attempt = 2;  // attempt 2 was about to open when the aggregator died
+  Harness h(s);
+  EXPECT_TRUE(h.start_outputs.empty());
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);
+  h.Register("x", 10);
+  auto outs = h.Register("y", 10);
+  auto opened = Filter<RoundEngine::RoundOpened>(outs);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].round, 2u);
+  EXPECT_EQ(opened[0].attempt, 2u);
+  EXPECT_EQ(opened[0].model_version, 1u);
+}
+
+TEST(RoundEngineRestoreTest, RejectsAnInconsistentState) {
+  FakeEnv env(1);
+  struct Case {
+    std::function<void(RoundEngine::RestoredState&)> mutate;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& s) { s.round = 0; }, "round 0 is outside"},
+      {[](auto& s) { s.round = 4; }, "round 4 is outside"},
+      {[](auto& s) { s.attempt = 0; }, "attempt is 0"},
+      {[](auto& s) { s.attempt = 4; }, "exceeds max_retries + 1"},
+      {[](auto& s) { s.global.clear(); }, "no parameters"},
+      {[](auto& s) {
+         s.selected = {"a", "a", "b"};
+       },
+       "selected twice"},
+      {[](auto& s) { s.selected = {"b"}; }, "not among the selected"},
+      {[](auto& s) { s.accepted[0].update.num_examples = 0; }, "0 examples"},
+      {[](auto& s) { s.accepted[0].update.params = {1.0f}; }, "1 elements; the model has 2"},
+      {[](auto& s) { s.accepted[0].update.params[1] = std::nanf(""); }, "index 1"},
+      {[](auto& s) { s.accepted.push_back(s.accepted[0]); }, "two accepted updates"},
+  };
+  for (const Case& c : cases) {
+    RoundEngine::RestoredState s = MidRoundTwo();
+    c.mutate(s);
+    auto r = RoundEngine::Restore(TestOptions(), &env, std::make_unique<FedAvg>(), {}, s);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(c.expect));
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh
