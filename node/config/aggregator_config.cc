@@ -1,0 +1,128 @@
+#include "node/config/aggregator_config.h"
+
+#include "node/config/config_loader.h"
+
+namespace fedmesh {
+
+const ConfigSchema& AggregatorConfigSchema() {
+  static const ConfigSchema* schema = [] {
+    using T = ConfigType;
+    std::vector<std::string> strategies;
+    for (std::string_view n : KnownStrategyNames()) strategies.emplace_back(n);
+    auto* s = new ConfigSchema;
+    s->name = "fedmesh-aggregator";
+    s->description =
+        "The federation operator's config: the federation, the aggregator's socket, keys and "
+        "store, how rounds run, and the local training settings sent to nodes with every task.";
+    s->keys = {
+        RequiredKey("federation", "id", T::kString,
+                    "The federation every message must name; printable ASCII, no spaces"),
+        StringKey("aggregator", "id", "aggregator", "Sender id of the aggregator's messages"),
+        StringKey("aggregator", "listen", "tcp://*:5555", "ZeroMQ endpoint to bind"),
+        StringKey("aggregator", "key", "aggregator.key", "The aggregator's long-term key pair file (0600)")
+            .Path(),
+        StringKey("aggregator", "allow", "allow",
+                  "Directory of enrolled node public keys; only these may connect")
+            .Path(),
+        StringKey("aggregator", "db", "aggregator.db", "The aggregator's SQLite store").Path(),
+        StringKey("aggregator", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
+        IntKey("aggregator", "heartbeat_ms", 5000, "How often nodes send a heartbeat, in milliseconds")
+            .Min(1)
+            .Max(86400000),
+        IntKey("rounds", "total", 10, "Rounds to run").Min(1).Max(1000000000),
+        IntKey("rounds", "clients_per_round", 10,
+               "Nodes selected per round (all connected ones when fewer are connected)")
+            .Min(1)
+            .Max(1000000),
+        IntKey("rounds", "min_clients", 2,
+               "Fewest answers with which a round may close; <= clients_per_round")
+            .Min(1)
+            .Max(1000000),
+        IntKey("rounds", "min_available_clients", 0,
+               "Connected nodes needed before a round opens; 0 = min_clients")
+            .Min(0)
+            .Max(1000000),
+        FloatKey("rounds", "timeout_s", 600.0, "Seconds from opening a round to its deadline")
+            .Min(0, true)
+            .Max(31536000),
+        IntKey("rounds", "max_retries", 3, "Retries of a round that timed out below min_clients")
+            .Min(0)
+            .Max(1000000),
+        StringKey("rounds", "strategy", "fedavg", "How updates are combined").Choices(strategies),
+        FloatKey("rounds", "prox_mu", 0.01, "fedprox: the proximal coefficient mu sent to nodes")
+            .Min(0, true),
+        IntKey("train", "epochs", 1, "Local epochs each node runs per round").Min(1).Max(1000000),
+        IntKey("train", "batch", 32, "Local batch size").Min(1).Max(1000000),
+        FloatKey("train", "lr", 0.01, "Local SGD learning rate").Min(0, true),
+        FloatKey("train", "momentum", 0.0, "Local heavy-ball momentum").Min(0).Max(1, true),
+        StringKey("model", "name", "mlp", "Model architecture of the global model")
+            .Choices(KnownModelNames()),
+        IntKey("model", "seed", 0, "Seed of the initial global model").Min(0),
+        StringKey("eval", "dataset", "fashion-mnist",
+                  "Held-out data the global model is evaluated on after each round; empty = none")
+            .Path(PathKind::kDataSource),
+    };
+    return s;
+  }();
+  return *schema;
+}
+
+Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
+                                              const std::vector<std::string>& overrides) {
+  FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(AggregatorConfigSchema(), path, overrides));
+  AggregatorConfig c;
+  c.config_path = path;
+  c.federation_id = v.GetString("federation", "id");
+  c.listen = v.GetString("aggregator", "listen");
+  c.key_path = v.GetString("aggregator", "key");
+  c.allow_dir = v.GetString("aggregator", "allow");
+  c.db_path = v.GetString("aggregator", "db");
+  c.metrics_path = v.GetString("aggregator", "metrics");
+
+  RoundEngineOptions& r = c.rounds;
+  r.federation_id = c.federation_id;
+  r.aggregator_id = v.GetString("aggregator", "id");
+  r.heartbeat_interval_ms = static_cast<uint64_t>(v.GetInt("aggregator", "heartbeat_ms"));
+  r.total_rounds = static_cast<uint64_t>(v.GetInt("rounds", "total"));
+  r.clients_per_round = static_cast<int>(v.GetInt("rounds", "clients_per_round"));
+  r.min_clients = static_cast<int>(v.GetInt("rounds", "min_clients"));
+  r.min_available_clients = static_cast<int>(v.GetInt("rounds", "min_available_clients"));
+  r.timeout_s = v.GetFloat("rounds", "timeout_s");
+  r.max_retries = static_cast<int>(v.GetInt("rounds", "max_retries"));
+  r.local_epochs = static_cast<int>(v.GetInt("train", "epochs"));
+  r.batch_size = static_cast<int>(v.GetInt("train", "batch"));
+  r.learning_rate = v.GetFloat("train", "lr");
+  r.momentum = v.GetFloat("train", "momentum");
+
+  c.strategy = v.GetString("rounds", "strategy");
+  c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
+  c.model.name = v.GetString("model", "name");
+  c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
+  c.eval_dataset = v.GetString("eval", "dataset");
+
+  // Field names as Validate(RoundEngineOptions) spells them; longer names first where one
+  // contains another, so "min_available_clients" is not taken for "min_clients".
+  static const std::vector<FieldKey> kRoundFields = {
+      {"federation_id", "federation", "id"},
+      {"aggregator_id", "aggregator", "id"},
+      {"total_rounds", "rounds", "total"},
+      {"clients_per_round", "rounds", "clients_per_round"},
+      {"min_available_clients", "rounds", "min_available_clients"},
+      {"min_clients", "rounds", "min_clients"},
+      {"timeout_s", "rounds", "timeout_s"},
+      {"max_retries", "rounds", "max_retries"},
+      {"local_epochs", "train", "epochs"},
+      {"batch_size", "train", "batch"},
+      {"learning_rate", "train", "lr"},
+      {"momentum", "train", "momentum"},
+      {"heartbeat_interval_ms", "aggregator", "heartbeat_ms"},
+  };
+  FM_RETURN_IF_ERROR(AttributeToKey(Validate(r), v, kRoundFields));
+  auto strategy = MakeStrategy(c.strategy, c.strategy_options);
+  FM_RETURN_IF_ERROR(AttributeToKey(strategy.status(), v,
+                                    {{"prox_mu", "rounds", "prox_mu"}, {"", "rounds", "strategy"}}));
+  FM_RETURN_IF_ERROR(AttributeToKey(ValidateModelName(c.model.name), v, {{"", "model", "name"}}));
+  return c;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,49 @@
+// AggregatorConfig: what `fedmesh-aggregator --config agg.toml` reads: the federation, the
+// aggregator's socket, key, allowlist, store and metrics, the round engine's settings
+// (RoundEngineOptions), the strategy, the initial model and the evaluation data. The schema
+// (AggregatorConfigSchema) is the single source of the keys; docs/config.md is rendered
+// from it. Thread-safety: pure functions returning values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aggregator/round_engine.h"
+#include "aggregator/strategy.h"
+#include "core/model_zoo.h"
+#include "core/status.h"
+#include "node/config/config_schema.h"
+
+namespace fedmesh {
+
+struct AggregatorConfig {
+  std::string config_path;  // the file loaded; empty when none
+  std::string federation_id;  // [federation] id; also rounds.federation_id
+  // [aggregator]
+  std::string listen;        // ZeroMQ endpoint to bind, e.g. tcp://*:5555
+  std::string key_path;      // the aggregator's long-term key pair
+  std::string allow_dir;     // enrolled node public keys, one file each
+  std::string db_path;       // the aggregator's SQLite store
+  std::string metrics_path;  // per-round JSON lines; empty = none
+  // [rounds], [train], [aggregator] id/heartbeat_ms, plus federation_id.
+  RoundEngineOptions rounds;
+  // [rounds] strategy / prox_mu
+  std::string strategy = "fedavg";
+  StrategyOptions strategy_options;
+  // [model]
+  ModelSpec model;
+  uint64_t model_seed = 0;
+  // [eval]
+  std::string eval_dataset;  // data source of the held-out set; empty = no evaluation
+};
+
+const ConfigSchema& AggregatorConfigSchema();
+
+// LoadConfig(AggregatorConfigSchema(), path, overrides), converted to AggregatorConfig and
+// checked with Validate(RoundEngineOptions), MakeStrategy and ValidateModelName; every error
+// names the file (or --set) and the key.
+Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
+                                              const std::vector<std::string>& overrides);
+
+}  // namespace fedmesh

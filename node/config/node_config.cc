@@ -1,0 +1,113 @@
+#include "node/config/node_config.h"
+
+#include "node/config/config_loader.h"
+
+namespace fedmesh {
+
+const ConfigSchema& NodeConfigSchema() {
+  static const ConfigSchema* schema = [] {
+    using T = ConfigType;
+    auto* s = new ConfigSchema;
+    s->name = "fedmesh-node";
+    s->description =
+        "A site's config: who it is, where the aggregator is, which data it trains on and "
+        "how. Keys of `[data]` that define the split (`dataset`, `partition`, `alpha`, "
+        "`num_partitions`, `seed`) must be the same on every node of a simulated split; "
+        "only `index` differs.";
+    s->keys = {
+        RequiredKey("node", "id", T::kString,
+                    "This site's id: in every message and log line; printable ASCII, no spaces"),
+        StringKey("node", "key", "node.key", "This site's long-term key pair file (0600)").Path(),
+        StringKey("node", "db", "node.db", "The node's SQLite store (checkpoints, state)").Path(),
+        StringKey("node", "metrics", "", "Per-epoch metrics as JSON lines; empty = none").Path(),
+        RequiredKey("aggregator", "endpoint", T::kString,
+                    "The aggregator's ZeroMQ endpoint, e.g. tcp://aggregator.example:5555"),
+        RequiredKey("aggregator", "public_key", T::kString,
+                    "The aggregator's public key file, as fedmesh-keys wrote it")
+            .Path(),
+        StringKey("data", "dataset", "fashion-mnist",
+                  "Training data: fashion-mnist, or csv:PATH for a tabular site")
+            .Path(PathKind::kDataSource),
+        StringKey("data", "test", "",
+                  "Held-out data; empty = the dataset's own test split (required for csv)")
+            .Path(PathKind::kDataSource),
+        StringKey("data", "label_column", "", "csv only: the column holding integer class labels"),
+        IntKey("data", "num_classes", 0, "csv only: number of classes; 0 = max label + 1 of the file")
+            .Min(0)
+            .Max(1000000),
+        StringKey("data", "partition", "iid",
+                  "How the dataset is split among num_partitions simulated sites")
+            .Choices({"iid", "dirichlet", "shards", "quantity"}),
+        FloatKey("data", "alpha", 0.5,
+                 "dirichlet: label concentration; 0.1 = few classes per site, 100+ = near IID")
+            .Min(0, true),
+        IntKey("data", "shards", 2, "shards: label-sorted shards per partition").Min(1).Max(1000000),
+        FloatKey("data", "quantity_sigma", 1.0, "quantity: sigma of the log-normal partition sizes")
+            .Min(0),
+        IntKey("data", "num_partitions", 1, "Number of partitions; 1 = all the data").Min(1).Max(1000000),
+        IntKey("data", "index", 0, "This site's partition, in [0, num_partitions)").Min(0).Max(999999),
+        IntKey("data", "seed", 0, "Seed of the split; the same on every site").Min(0),
+        StringKey("model", "name", "mlp", "Model architecture").Choices(KnownModelNames()),
+        IntKey("model", "seed", 0, "Seed of model initialisation, shuffling and dropout").Min(0),
+        IntKey("train", "epochs", 1, "Local passes over this site's data").Min(1).Max(1000000),
+        IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
+        FloatKey("train", "lr", 0.01, "SGD learning rate").Min(0, true),
+        FloatKey("train", "momentum", 0.0, "Heavy-ball momentum").Min(0).Max(1, true),
+        FloatKey("train", "weight_decay", 0.0, "L2 penalty coefficient").Min(0),
+        FloatKey("train", "prox_mu", 0.0, "FedProx proximal coefficient mu; 0 = plain SGD").Min(0),
+        IntKey("train", "threads", 0, "Compute threads; 0 = all cores").Min(0).Max(4096),
+        StringKey("train", "device", "cpu", "Where to train: cpu, auto (a GPU when present) or cuda[:N]"),
+    };
+    return s;
+  }();
+  return *schema;
+}
+
+Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(NodeConfigSchema(), path, overrides));
+  NodeConfig c;
+  c.config_path = path;
+  c.node_id = v.GetString("node", "id");
+  c.key_path = v.GetString("node", "key");
+  c.db_path = v.GetString("node", "db");
+  c.aggregator_endpoint = v.GetString("aggregator", "endpoint");
+  c.aggregator_public_key_path = v.GetString("aggregator", "public_key");
+
+  LocalTrainingOptions& t = c.training;
+  t.node_id = c.node_id;
+  t.metrics_path = v.GetString("node", "metrics");
+  t.data.train = v.GetString("data", "dataset");
+  t.data.test = v.GetString("data", "test");
+  t.data.label_column = v.GetString("data", "label_column");
+  t.data.num_classes = static_cast<int>(v.GetInt("data", "num_classes"));
+  t.partition.scheme = v.GetString("data", "partition");
+  t.partition.alpha = v.GetFloat("data", "alpha");
+  t.partition.shards_per_partition = static_cast<int>(v.GetInt("data", "shards"));
+  t.partition.quantity_sigma = v.GetFloat("data", "quantity_sigma");
+  t.partition.num_partitions = static_cast<int>(v.GetInt("data", "num_partitions"));
+  t.partition.seed = static_cast<uint64_t>(v.GetInt("data", "seed"));
+  t.index = static_cast<int>(v.GetInt("data", "index"));
+  t.model.name = v.GetString("model", "name");
+  t.seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
+  t.epochs = static_cast<int>(v.GetInt("train", "epochs"));
+  t.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
+  t.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
+  t.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
+  t.trainer.sgd.weight_decay = static_cast<float>(v.GetFloat("train", "weight_decay"));
+  t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
+  t.threads = static_cast<int>(v.GetInt("train", "threads"));
+  t.device = v.GetString("train", "device");
+
+  // The messages of ValidateLocalTrainingOptions (and the validators it calls) name these.
+  static const std::vector<FieldKey> kFields = {
+      {"index", "data", "index"},           {"num-partitions", "data", "num_partitions"},
+      {"epochs", "train", "epochs"},        {"threads", "train", "threads"},
+      {"model", "model", "name"},           {"batch size", "train", "batch"},
+      {"learning rate", "train", "lr"},     {"momentum", "train", "momentum"},
+      {"weight decay", "train", "weight_decay"}, {"FedProx mu", "train", "prox_mu"},
+  };
+  FM_RETURN_IF_ERROR(AttributeToKey(ValidateLocalTrainingOptions(t), v, kFields));
+  return c;
+}
+
+}  // namespace fedmesh

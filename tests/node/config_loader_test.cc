@@ -1,0 +1,481 @@
+// Tests of the config schema, loader, node/aggregator configs, example configs and
+// docs/config.md. Every suite starts with "Config" so `--gtest_filter='Config*'` runs
+// exactly these (node_tests also holds slow training tests).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "node/config/aggregator_config.h"
+#include "node/config/config_loader.h"
+#include "node/config/config_schema.h"
+#include "node/config/node_config.h"
+
+namespace fedmesh {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A schema with every type, range, choice and path kind, independent of the real configs.
+const ConfigSchema& TestSchema() {
+  static const ConfigSchema* s = [] {
+    auto* schema = new ConfigSchema;
+    schema->name = "test";
+    schema->keys = {
+        RequiredKey("node", "id", ConfigType::kString, "the id"),
+        StringKey("node", "key", "node.key", "key file").Path(),
+        StringKey("node", "mode", "fast", "mode").Choices({"fast", "slow"}),
+        StringKey("data", "dataset", "fashion-mnist", "data").Path(PathKind::kDataSource),
+        IntKey("train", "epochs", 1, "epochs").Min(1).Max(100),
+        FloatKey("train", "lr", 0.01, "learning rate").Min(0, true),
+        FloatKey("train", "momentum", 0.0, "momentum").Min(0).Max(1, true),
+        BoolKey("train", "verbose", false, "chatty"),
+        StringListKey("train", "tags", {"a"}, "labels"),
+    };
+    return schema;
+  }();
+  return *s;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("fedmesh_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  // Writes `text` to `name` (subfolders created) and returns its path.
+  std::string Write(const std::string& name, const std::string& text) const {
+    fs::path p = path_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+Status LoadError(const std::string& path, const std::vector<std::string>& sets = {"node.id=n"}) {
+  auto r = LoadConfig(TestSchema(), path, sets);
+  EXPECT_FALSE(r.ok()) << "expected an error";
+  return r.status();
+}
+
+TEST(ConfigLoader, DefaultsWithoutFile) {
+  auto r = LoadConfig(TestSchema(), "", {"node.id=n1"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->GetString("node", "id"), "n1");
+  EXPECT_EQ(r->GetInt("train", "epochs"), 1);
+  EXPECT_DOUBLE_EQ(r->GetFloat("train", "lr"), 0.01);
+  EXPECT_FALSE(r->GetBool("train", "verbose"));
+  EXPECT_EQ(r->GetStringList("train", "tags"), std::vector<std::string>{"a"});
+  EXPECT_EQ(r->GetString("node", "key"), "node.key");  // no file: relative to the cwd
+  EXPECT_FALSE(r->IsSet("train", "lr"));
+  EXPECT_TRUE(r->IsSet("node", "id"));
+  EXPECT_EQ(r->Origin("train", "lr"), "default");
+}
+
+TEST(ConfigLoader, FileValues) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", R"(
+[node]
+id = "site-1"
+mode = "slow"
+[train]
+epochs = 5
+lr = 1          # an integer is accepted for a float
+verbose = true
+tags = ["x", "y"]
+)");
+  auto r = LoadConfig(TestSchema(), path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->GetString("node", "id"), "site-1");
+  EXPECT_EQ(r->GetString("node", "mode"), "slow");
+  EXPECT_EQ(r->GetInt("train", "epochs"), 5);
+  EXPECT_DOUBLE_EQ(r->GetFloat("train", "lr"), 1.0);
+  EXPECT_TRUE(r->GetBool("train", "verbose"));
+  EXPECT_EQ(r->GetStringList("train", "tags"), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(r->Origin("train", "epochs"), path + ":6:10");
+  EXPECT_DOUBLE_EQ(r->GetFloat("train", "momentum"), 0.0);  // untouched default
+}
+
+TEST(ConfigLoader, SetOverridesFileAndIsParsedAsTheKeysType) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[node]\nid = \"a\"\n[train]\nlr = 0.5\nepochs = 2\n");
+  auto r = LoadConfig(TestSchema(), path,
+                      {"train.lr=0.02", "train.verbose=true", "train.tags=p, q,r", "node.id=b",
+                       "train.epochs=3", "train.epochs=4", "node.mode=slow"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->GetFloat("train", "lr"), 0.02);
+  EXPECT_TRUE(r->GetBool("train", "verbose"));
+  EXPECT_EQ(r->GetStringList("train", "tags"), (std::vector<std::string>{"p", "q", "r"}));
+  EXPECT_EQ(r->GetString("node", "id"), "b");
+  EXPECT_EQ(r->GetInt("train", "epochs"), 4);  // the later --set wins
+  EXPECT_EQ(r->Origin("train", "lr"), "--set train.lr=0.02");
+
+  auto empty = LoadConfig(TestSchema(), path, {"train.tags="});
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->GetStringList("train", "tags").empty());
+}
+
+TEST(ConfigLoader, MissingFileIsNotFound) {
+  Status s = LoadError("/nonexistent/dir/agg.toml");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("config file '/nonexistent/dir/agg.toml' does not exist"));
+}
+
+TEST(ConfigLoader, SyntaxErrorGivesLineAndColumn) {
+  TempDir dir;
+  std::string path = dir.Write("bad.toml", "[node]\nid = \"a\"\n[train]\nlr = = 0.1\n");
+  Status s = LoadError(path);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(path + ":4:"));
+  EXPECT_THAT(s.message(), HasSubstr("TOML syntax error"));
+}
+
+TEST(ConfigLoader, UnknownSectionSuggestsClosest) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[node]\nid = \"a\"\n\n[trian]\nlr = 0.1\n");
+  Status s = LoadError(path);
+  EXPECT_THAT(s.message(), HasSubstr(path + ":4:2: unknown section [trian] (did you mean [train]?)"));
+}
+
+TEST(ConfigLoader, UnknownKeySuggestsClosest) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[train]\nlrr = 0.1\n");
+  Status s = LoadError(path);
+  EXPECT_THAT(s.message(), HasSubstr(path + ":2:1: unknown key 'lrr' in [train] (did you mean 'lr'?)"));
+}
+
+TEST(ConfigLoader, KeyInWrongSectionNamesItsSection) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[node]\nepochs = 3\n");
+  Status s = LoadError(path);
+  EXPECT_THAT(s.message(), HasSubstr("unknown key 'epochs' in [node] (did you mean [train] epochs?"));
+
+  std::string top = dir.Write("top.toml", "lr = 0.1\n");
+  EXPECT_THAT(LoadError(top).message(),
+              HasSubstr("key 'lr' is outside any section; did you mean to put it under [train]?"));
+}
+
+TEST(ConfigLoader, UnknownKeyFarFromAnyListsTheSectionsKeys) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[train]\nzzzzzzzz = 1\n");
+  EXPECT_THAT(LoadError(path).message(),
+              HasSubstr("known keys in [train]: epochs, lr, momentum, verbose, tags"));
+}
+
+TEST(ConfigLoader, WrongTypeSaysExpectedAndGot) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[train]\nlr = \"fast\"\n");
+  EXPECT_THAT(LoadError(path).message(),
+              HasSubstr(path + ":2:6: [train] lr: expected float, got string \"fast\""));
+
+  std::string p2 = dir.Write("c2.toml", "[train]\nepochs = 1.5\n");
+  EXPECT_THAT(LoadError(p2).message(), HasSubstr("[train] epochs: expected integer, got float 1.5"));
+
+  std::string p3 = dir.Write("c3.toml", "[train]\ntags = [\"a\", 2]\n");
+  EXPECT_THAT(LoadError(p3).message(),
+              HasSubstr("[train] tags: expected list of strings, got an array whose element 1 is a "
+                        "integer 2"));
+
+  std::string p4 = dir.Write("c4.toml", "[train]\nverbose = \"yes\"\n");
+  EXPECT_THAT(LoadError(p4).message(), HasSubstr("[train] verbose: expected boolean, got string"));
+}
+
+TEST(ConfigLoader, OutOfRangeAndChoices) {
+  TempDir dir;
+  EXPECT_THAT(LoadError(dir.Write("a.toml", "[train]\nepochs = 0\n")).message(),
+              HasSubstr(":2:10: [train] epochs: must be in [1, 100], got 0"));
+  EXPECT_THAT(LoadError(dir.Write("b.toml", "[train]\nlr = 0.0\n")).message(),
+              HasSubstr("[train] lr: must be > 0.0, got 0.0"));
+  EXPECT_THAT(LoadError(dir.Write("c.toml", "[train]\nmomentum = 1.0\n")).message(),
+              HasSubstr("[train] momentum: must be in [0.0, 1.0), got 1.0"));
+  EXPECT_THAT(LoadError(dir.Write("d.toml", "[train]\nlr = nan\n")).message(),
+              HasSubstr("[train] lr: must be a finite number"));
+  EXPECT_THAT(LoadError(dir.Write("e.toml", "[node]\nmode = \"medium\"\n")).message(),
+              HasSubstr("[node] mode: must be one of \"fast\", \"slow\"; got \"medium\""));
+}
+
+TEST(ConfigLoader, MissingRequiredKey) {
+  TempDir dir;
+  std::string path = dir.Write("c.toml", "[train]\nlr = 0.1\n");
+  auto r = LoadConfig(TestSchema(), path, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(path + ": missing required key [node] id (the id); add it under [node] or "
+                               "pass --set node.id=..."));
+}
+
+TEST(ConfigLoader, MalformedSet) {
+  EXPECT_THAT(LoadError("", {"train.lr"}).message(),
+              HasSubstr("--set train.lr: expected section.key=value (no '=' found)"));
+  EXPECT_THAT(LoadError("", {"lr=0.1"}).message(),
+              HasSubstr("--set lr=0.1: the key 'lr' needs its section; did you mean --set "
+                        "train.lr=0.1?"));
+  EXPECT_THAT(LoadError("", {"=3"}).message(), HasSubstr("needs its section"));
+  EXPECT_THAT(LoadError("", {"trian.lr=1"}).message(),
+              HasSubstr("--set trian.lr=1: unknown section [trian] (did you mean [train]?)"));
+  EXPECT_THAT(LoadError("", {"train.lrr=1"}).message(),
+              HasSubstr("--set train.lrr=1: unknown key 'lrr' in [train] (did you mean 'lr'?)"));
+  EXPECT_THAT(LoadError("", {"node.id=n", "train.lr=abc"}).message(),
+              HasSubstr("--set train.lr=abc: [train] lr: expected float, got 'abc'"));
+  EXPECT_THAT(LoadError("", {"node.id=n", "train.epochs=2x"}).message(),
+              HasSubstr("[train] epochs: expected integer, got '2x'"));
+  EXPECT_THAT(LoadError("", {"node.id=n", "train.verbose=yes"}).message(),
+              HasSubstr("[train] verbose: expected boolean (true or false), got 'yes'"));
+  EXPECT_THAT(LoadError("", {"node.id=n", "train.epochs=500"}).message(),
+              HasSubstr("--set train.epochs=500: [train] epochs: must be in [1, 100], got 500"));
+}
+
+TEST(ConfigLoader, RelativePathsResolveAgainstTheConfigFilesDirectory) {
+  TempDir dir;
+  std::string path = dir.Write("site/c.toml", R"(
+[node]
+id = "a"
+key = "keys/a.key"
+[data]
+dataset = "csv:data/train.csv"
+)");
+  const fs::path base = dir.path() / "site";
+  auto r = LoadConfig(TestSchema(), path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->GetString("node", "key"), (base / "keys/a.key").string());
+  EXPECT_EQ(r->GetString("data", "dataset"), "csv:" + (base / "data/train.csv").string());
+
+  // Defaults follow the file too; named data sources and absolute paths are kept.
+  std::string p2 = dir.Write("site/d.toml", "[node]\nid = \"a\"\n");
+  auto d = LoadConfig(TestSchema(), p2, {});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->GetString("node", "key"), (base / "node.key").string());
+  EXPECT_EQ(d->GetString("data", "dataset"), "fashion-mnist");
+
+  // --set values are command-line paths: relative to the working directory, kept as typed.
+  auto s = LoadConfig(TestSchema(), path, {"node.key=mine.key", "data.dataset=csv:/abs/x.csv"});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->GetString("node", "key"), "mine.key");
+  EXPECT_EQ(s->GetString("data", "dataset"), "csv:/abs/x.csv");
+}
+
+TEST(ConfigSchema, EditDistanceAndRangeText) {
+  EXPECT_EQ(EditDistance("lr", "lr"), 0u);
+  EXPECT_EQ(EditDistance("lrr", "lr"), 1u);
+  EXPECT_EQ(EditDistance("", "abc"), 3u);
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
+  EXPECT_EQ(TestSchema().Find("train", "momentum")->RangeText(), "in [0.0, 1.0)");
+  EXPECT_EQ(TestSchema().Find("train", "lr")->RangeText(), "> 0.0");
+  EXPECT_EQ(FormatDefault(*TestSchema().Find("train", "tags")), "[\"a\"]");
+  EXPECT_EQ(FormatDefault(*TestSchema().Find("node", "id")), "(required)");
+}
+
+TEST(ConfigNode, LoadsTypedConfig) {
+  TempDir dir;
+  std::string path = dir.Write("node.toml", R"(
+[node]
+id = "site-2"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "/etc/fedmesh/agg.pub"
+[data]
+partition = "dirichlet"
+alpha = 0.3
+num_partitions = 8
+index = 5
+[model]
+name = "cnn"
+seed = 9
+[train]
+epochs = 3
+batch = 64
+lr = 0.1
+momentum = 0.9
+prox_mu = 0.01
+threads = 2
+device = "auto"
+)");
+  auto r = LoadNodeConfig(path, {"train.lr=0.2"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const NodeConfig& c = *r;
+  EXPECT_EQ(c.node_id, "site-2");
+  EXPECT_EQ(c.training.node_id, "site-2");
+  EXPECT_EQ(c.aggregator_endpoint, "tcp://agg:5555");
+  EXPECT_EQ(c.aggregator_public_key_path, "/etc/fedmesh/agg.pub");
+  EXPECT_EQ(c.key_path, (dir.path() / "node.key").string());
+  EXPECT_EQ(c.db_path, (dir.path() / "node.db").string());
+  EXPECT_EQ(c.training.data.train, "fashion-mnist");
+  EXPECT_EQ(c.training.partition.scheme, "dirichlet");
+  EXPECT_DOUBLE_EQ(c.training.partition.alpha, 0.3);
+  EXPECT_EQ(c.training.partition.num_partitions, 8);
+  EXPECT_EQ(c.training.index, 5);
+  EXPECT_EQ(c.training.model.name, "cnn");
+  EXPECT_EQ(c.training.seed, 9u);
+  EXPECT_EQ(c.training.epochs, 3);
+  EXPECT_EQ(c.training.trainer.batch_size, 64);
+  EXPECT_FLOAT_EQ(c.training.trainer.sgd.lr, 0.2f);
+  EXPECT_FLOAT_EQ(c.training.trainer.sgd.momentum, 0.9f);
+  EXPECT_FLOAT_EQ(c.training.trainer.sgd.prox_mu, 0.01f);
+  EXPECT_EQ(c.training.threads, 2);
+  EXPECT_EQ(c.training.device, "auto");
+}
+
+TEST(ConfigNode, ValidatorErrorNamesTheKey) {
+  TempDir dir;
+  std::string path = dir.Write("node.toml", R"([node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[data]
+num_partitions = 4
+index = 4
+)");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ":8:9: [data] index: index 4 is outside [0, 4)"));
+
+  auto m = LoadNodeConfig(path, {"data.index=1", "model.name=resnet"});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(),
+              HasSubstr("--set model.name=resnet: [model] name: must be one of \"logreg\", \"mlp\", \"cnn\""));
+}
+
+TEST(ConfigAggregator, LoadsTypedConfig) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"(
+[federation]
+id = "fed-1"
+[aggregator]
+listen = "tcp://*:7000"
+allow = "enrolled"
+[rounds]
+total = 20
+clients_per_round = 5
+min_clients = 3
+timeout_s = 30
+strategy = "fedprox"
+prox_mu = 0.1
+[train]
+epochs = 2
+lr = 0.05
+[model]
+name = "logreg"
+seed = 3
+[eval]
+dataset = ""
+)");
+  auto r = LoadAggregatorConfig(path, {"rounds.total=25"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const AggregatorConfig& c = *r;
+  EXPECT_EQ(c.federation_id, "fed-1");
+  EXPECT_EQ(c.rounds.federation_id, "fed-1");
+  EXPECT_EQ(c.listen, "tcp://*:7000");
+  EXPECT_EQ(c.allow_dir, (dir.path() / "enrolled").string());
+  EXPECT_EQ(c.key_path, (dir.path() / "aggregator.key").string());
+  EXPECT_EQ(c.metrics_path, "");
+  EXPECT_EQ(c.rounds.total_rounds, 25u);
+  EXPECT_EQ(c.rounds.clients_per_round, 5);
+  EXPECT_EQ(c.rounds.min_clients, 3);
+  EXPECT_DOUBLE_EQ(c.rounds.timeout_s, 30.0);
+  EXPECT_EQ(c.rounds.local_epochs, 2);
+  EXPECT_DOUBLE_EQ(c.rounds.learning_rate, 0.05);
+  EXPECT_EQ(c.strategy, "fedprox");
+  EXPECT_DOUBLE_EQ(c.strategy_options.prox_mu, 0.1);
+  EXPECT_EQ(c.model.name, "logreg");
+  EXPECT_EQ(c.model_seed, 3u);
+  EXPECT_EQ(c.eval_dataset, "");
+}
+
+TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[rounds]\nmin_clients = 8\n");
+  auto r = LoadAggregatorConfig(path, {});  // clients_per_round defaults to 10
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto bad = LoadAggregatorConfig(path, {"rounds.clients_per_round=4"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr(path + ":4:15: [rounds] min_clients: min_clients (8) exceeds clients_per_round (4)"));
+
+  auto id = LoadAggregatorConfig(path, {"federation.id=has space"});
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr("--set federation.id=has space: [federation] id: "));
+
+  auto missing = LoadAggregatorConfig("", {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing required key [federation] id"));
+}
+
+const char* SourceDir() { return FEDMESH_SOURCE_DIR; }
+
+TEST(ConfigExamples, FashionMnistConfigsLoad) {
+  const fs::path dir = fs::path(SourceDir()) / "examples/fashion-mnist";
+  auto agg = LoadAggregatorConfig((dir / "aggregator.toml").string(), {});
+  ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+  EXPECT_EQ(agg->rounds.total_rounds, 10u);
+  EXPECT_EQ(agg->model.name, "mlp");
+  EXPECT_EQ(agg->strategy, "fedavg");
+  for (int i = 1; i <= 4; ++i) {
+    std::string path = (dir / ("node" + std::to_string(i) + ".toml")).string();
+    auto n = LoadNodeConfig(path, {});
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_EQ(n->training.index, i - 1) << path;
+    EXPECT_EQ(n->training.partition.scheme, "dirichlet");
+    EXPECT_DOUBLE_EQ(n->training.partition.alpha, 0.5);
+    EXPECT_EQ(n->training.partition.num_partitions, 4);
+    EXPECT_EQ(n->training.model.name, agg->model.name);
+    EXPECT_EQ(n->training.seed, agg->model_seed);
+    EXPECT_EQ(n->aggregator_endpoint, "tcp://127.0.0.1:5555");
+    EXPECT_EQ(n->node_id, "site-" + std::to_string(i));
+  }
+}
+
+std::string RenderedPage() {
+  return RenderConfigDocsPage({&NodeConfigSchema(), &AggregatorConfigSchema()});
+}
+
+// To regenerate: FEDMESH_REGENERATE_CONFIG_DOCS=1 node_tests --gtest_filter='ConfigDocs*'
+TEST(ConfigDocs, UpToDate) {
+  const fs::path path = fs::path(SourceDir()) / "docs/config.md";
+  std::string expected = RenderedPage();
+  if (std::getenv("FEDMESH_REGENERATE_CONFIG_DOCS")) std::ofstream(path) << expected;
+  std::ifstream in(path);
+  std::stringstream actual;
+  actual << in.rdbuf();
+  EXPECT_EQ(actual.str(), expected)
+      << path << " is out of date; replace it with the text below (or rerun with "
+      << "FEDMESH_REGENERATE_CONFIG_DOCS=1):\n" << expected;
+}
+
+TEST(ConfigDocs, FileMentionsEveryKeyInItsSection) {
+  std::ifstream in(fs::path(SourceDir()) / "docs/config.md");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string doc = buf.str();
+  for (const ConfigSchema* schema : {&NodeConfigSchema(), &AggregatorConfigSchema()}) {
+    size_t start = doc.find("\n## " + schema->name + "\n");
+    ASSERT_NE(start, std::string::npos) << "docs/config.md has no section for " << schema->name;
+    for (const ConfigKey& k : schema->keys) {
+      size_t section = doc.find("### [" + k.section + "]", start);
+      ASSERT_NE(section, std::string::npos) << schema->name << " " << k.Name();
+      size_t next = doc.find("\n#", section + 1);
+      size_t at = doc.find("| `" + k.key + "` |", section);
+      EXPECT_TRUE(at != std::string::npos && at < next)
+          << "docs/config.md does not document " << schema->name << " " << k.Name();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh
