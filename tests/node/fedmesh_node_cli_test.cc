@@ -22,7 +22,10 @@ struct RunResult {
 };
 
 RunResult RunNode(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " " FEDMESH_BINARY_DIR "/bin/fedmesh-node " + args + " 2>&1";
+  // Passive OpenMP waiting: ~3% slower alone, but a test that shares the cores with
+  // anything else does not collapse (bench/RESULTS.md, "OpenMP wait policy").
+  const std::string cmd = "OMP_WAIT_POLICY=passive " + env + " " FEDMESH_BINARY_DIR
+                          "/bin/fedmesh-node " + args + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;

@@ -1,0 +1,233 @@
+#include "node/zmq/zmq_client.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace fedmesh {
+namespace {
+
+constexpr int64_t kCurveFrameOverhead = 256;  // as in zmq_server.cc
+constexpr int kPollSliceMs = 10;  // longest the driver holds the socket from heartbeats
+
+// Heartbeat message ids live in the top half of the id space, away from the driver's.
+constexpr uint64_t kHeartbeatIdBase = uint64_t{1} << 63;
+
+Status FromZmq(const zmq::error_t& e, const std::string& what) {
+  switch (e.num()) {
+    case EAGAIN:
+    case EHOSTUNREACH:
+      return Status::Unavailable(what + ": " + e.what());
+    case EINVAL:
+    case EPROTONOSUPPORT:
+    case ENODEV:
+      return Status::InvalidArgument(what + ": " + e.what());
+    case ETERM:
+      return Status::FailedPrecondition(what + ": the transport is closed");
+    default:
+      return Status::Internal(what + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::chrono::milliseconds RegisterRetryDelay(int attempt, const ZmqClientOptions& options,
+                                             double unit_random) {
+  const double base = std::max(options.reconnect_ivl_ms, 1);
+  const double cap = std::max<double>(options.reconnect_ivl_max_ms, base);
+  const double backoff = std::min(cap, base * std::pow(2.0, std::clamp(attempt, 0, 62)));
+  const double u = std::clamp(unit_random, 0.0, 1.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(backoff / 2 + u * backoff / 2));
+}
+
+ZmqClient::ZmqClient(const ZmqClientOptions& options)
+    : options_(options), reassembler_(options.limits) {}
+
+ZmqClient::~ZmqClient() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_.store(true);
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+Result<std::unique_ptr<ZmqClient>> ZmqClient::Create(const ZmqClientOptions& options,
+                                                     const Identity* identity) {
+  FM_RETURN_IF_ERROR(wire::ValidateLimits(options.limits));
+  if (options.heartbeat_interval_ms < 0 || options.reconnect_ivl_ms <= 0 ||
+      options.reconnect_ivl_max_ms < 0 || options.send_timeout_ms < 0) {
+    return Status::InvalidArgument(
+        "ZmqClientOptions: intervals must be >= 0 (reconnect_ivl_ms > 0)");
+  }
+  if (options.curve && identity == nullptr) {
+    return Status::InvalidArgument(
+        "ZmqClient: CurveZMQ is on but no node identity was given; pass the key from the "
+        "node's .key file");
+  }
+  std::unique_ptr<ZmqClient> client(new ZmqClient(options));
+  try {
+    zmq::socket_t socket(client->context_, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::sndtimeo, options.send_timeout_ms);
+    socket.set(zmq::sockopt::reconnect_ivl, options.reconnect_ivl_ms);
+    socket.set(zmq::sockopt::reconnect_ivl_max, options.reconnect_ivl_max_ms);
+    socket.set(zmq::sockopt::maxmsgsize,
+               static_cast<int64_t>(wire::MaxFrameBytes(options.limits)) +
+                   (options.curve ? kCurveFrameOverhead : 0));
+    if (options.heartbeat_interval_ms > 0) {
+      // ZMTP pings find a half-open connection so that libzmq reconnects.
+      socket.set(zmq::sockopt::heartbeat_ivl, options.heartbeat_interval_ms);
+      socket.set(zmq::sockopt::heartbeat_timeout, options.heartbeat_interval_ms * 3);
+    }
+    if (options.curve) {
+      const CurveKey& pub = identity->public_identity().curve_public;
+      if (zmq_setsockopt(socket.handle(), ZMQ_CURVE_PUBLICKEY, pub.data(), pub.size()) != 0 ||
+          zmq_setsockopt(socket.handle(), ZMQ_CURVE_SECRETKEY, identity->curve_secret().data(),
+                         identity->curve_secret().size()) != 0) {
+        return Status::Internal("ZmqClient: libzmq refused the CURVE keys (built without "
+                                "CURVE support?)");
+      }
+    }
+    client->socket_ = std::move(socket);
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "ZmqClient: creating the DEALER socket");
+  }
+  return client;
+}
+
+Status ZmqClient::Connect(const std::string& endpoint,
+                          const std::array<uint8_t, 32>& server_public_key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (connected_) return Status::FailedPrecondition("ZmqClient: already connected");
+    try {
+      if (options_.curve &&
+          zmq_setsockopt(socket_.handle(), ZMQ_CURVE_SERVERKEY, server_public_key.data(),
+                         server_public_key.size()) != 0) {
+        return Status::Internal("ZmqClient: libzmq refused the server's CURVE key");
+      }
+      socket_.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      return FromZmq(e, "connecting to " + endpoint);
+    }
+    connected_ = true;
+    endpoint_ = endpoint;
+  }
+  if (options_.heartbeat_interval_ms > 0) {
+    // Fail here, not in every heartbeat, when the ids cannot make a valid header.
+    wire::Message probe{{options_.federation_id, options_.node_id, 0, 0, kHeartbeatIdBase},
+                        wire::Heartbeat{}};
+    auto encoded = wire::Encode(probe, options_.limits);
+    if (!encoded.ok()) return encoded.status().WithContext("ZmqClient heartbeat header");
+    try {
+      heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    } catch (const std::system_error& e) {
+      return Status::Internal(std::string("ZmqClient: starting the heartbeat thread: ") +
+                              e.what());
+    }
+  }
+  return Status::OK();
+}
+
+void ZmqClient::HeartbeatLoop() {
+  uint64_t sequence = 0;
+  const auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
+  std::unique_lock<std::mutex> stop_lock(stop_mu_);
+  while (!stop_cv_.wait_for(stop_lock, interval, [this] { return stop_.load(); })) {
+    ++sequence;
+    wire::Message hb{
+        {options_.federation_id, options_.node_id, 0, 0, kHeartbeatIdBase + sequence},
+        wire::Heartbeat{sequence}};
+    auto frames = wire::Encode(hb, options_.limits);
+    if (!frames.ok()) return;  // checked in Connect; unreachable
+    std::lock_guard<std::mutex> lock(mu_);
+    // A failure (queue full) just skips this beat; the next one tries again.
+    (void)SendFramesLocked(*frames);
+  }
+}
+
+Status ZmqClient::SendFramesLocked(const std::vector<wire::Frame>& frames) {
+  if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
+  try {
+    for (const wire::Frame& frame : frames) {
+      if (!socket_.send(zmq::message_t(frame.data(), frame.size()), zmq::send_flags::none)) {
+        return Status::Unavailable("ZmqClient: send queue full past the send timeout");
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "ZmqClient::Send");
+  }
+  return Status::OK();
+}
+
+Status ZmqClient::Send(const wire::Message& message) {
+  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, options_.limits));
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendFramesLocked(frames);
+}
+
+Status ZmqClient::Reconnect() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!connected_) return Status::FailedPrecondition("ZmqClient: Reconnect before Connect");
+  try {
+    try {
+      socket_.disconnect(endpoint_);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != ENOENT) throw;  // the refused session is already gone: fine
+    }
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "reconnecting to " + endpoint_);
+  }
+  reassembler_ = wire::Reassembler(options_.limits);
+  return Status::OK();
+}
+
+Status ZmqClient::SendRawFrameForTesting(const std::vector<uint8_t>& frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendFramesLocked({frame});
+}
+
+void ZmqClient::StopHeartbeatsForTesting() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_.store(true);
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+Result<std::optional<wire::Message>> ZmqClient::Poll(int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!connected_) return Status::FailedPrecondition("ZmqClient: Poll before Connect");
+      int wait = kPollSliceMs;
+      if (timeout_ms >= 0) {
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        wait = static_cast<int>(std::clamp<int64_t>(left.count(), 0, kPollSliceMs));
+      }
+      try {
+        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(wait)) > 0) {
+          zmq::message_t part;
+          while (socket_.recv(part, zmq::recv_flags::dontwait)) {
+            auto added =
+                reassembler_.Add(std::span<const uint8_t>(part.data<uint8_t>(), part.size()));
+            if (!added.ok()) return added.status();
+            if (added->has_value()) return std::move(*added);
+          }
+        }
+      } catch (const zmq::error_t& e) {
+        return FromZmq(e, "ZmqClient::Poll");
+      }
+    }
+    if (timeout_ms >= 0 && Clock::now() >= deadline) return std::optional<wire::Message>();
+  }
+}
+
+}  // namespace fedmesh

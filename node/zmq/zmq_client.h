@@ -1,0 +1,115 @@
+// ZmqClient: a node's ClientTransport over a ZeroMQ DEALER socket on TCP. With CurveZMQ
+// on (the default) it is a CURVE client holding the node's key and checking that the
+// server holds `server_public_key`. libzmq connects in the background and, after a lost
+// connection, reconnects with exponential backoff: the first retry after
+// reconnect_ivl_ms, doubling up to reconnect_ivl_max_ms (ZMQ_RECONNECT_IVL / _MAX).
+// libzmq adds no jitter; the jitter that spreads a fleet of nodes reconnecting after an
+// aggregator restart is applied where it matters, at the application-level
+// re-registration: the node driver waits RegisterRetryDelay(attempt, ...) before each
+// Register it re-sends without an answer (see below).
+//
+// An authentication refusal is final in libzmq 4.3: after the server's ZAP handler says
+// 400 (key not enrolled, yet), libzmq closes that connection and does not retry, and Send
+// then blocks until send_timeout_ms and fails with Unavailable. The driver's
+// re-registration loop therefore calls Reconnect() before each re-sent Register, after
+// RegisterRetryDelay; that is how a node enrolled later (aggregator reloads its allowlist
+// on SIGHUP) gets in without a restart.
+//
+// A heartbeat thread sends a wire::Heartbeat every heartbeat_interval_ms from Connect
+// until destruction, even while the driver is busy training, so that the server can tell
+// a slow node from a dead one. Heartbeats are queued like any message while disconnected.
+//
+// curve = false gives plain TCP (benchmarks on a trusted network only).
+// Thread-safety: as ClientTransport (one driver thread for Connect, Send and Poll). The
+// heartbeat thread shares the socket under an internal mutex.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "core/status.h"
+#include "core/wire/wire_codec.h"
+#include "crypto/identity.h"
+#include "node/transport.h"
+
+namespace fedmesh {
+
+struct ZmqClientOptions {
+  // CurveZMQ authentication + encryption. Default: on. Off only for benchmarks.
+  bool curve = true;
+  // Limits applied to every received frame and every sent message. Default: WireLimits{}.
+  wire::WireLimits limits;
+  // Heartbeat header fields: federation_id and sender_id (this node's id). Required
+  // (printable ASCII ids, as wire::Header requires).
+  std::string federation_id;
+  std::string node_id;
+  // Interval between heartbeats; must match the server's expectation. Default: 5,000 ms.
+  // 0 disables heartbeats (tests of dead-peer detection).
+  int heartbeat_interval_ms = 5000;
+  // First reconnect delay and its cap (libzmq doubles it per failed attempt).
+  // Defaults: 100 ms and 30,000 ms.
+  int reconnect_ivl_ms = 100;
+  int reconnect_ivl_max_ms = 30000;
+  // How long Send waits for room in the queue. Default: 5,000 ms.
+  int send_timeout_ms = 5000;
+};
+
+// The delay before re-sending Register for the `attempt`-th time (0-based) without an
+// answer: exponential backoff from reconnect_ivl_ms, capped at reconnect_ivl_max_ms, with
+// "equal jitter": a uniformly random point in [cap/2, cap], so nodes that lost the
+// aggregator at the same moment do not come back in lockstep, yet none retries sooner
+// than half the backoff. `unit_random` is a sample of U[0, 1) from the caller's Env (the
+// function itself is deterministic, for the simulator and tests).
+std::chrono::milliseconds RegisterRetryDelay(int attempt, const ZmqClientOptions& options,
+                                             double unit_random);
+
+class ZmqClient final : public ClientTransport {
+ public:
+  // A client that authenticates as `identity` (ignored, may be null, with curve off).
+  // InvalidArgument for bad options or a null identity with curve on.
+  static Result<std::unique_ptr<ZmqClient>> Create(const ZmqClientOptions& options,
+                                                   const Identity* identity);
+  ~ZmqClient() override;
+
+  Status Connect(const std::string& endpoint,
+                 const std::array<uint8_t, 32>& server_public_key) override;
+  Status Send(const wire::Message& message) override;
+  // Drops the current connection attempt, and whatever is queued or half-received on it,
+  // and connects to the same endpoint again. FailedPrecondition before Connect.
+  Status Reconnect();
+  Result<std::optional<wire::Message>> Poll(int timeout_ms) override;
+
+  // Sends raw frames, bypassing the codec: for fault-injection tests only.
+  Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
+  // Stops the heartbeat thread: for dead-peer tests only.
+  void StopHeartbeatsForTesting();
+
+ private:
+  explicit ZmqClient(const ZmqClientOptions& options);
+  void HeartbeatLoop();
+  Status SendFramesLocked(const std::vector<wire::Frame>& frames);
+
+  ZmqClientOptions options_;
+  zmq::context_t context_;
+  std::mutex mu_;
+  zmq::socket_t socket_;  // GUARDED_BY(mu_)
+  bool connected_ = false;
+  std::string endpoint_;  // GUARDED_BY(mu_)
+  wire::Reassembler reassembler_;  // GUARDED_BY(mu_)
+  std::atomic<bool> stop_{false};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,234 @@
+#include "node/zmq/zmq_server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+namespace fedmesh {
+namespace {
+
+// CURVE wraps each frame in a MESSAGE command (flags, nonce, MAC: about 40 bytes), and
+// ZMQ_MAXMSGSIZE applies to the wrapped size; this slack keeps a maximal legal frame in.
+constexpr int64_t kCurveFrameOverhead = 256;
+
+std::string Hex(const zmq::message_t& m) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(m.size() * 2);
+  for (size_t i = 0; i < m.size(); ++i) {
+    uint8_t b = m.data<uint8_t>()[i];
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+Status FromZmq(const zmq::error_t& e, const std::string& what) {
+  switch (e.num()) {
+    case EADDRINUSE:
+    case EHOSTUNREACH:
+    case EAGAIN:
+      return Status::Unavailable(what + ": " + e.what());
+    case EINVAL:
+    case EPROTONOSUPPORT:
+    case ENODEV:
+      return Status::InvalidArgument(what + ": " + e.what());
+    case ETERM:
+      return Status::FailedPrecondition(what + ": the transport is closed");
+    default:
+      return Status::Internal(what + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+ZmqServer::ZmqServer(const ZmqServerOptions& options) : options_(options) {}
+
+ZmqServer::~ZmqServer() = default;
+
+Result<std::unique_ptr<ZmqServer>> ZmqServer::Create(
+    const ZmqServerOptions& options, const Identity* identity,
+    const std::vector<PublicIdentity>& allowlist) {
+  FM_RETURN_IF_ERROR(wire::ValidateLimits(options.limits));
+  if (options.heartbeat_interval_ms <= 0 || options.dead_after_intervals <= 0) {
+    return Status::InvalidArgument(
+        "ZmqServerOptions: heartbeat_interval_ms and dead_after_intervals must be > 0");
+  }
+  if (options.curve && identity == nullptr) {
+    return Status::InvalidArgument(
+        "ZmqServer: CurveZMQ is on but no aggregator identity was given; pass the key from "
+        "the aggregator's .key file");
+  }
+  std::unique_ptr<ZmqServer> server(new ZmqServer(options));
+  try {
+    if (options.curve) {
+      FM_ASSIGN_OR_RETURN(server->zap_, ZapHandler::Start(server->context_, allowlist));
+    }
+    zmq::socket_t socket(server->context_, zmq::socket_type::router);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::router_mandatory, 1);
+    socket.set(zmq::sockopt::sndtimeo, options.send_timeout_ms);
+    int64_t max_msg = static_cast<int64_t>(wire::MaxFrameBytes(options.limits)) +
+                      (options.curve ? kCurveFrameOverhead : 0);
+    socket.set(zmq::sockopt::maxmsgsize, max_msg);
+    // ZMTP-level pings tear down half-open TCP connections, freeing their resources.
+    socket.set(zmq::sockopt::heartbeat_ivl, options.heartbeat_interval_ms);
+    socket.set(zmq::sockopt::heartbeat_timeout,
+               options.heartbeat_interval_ms * options.dead_after_intervals);
+    if (options.curve) {
+      socket.set(zmq::sockopt::curve_server, 1);
+      if (zmq_setsockopt(socket.handle(), ZMQ_CURVE_SECRETKEY, identity->curve_secret().data(),
+                         identity->curve_secret().size()) != 0) {
+        return Status::Internal("ZmqServer: libzmq refused the CURVE secret key (built "
+                                "without CURVE support?)");
+      }
+    }
+    server->socket_ = std::move(socket);
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "ZmqServer: creating the ROUTER socket");
+  }
+  return server;
+}
+
+Result<std::string> ZmqServer::Bind(const std::string& endpoint) {
+  try {
+    socket_.bind(endpoint);
+    return socket_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "binding " + endpoint);
+  }
+}
+
+void ZmqServer::Reload(const std::vector<PublicIdentity>& allowlist) {
+  if (zap_) zap_->Reload(allowlist);
+}
+
+uint64_t ZmqServer::refused_count() const { return zap_ ? zap_->refused_count() : 0; }
+uint64_t ZmqServer::admitted_count() const { return zap_ ? zap_->admitted_count() : 0; }
+
+Status ZmqServer::Send(const std::string& peer, const wire::Message& message) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return Status::Unavailable("peer " + peer + " is not connected");
+  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, options_.limits));
+  // Each frame is its own ZeroMQ message so that other traffic can interleave with the
+  // chunks of a large model (docs/wire.md).
+  try {
+    for (const wire::Frame& frame : frames) {
+      const std::string& rid = it->second.routing_id;
+      if (!socket_.send(zmq::buffer(rid), zmq::send_flags::sndmore) ||
+          !socket_.send(zmq::message_t(frame.data(), frame.size()), zmq::send_flags::none)) {
+        return Status::Unavailable("peer " + peer + ": send queue full past the send timeout");
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "sending to peer " + peer);
+  }
+  return Status::OK();
+}
+
+void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
+  if (parts.size() < 2) return;  // ROUTER always prepends the routing id
+  std::string peer;
+  if (options_.curve) {
+    try {
+      const char* user_id = parts[1].gets("User-Id");
+      if (user_id != nullptr) peer = user_id;
+    } catch (const zmq::error_t&) {
+    }
+    if (peer.empty()) {  // cannot happen with a ZAP handler bound; refuse rather than guess
+      spdlog::error("ZmqServer: a CURVE message without User-Id was dropped");
+      return;
+    }
+  } else {
+    peer = Hex(parts[0]);
+  }
+  std::string rid(parts[0].data<char>(), parts[0].size());
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    it = peers_.emplace(peer, Peer{rid, wire::Reassembler(options_.limits), Clock::now()}).first;
+  } else if (it->second.routing_id != rid) {
+    // A new connection from the same key: whatever the old one had half-sent can never
+    // complete, so start from a clean Reassembler and answer on the new connection.
+    it->second.routing_id = rid;
+    it->second.reassembler = wire::Reassembler(options_.limits);
+  }
+  Peer& p = it->second;
+  p.last_seen = Clock::now();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    auto added = p.reassembler.Add(
+        std::span<const uint8_t>(parts[i].data<uint8_t>(), parts[i].size()));
+    if (!added.ok()) {
+      events_.push_back(RejectedInput{peer, added.status()});
+      continue;
+    }
+    if (!added->has_value()) continue;
+    wire::Message& m = **added;
+    if (std::holds_alternative<wire::Heartbeat>(m.body)) continue;
+    events_.push_back(Received{peer, std::move(m)});
+  }
+}
+
+void ZmqServer::Drain() {
+  for (;;) {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t part;
+    if (!socket_.recv(part, zmq::recv_flags::dontwait)) return;
+    parts.push_back(std::move(part));
+    while (parts.back().more()) {
+      zmq::message_t next;
+      if (!socket_.recv(next, zmq::recv_flags::none)) break;  // the rest is already here
+      parts.push_back(std::move(next));
+    }
+    HandleMessage(parts);
+  }
+}
+
+void ZmqServer::ReportDeadPeers() {
+  const auto now = Clock::now();
+  const auto limit = std::chrono::milliseconds(int64_t{options_.heartbeat_interval_ms} *
+                                               options_.dead_after_intervals);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    auto silent = now - it->second.last_seen;
+    if (silent > limit) {
+      events_.push_back(PeerDead{
+          it->first, std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()});
+      it = peers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Result<std::optional<ServerEvent>> ZmqServer::Poll(int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  try {
+    for (;;) {
+      if (events_.empty()) ReportDeadPeers();
+      if (!events_.empty()) {
+        ServerEvent e = std::move(events_.front());
+        events_.pop_front();
+        return std::optional<ServerEvent>(std::move(e));
+      }
+      // Wake at least once per heartbeat interval to look for dead peers.
+      auto wait = std::chrono::milliseconds(options_.heartbeat_interval_ms);
+      if (timeout_ms >= 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() < 0) left = std::chrono::milliseconds(0);
+        wait = std::min(wait, left);
+      }
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, wait) > 0) Drain();
+      if (events_.empty() && timeout_ms >= 0 && Clock::now() >= deadline) {
+        ReportDeadPeers();
+        if (events_.empty()) return std::optional<ServerEvent>();
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    return FromZmq(e, "ZmqServer::Poll");
+  }
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,397 @@
+// Tests of the ZeroMQ transport (node/zmq/): real ROUTER/DEALER sockets with CurveZMQ on
+// loopback ports the OS picks, a ZAP allowlist, hostile input and heartbeats. Every wait
+// is a bounded loop with a deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "core/wire/wire_codec.h"
+#include "crypto/identity.h"
+#include "node/zmq/zmq_client.h"
+#include "node/zmq/zmq_server.h"
+
+namespace fedmesh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kFed[] = "fed-test";
+
+Identity NewIdentity(const std::string& name) {
+  auto id = Identity::Generate(name);
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  return std::move(id).value();
+}
+
+wire::Message RegisterMsg(const std::string& node, uint64_t id) {
+  return {{kFed, node, 0, 0, id}, wire::Register{node, 100, {"codec:fp16"}}};
+}
+
+wire::Message AckMsg(const std::string& node, uint64_t id) {
+  return {{kFed, "aggregator", 0, 0, id}, wire::RegisterAck{node, 50}};
+}
+
+int PortOf(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
+wire::WireLimits TestLimits() {
+  wire::WireLimits l;
+  l.max_header_bytes = 64 << 10;
+  l.max_chunk_bytes = 4 << 20;  // 8M floats = 8 chunks
+  return l;
+}
+
+// A server admitting `allowed`, bound on a loopback port the OS picks.
+struct Server {
+  std::unique_ptr<ZmqServer> server;
+  std::string endpoint;
+};
+
+Server StartServer(const Identity& agg, const std::vector<PublicIdentity>& allowed,
+                   ZmqServerOptions options = {}) {
+  if (options.limits.max_chunk_bytes == wire::WireLimits{}.max_chunk_bytes) {
+    options.limits = TestLimits();
+  }
+  auto server = ZmqServer::Create(options, options.curve ? &agg : nullptr, allowed);
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  auto endpoint = (*server)->Bind("tcp://127.0.0.1:*");
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  EXPECT_NE(PortOf(*endpoint), 0);
+  return {std::move(server).value(), *endpoint};
+}
+
+std::unique_ptr<ZmqClient> StartClient(const Identity* node, const Server& server,
+                                       const Identity& agg, ZmqClientOptions options = {}) {
+  options.federation_id = kFed;
+  options.node_id = node ? node->name() : "plain-node";
+  options.limits = TestLimits();
+  options.reconnect_ivl_ms = 20;
+  options.reconnect_ivl_max_ms = 100;
+  auto client = ZmqClient::Create(options, node);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(
+      (*client)->Connect(server.endpoint, agg.public_identity().curve_public).ok());
+  return std::move(client).value();
+}
+
+// Polls until an event of type T arrives or `ms` pass; other events go to `others`.
+template <typename T>
+std::optional<T> AwaitEvent(ZmqServer& server, int ms, std::vector<ServerEvent>* others = nullptr) {
+  const auto deadline = Clock::now() + milliseconds(ms);
+  while (Clock::now() < deadline) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    auto event = server.Poll(static_cast<int>(std::max<int64_t>(left, 0)));
+    EXPECT_TRUE(event.ok()) << event.status().ToString();
+    if (!event.ok() || !event->has_value()) continue;
+    if (auto* t = std::get_if<T>(&**event)) return std::move(*t);
+    if (others) others->push_back(std::move(**event));
+  }
+  return std::nullopt;
+}
+
+// Sends Register from `client` (again every 100 ms, as a re-registering node would) until
+// the server receives one or `ms` pass.
+std::optional<Received> RegisterUntilReceived(ZmqClient& client, ZmqServer& server,
+                                              const std::string& node, int ms) {
+  const auto deadline = Clock::now() + milliseconds(ms);
+  uint64_t id = 1;
+  while (Clock::now() < deadline) {
+    EXPECT_TRUE(client.Send(RegisterMsg(node, id++)).ok());
+    if (auto r = AwaitEvent<Received>(server, 100)) return r;
+  }
+  return std::nullopt;
+}
+
+// Full Register -> RegisterAck exchange; returns the peer id the server saw.
+std::string RoundTrip(ZmqClient& client, ZmqServer& server, const std::string& node) {
+  auto got = RegisterUntilReceived(client, server, node, 3000);
+  if (!got.has_value()) {
+    ADD_FAILURE() << "server never received Register from " << node;
+    return "";
+  }
+  EXPECT_EQ(wire::TypeOf(got->message.body), wire::MessageType::kRegister);
+  EXPECT_EQ(got->message.header.sender_id, node);
+  EXPECT_TRUE(server.Send(got->peer, AckMsg(node, 7)).ok());
+  auto reply = client.Poll(3000);
+  EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+  if (reply.ok()) {
+    EXPECT_TRUE(reply->has_value());
+    if (reply->has_value()) {
+      EXPECT_EQ(**reply, AckMsg(node, 7));
+    }
+  }
+  return got->peer;
+}
+
+TEST(ZmqTransport, EnrolledClientRoundTripsWithCurveAndIsNamedByItsKey) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  auto client = StartClient(&node, s, agg);
+  std::string peer = RoundTrip(*client, *s.server, "site-a");
+  EXPECT_EQ(peer, node.public_identity().curve_public_z85());
+  EXPECT_EQ(s.server->refused_count(), 0u);
+  EXPECT_GE(s.server->admitted_count(), 1u);
+}
+
+TEST(ZmqTransport, UnenrolledKeyGetsNothingAndIsCountedThenReloadAdmitsIt) {
+  Identity agg = NewIdentity("aggregator");
+  Identity enrolled = NewIdentity("site-a");
+  Identity stranger = NewIdentity("site-x");
+  Server s = StartServer(agg, {enrolled.public_identity()});
+  auto client = StartClient(&stranger, s, agg);
+  ASSERT_TRUE(client->Send(RegisterMsg("site-x", 1)).ok());
+
+  std::vector<ServerEvent> seen;
+  EXPECT_FALSE(AwaitEvent<Received>(*s.server, 500, &seen).has_value());
+  EXPECT_TRUE(seen.empty()) << "a refused connection must not produce any event";
+  const auto deadline = Clock::now() + milliseconds(2000);
+  while (s.server->refused_count() == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_GE(s.server->refused_count(), 1u);
+  EXPECT_EQ(s.server->admitted_count(), 0u);
+
+  // SIGHUP path: the operator enrolls site-x; the node's re-register loop reconnects
+  // (libzmq does not retry after a refusal) and now gets in.
+  s.server->Reload({enrolled.public_identity(), stranger.public_identity()});
+  std::optional<Received> got;
+  const auto reload_deadline = Clock::now() + milliseconds(3000);
+  for (uint64_t id = 10; !got.has_value() && Clock::now() < reload_deadline; ++id) {
+    ASSERT_TRUE(client->Reconnect().ok());
+    ASSERT_TRUE(client->Send(RegisterMsg("site-x", id)).ok());
+    got = AwaitEvent<Received>(*s.server, 200);
+  }
+  ASSERT_TRUE(got.has_value()) << "site-x was not admitted after Reload";
+  EXPECT_EQ(got->peer, stranger.public_identity().curve_public_z85());
+  EXPECT_EQ(RoundTrip(*client, *s.server, "site-x"), got->peer);
+}
+
+TEST(ZmqTransport, WrongServerKeyNeverConnects) {
+  Identity agg = NewIdentity("aggregator");
+  Identity impostor = NewIdentity("impostor");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  auto client = StartClient(&node, s, impostor);  // expects the impostor's key
+  ASSERT_TRUE(client->Send(RegisterMsg("site-a", 1)).ok());
+  EXPECT_FALSE(AwaitEvent<Received>(*s.server, 500).has_value());
+}
+
+// Reads from `fd` until EOF / reset or `ms` pass; true when the peer closed.
+bool PeerClosed(int fd, int ms) {
+  const auto deadline = Clock::now() + milliseconds(ms);
+  char buf[256];
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return true;  // EOF or ECONNRESET
+  }
+  return false;
+}
+
+TEST(ZmqTransport, GarbageBytesOverTcpAreDroppedAndServerKeepsServing) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+
+  // 1. A plain TCP socket writing junk instead of a ZMTP greeting.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(PortOf(s.endpoint)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string junk(4096, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>((i * 131 + 7) & 0xff);
+  ASSERT_GT(::write(fd, junk.data(), junk.size()), 0);
+  EXPECT_TRUE(PeerClosed(fd, 2000)) << "the server should close a connection speaking junk";
+  ::close(fd);
+
+  // 2. A ZMQ_STREAM socket doing the same through libzmq.
+  zmq::context_t ctx;
+  zmq::socket_t stream(ctx, zmq::socket_type::stream);
+  stream.set(zmq::sockopt::linger, 0);
+  stream.connect(s.endpoint);
+  stream.set(zmq::sockopt::rcvtimeo, 2000);  // bounded wait for the connect notification
+  zmq::message_t id_part, empty;
+  ASSERT_TRUE(stream.recv(id_part));  // STREAM reports the connection with an empty frame
+  ASSERT_TRUE(stream.recv(empty));
+  ASSERT_TRUE(stream.send(zmq::buffer(id_part.to_string()), zmq::send_flags::sndmore));
+  ASSERT_TRUE(stream.send(zmq::buffer("\xff\x00garbage garbage garbage\x01\x02", 29)));
+
+  std::vector<ServerEvent> seen;
+  EXPECT_FALSE(AwaitEvent<Received>(*s.server, 300, &seen).has_value());
+  EXPECT_TRUE(seen.empty());
+  auto client = StartClient(&node, s, agg);
+  EXPECT_EQ(RoundTrip(*client, *s.server, "site-a"), node.public_identity().curve_public_z85());
+}
+
+TEST(ZmqTransport, GarbageAndTruncatedFramesFromEnrolledPeerAreRejected) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  auto client = StartClient(&node, s, agg);
+  const std::string key = node.public_identity().curve_public_z85();
+
+  ASSERT_TRUE(client->SendRawFrameForTesting({0xde, 0xad, 0xbe, 0xef, 0x00, 0x13, 0x37}).ok());
+  auto rejected = AwaitEvent<RejectedInput>(*s.server, 3000);
+  ASSERT_TRUE(rejected.has_value());
+  EXPECT_EQ(rejected->peer, key);
+  EXPECT_FALSE(rejected->reason.ok());
+
+  auto frames = wire::Encode(RegisterMsg("site-a", 5), TestLimits());
+  ASSERT_TRUE(frames.ok());
+  ASSERT_EQ(frames->size(), 1u);
+  wire::Frame truncated((*frames)[0].begin(), (*frames)[0].begin() + (*frames)[0].size() / 2);
+  ASSERT_TRUE(client->SendRawFrameForTesting(truncated).ok());
+  rejected = AwaitEvent<RejectedInput>(*s.server, 3000);
+  ASSERT_TRUE(rejected.has_value());
+  EXPECT_EQ(rejected->peer, key);
+  EXPECT_EQ(rejected->reason.code(), StatusCode::kCorruption) << rejected->reason.ToString();
+
+  // The peer stays connected and a good message still goes through.
+  EXPECT_EQ(RoundTrip(*client, *s.server, "site-a"), key);
+}
+
+TEST(ZmqTransport, OversizedFrameDropsThatConnectionOnly) {
+  Identity agg = NewIdentity("aggregator");
+  Identity big = NewIdentity("site-big");
+  Identity good = NewIdentity("site-good");
+  Server s = StartServer(agg, {big.public_identity(), good.public_identity()});
+  auto big_client = StartClient(&big, s, agg);
+  auto good_client = StartClient(&good, s, agg);
+  const std::string big_key = RoundTrip(*big_client, *s.server, "site-big");
+
+  const uint64_t max_frame = wire::MaxFrameBytes(TestLimits());
+  ASSERT_TRUE(big_client->SendRawFrameForTesting(std::vector<uint8_t>(max_frame + 4096, 0x41)).ok());
+  std::vector<ServerEvent> seen;
+  EXPECT_FALSE(AwaitEvent<Received>(*s.server, 300, &seen).has_value());
+  for (const ServerEvent& e : seen) {
+    EXPECT_FALSE(std::holds_alternative<RejectedInput>(e))
+        << "libzmq must drop the frame before it reaches the reassembler";
+  }
+  EXPECT_EQ(RoundTrip(*good_client, *s.server, "site-good"),
+            good.public_identity().curve_public_z85());
+  // The dropped client reconnects (libzmq) and is served again.
+  EXPECT_EQ(RoundTrip(*big_client, *s.server, "site-big"), big_key);
+}
+
+TEST(ZmqTransport, LargeModelGoesThroughIntactBothWays) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  auto client = StartClient(&node, s, agg);
+  const std::string peer = RoundTrip(*client, *s.server, "site-a");
+
+  std::vector<float> values(8u << 20);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 9973) * 0.5f - 7;
+  wire::FitTask task;
+  task.round = 3;
+  task.global_model = wire::FloatPayload(values, {{2048, 4096}});
+  wire::Message down{{kFed, "aggregator", 3, 3, 100}, task};
+  ASSERT_TRUE(s.server->Send(peer, down).ok());
+  auto got = client->Poll(5000);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->has_value());
+  const auto& got_task = std::get<wire::FitTask>((*got)->body);
+  auto floats = wire::PayloadFloats(got_task.global_model);
+  ASSERT_TRUE(floats.ok());
+  EXPECT_EQ(*floats, values);
+
+  wire::FitResult result;
+  result.round = 3;
+  result.num_examples = 10;
+  result.update = wire::FloatPayload(values);
+  result.bytes_before_codec = result.bytes_after_codec = result.update.bytes.size();
+  ASSERT_TRUE(client->Send({{kFed, "site-a", 3, 3, 101}, result}).ok());
+  auto up = AwaitEvent<Received>(*s.server, 5000);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->peer, peer);
+  auto up_floats = wire::PayloadFloats(std::get<wire::FitResult>(up->message.body).update);
+  ASSERT_TRUE(up_floats.ok());
+  EXPECT_EQ(*up_floats, values);
+}
+
+TEST(ZmqTransport, SilentPeerIsReportedDeadAfterConfiguredIntervals) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  ZmqServerOptions so;
+  so.heartbeat_interval_ms = 50;
+  so.dead_after_intervals = 3;
+  Server s = StartServer(agg, {node.public_identity()}, so);
+  ZmqClientOptions co;
+  co.heartbeat_interval_ms = 50;
+  auto client = StartClient(&node, s, agg, co);
+  const std::string peer = RoundTrip(*client, *s.server, "site-a");
+
+  // Heartbeats keep it alive well past the limit (and are never returned by Poll).
+  std::vector<ServerEvent> seen;
+  EXPECT_FALSE(AwaitEvent<PeerDead>(*s.server, 500, &seen).has_value());
+  EXPECT_TRUE(seen.empty());
+  EXPECT_EQ(s.server->peer_count(), 1u);
+
+  client->StopHeartbeatsForTesting();
+  const auto stopped = Clock::now();
+  auto dead = AwaitEvent<PeerDead>(*s.server, 2000);
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_EQ(dead->peer, peer);
+  EXPECT_GE(dead->silent_ms, 150);  // > 150 ms, truncated to whole ms
+  EXPECT_LT(Clock::now() - stopped, milliseconds(1000));
+  EXPECT_EQ(s.server->peer_count(), 0u);
+  EXPECT_EQ(s.server->Send(peer, AckMsg("site-a", 1)).code(), StatusCode::kUnavailable);
+}
+
+TEST(ZmqTransport, PlainTcpUsesRoutingIdAsPeer) {
+  Identity agg = NewIdentity("aggregator");
+  ZmqServerOptions so;
+  so.curve = false;
+  Server s = StartServer(agg, {}, so);
+  ZmqClientOptions co;
+  co.curve = false;
+  auto client = StartClient(nullptr, s, agg, co);
+  std::string peer = RoundTrip(*client, *s.server, "plain-node");
+  EXPECT_FALSE(peer.empty());
+  EXPECT_NE(peer, agg.public_identity().curve_public_z85());
+  EXPECT_EQ(s.server->refused_count(), 0u);
+}
+
+TEST(ZmqTransport, SendToUnknownPeerIsUnavailableAndBadOptionsAreRefused) {
+  Identity agg = NewIdentity("aggregator");
+  Server s = StartServer(agg, {});
+  EXPECT_EQ(s.server->Send("nobody", AckMsg("x", 1)).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ZmqServer::Create({}, nullptr, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ZmqClient::Create({}, nullptr).status().code(), StatusCode::kInvalidArgument);
+  auto bad_bind = s.server->Bind("nonsense://here");
+  EXPECT_FALSE(bad_bind.ok());
+}
+
+TEST(ZmqTransport, RegisterRetryDelayBacksOffExponentiallyWithJitter) {
+  ZmqClientOptions o;
+  o.reconnect_ivl_ms = 100;
+  o.reconnect_ivl_max_ms = 1000;
+  EXPECT_EQ(RegisterRetryDelay(0, o, 0.0), milliseconds(50));
+  EXPECT_EQ(RegisterRetryDelay(0, o, 0.999), milliseconds(99));
+  EXPECT_EQ(RegisterRetryDelay(2, o, 0.5), milliseconds(300));   // backoff 400
+  EXPECT_EQ(RegisterRetryDelay(10, o, 0.0), milliseconds(500));  // capped at 1000
+  EXPECT_EQ(RegisterRetryDelay(1000, o, 1.0), milliseconds(1000));
+}
+
+}  // namespace
+}  // namespace fedmesh
