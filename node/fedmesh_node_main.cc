@@ -1,6 +1,7 @@
 // fedmesh-node: the binary a site runs next to its private data.
-// Today it runs local-only training (--local-only); the federated modes (aggregator
-// client, gossip peer) attach to the same binary in later issues.
+// Two modes: --local-only trains on local data alone (no network, flags only); --config
+// FILE runs the federated aggregator client (node/federated_client.h) from a site config,
+// with --set section.key=value overrides, until SIGINT / SIGTERM (then exit 0).
 //
 // Exit codes: 0 success; 2 bad usage or bad input (flags, data files, config);
 // 1 a runtime failure after the inputs were accepted.
@@ -8,9 +9,14 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <vector>
 
 #include "core/env.h"
+#include "node/config/node_config.h"
+#include "node/federated_client.h"
 #include "node/local_training.h"
 
 namespace {
@@ -34,6 +40,42 @@ int ExitCodeFor(const fedmesh::Status& s) {
   }
 }
 
+std::atomic<bool> g_stop{false};
+extern "C" void OnStopSignal(int) { g_stop.store(true); }
+
+// The federated mode: load the config, run the client until a stop signal.
+int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides) {
+  auto config = fedmesh::LoadNodeConfig(config_path, overrides);
+  if (!config.ok()) {
+    spdlog::error("{}", config.status().message());
+    return kExitBadInput;
+  }
+  auto logger = spdlog::stdout_color_mt("fedmesh");
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + config->node_id + "] %v");
+  spdlog::set_default_logger(logger);
+  fedmesh::FederatedClientOptions options;
+  options.federation_id = config->federation_id;
+  fedmesh::SystemEnv env(config->training.seed);
+  auto client = fedmesh::FederatedClient::Create(*config, options, &env, [](const std::string& line) {
+    spdlog::info("{}", line);
+  });
+  if (!client.ok()) {
+    spdlog::error("{}", client.status().message());
+    return ExitCodeFor(client.status());
+  }
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  fedmesh::Status s = (*client)->Run(&g_stop);
+  if (!s.ok()) {
+    spdlog::error("{}", s.message());
+    return kExitRuntime;
+  }
+  const auto& st = (*client)->stats();
+  spdlog::info("stopped: {} round(s) served, {} task(s) refused, {} reject(s) received",
+               st.rounds_served, st.tasks_refused, st.rejects);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,7 +85,11 @@ int main(int argc, char** argv) {
 
   CLI::App app{"fedmesh-node: trains on this site's private data; only model updates ever leave it."};
   app.set_version_flag("--version", "fedmesh-node 0.1.0");
+  std::string config_path;
+  std::vector<std::string> overrides;
   app.add_flag("--local-only", local_only, "Train on local data alone and evaluate (no network)");
+  app.add_option("--config", config_path, "Federated mode: the site's TOML config file");
+  app.add_option("--set", overrides, "Federated mode: override a config key, section.key=value (repeatable)");
   app.add_option("--node-id", o.node_id, "Name of this node in logs and metrics")->capture_default_str();
   app.add_option("--model", o.model.name, "Model: logreg | mlp | cnn")->capture_default_str();
   app.add_option("--hidden", hidden, "mlp hidden layer sizes, comma separated")->capture_default_str();
@@ -76,12 +122,18 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
 
+  if (!local_only && !config_path.empty()) return RunFederated(config_path, overrides);
+
   auto logger = spdlog::stdout_color_mt("fedmesh");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + o.node_id + "] %v");
   spdlog::set_default_logger(logger);
 
   if (!local_only) {
-    spdlog::error("federated mode is not available in this build yet; run with --local-only");
+    spdlog::error("give --config FILE for federated mode or --local-only for local training");
+    return kExitBadInput;
+  }
+  if (!config_path.empty() || !overrides.empty()) {
+    spdlog::error("--config and --set belong to federated mode; drop them with --local-only");
     return kExitBadInput;
   }
 

@@ -15,6 +15,8 @@ const ConfigSchema& NodeConfigSchema() {
         "`num_partitions`, `seed`) must be the same on every node of a simulated split; "
         "only `index` differs.";
     s->keys = {
+        RequiredKey("federation", "id", T::kString,
+                    "The federation this site belongs to: the aggregator's [federation] id"),
         RequiredKey("node", "id", T::kString,
                     "This site's id: in every message and log line; printable ASCII, no spaces"),
         StringKey("node", "key", "node.key", "This site's long-term key pair file (0600)").Path(),
@@ -67,6 +69,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(NodeConfigSchema(), path, overrides));
   NodeConfig c;
   c.config_path = path;
+  c.federation_id = v.GetString("federation", "id");
   c.node_id = v.GetString("node", "id");
   c.key_path = v.GetString("node", "key");
   c.db_path = v.GetString("node", "db");

@@ -15,6 +15,8 @@ namespace fedmesh {
 
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
+  // [federation]
+  std::string federation_id;  // must equal the aggregator's [federation] id
   // [node]
   std::string node_id;   // also training.node_id
   std::string key_path;  // this site's long-term key pair

@@ -284,6 +284,8 @@ TEST(ConfigSchema, EditDistanceAndRangeText) {
 TEST(ConfigNode, LoadsTypedConfig) {
   TempDir dir;
   std::string path = dir.Write("node.toml", R"(
+[federation]
+id = "fed-1"
 [node]
 id = "site-2"
 [aggregator]
@@ -309,6 +311,7 @@ device = "auto"
   auto r = LoadNodeConfig(path, {"train.lr=0.2"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const NodeConfig& c = *r;
+  EXPECT_EQ(c.federation_id, "fed-1");
   EXPECT_EQ(c.node_id, "site-2");
   EXPECT_EQ(c.training.node_id, "site-2");
   EXPECT_EQ(c.aggregator_endpoint, "tcp://agg:5555");
@@ -341,6 +344,8 @@ public_key = "agg.pub"
 [data]
 num_partitions = 4
 index = 4
+[federation]
+id = "f"
 )");
   auto r = LoadNodeConfig(path, {});
   ASSERT_FALSE(r.ok());

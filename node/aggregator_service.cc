@@ -1,0 +1,423 @@
+#include "node/aggregator_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+#include "aggregator/strategy.h"
+#include "core/data/data_source.h"
+#include "core/json_line.h"
+#include "core/model_zoo.h"
+#include "core/wire/wire_codec.h"
+#include "crypto/key_files.h"
+
+namespace fedmesh {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+uint64_t WallNowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// The [eval] dataset. The aggregator config names only the source; a CSV eval set must
+// hold its labels in a column called "label" (the config has no label_column key yet).
+Result<Dataset> LoadEvalData(const std::string& source) {
+  DataSourceSpec spec;
+  spec.train = source;
+  spec.test = source;
+  spec.label_column = "label";
+  return LoadDataSource(spec, DataSplit::kTest);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
+    const AggregatorConfig& config, Env* env, AggregatorServiceOptions options) {
+  if (env == nullptr) return Status::InvalidArgument("AggregatorService needs an Env");
+  std::unique_ptr<AggregatorService> s(new AggregatorService());
+  s->config_ = config;
+  s->env_ = env;
+  s->options_ = std::move(options);
+  s->options_.transport.heartbeat_interval_ms =
+      static_cast<int>(std::min<uint64_t>(config.rounds.heartbeat_interval_ms, 86400000));
+
+  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config.allow_dir));
+  if (allowlist.empty()) {
+    spdlog::warn("allowlist directory {} holds no .pub files: no node can connect until one is "
+                 "enrolled and the aggregator reloads (SIGHUP)",
+                 config.allow_dir);
+  }
+  s->SetAllowlist(allowlist);
+
+  // Eval data first: it fixes the model's input shape and class count.
+  if (s->options_.eval_data) {
+    s->eval_data_ = std::move(s->options_.eval_data);
+    s->options_.eval_data.reset();
+  } else if (!config.eval_dataset.empty()) {
+    auto data = LoadEvalData(config.eval_dataset);
+    if (!data.ok()) return data.status().WithContext("[eval] dataset");
+    s->eval_data_ = std::move(data).value();
+  }
+  ModelSpec spec = config.model;
+  if (s->eval_data_) {
+    spec.input_shape = s->eval_data_->sample_shape;
+    spec.num_classes = s->eval_data_->num_classes;
+  }
+  s->backend_ = MakeCpuBackend(s->options_.eval_threads);
+  FM_ASSIGN_OR_RETURN(s->model_, BuildModel(spec, s->backend_.get()));
+  if (s->eval_data_) {
+    FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_).WithContext("[eval] dataset"));
+    TrainerOptions topt;
+    s->trainer_ = std::make_unique<Trainer>(s->model_.get(), topt, env);
+  }
+
+  FM_ASSIGN_OR_RETURN(s->store_, AggregatorStore::Open(config.db_path));
+  FM_RETURN_IF_ERROR(s->InitEngine());
+
+  FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(s->options_.transport, &identity, allowlist));
+  FM_ASSIGN_OR_RETURN(s->endpoint_, s->server_->Bind(config.listen));
+  spdlog::info("listening on {} (federation {}, {} enrolled sites, store {})", s->endpoint_,
+               config.federation_id, allowlist.size(), config.db_path);
+
+  if (!s->finished_) FM_RETURN_IF_ERROR(s->Handle(s->engine_->Start()));
+  return s;
+}
+
+AggregatorService::~AggregatorService() = default;
+
+Status AggregatorService::InitEngine() {
+  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(config_.strategy, config_.strategy_options));
+  Evaluator evaluator;
+  if (trainer_) evaluator = [this](std::span<const float> g) { return Evaluate(g); };
+
+  // Moved out of the Result rather than bound with FM_ASSIGN_OR_RETURN: GCC 12 reports a
+  // false maybe-uninitialized on the optional otherwise.
+  auto latest_result = store_->LatestModel();
+  if (!latest_result.ok()) return latest_result.status();
+  std::optional<StoredModel>& latest = latest_result.value();
+  FM_ASSIGN_OR_RETURN(std::optional<OpenRoundState> open, store_->LoadOpenRound());
+  FM_ASSIGN_OR_RETURN(std::vector<RoundMetrics> closed, store_->Metrics());
+  const uint64_t rounds_closed = closed.empty() ? 0 : closed.back().round;
+
+  if (!latest) {
+    // A new federation: the global model from the configured seed, stored as version 0.
+    model_->InitParams(config_.model_seed);
+    std::vector<float> init = model_->GetParams();
+    FM_RETURN_IF_ERROR(store_->SaveModel(0, init));
+    auto engine = RoundEngine::Create(config_.rounds, env_, std::move(strategy), std::move(init),
+                                      std::move(evaluator));
+    if (!engine.ok()) return engine.status();
+    engine_.emplace(std::move(engine).value());
+    spdlog::info("new federation: model {} ({} parameters, seed {}) stored as version 0",
+                 config_.model.name, model_->num_params(), config_.model_seed);
+    return Status::OK();
+  }
+  if (latest->params.size() != model_->num_params()) {
+    return Status::FailedPrecondition(
+        "the store " + config_.db_path + " holds a model of " +
+        std::to_string(latest->params.size()) + " parameters but the configured model '" +
+        config_.model.name + "' has " + std::to_string(model_->num_params()) +
+        ": use the config this store was created with, or a new [aggregator] db");
+  }
+
+  RoundEngine::RestoredState state;
+  state.model_version = latest->version;
+  state.global = std::move(latest->params);
+  if (open) {
+    state.round = open->round;
+    state.attempt = open->attempt;
+    state.selected = open->selected;
+    std::sort(state.selected.begin(), state.selected.end());
+    for (AcceptedUpdate& u : open->updates) {
+      RoundEngine::RestoredUpdate r;
+      r.update.node_id = u.node;
+      r.update.num_examples = u.num_examples;
+      r.update.params = std::move(u.params);
+      r.train_loss = u.train_loss;
+      state.accepted.push_back(std::move(r));
+    }
+    open_round_ = open->round;
+    spdlog::info("resuming round {} attempt {} with {} accepted update(s) of {} selected",
+                 state.round, state.attempt, state.accepted.size(), state.selected.size());
+  } else {
+    if (rounds_closed >= config_.rounds.total_rounds) {
+      finished_ = true;
+      finish_status_ = Status::OK();
+      spdlog::info("the store already holds all {} rounds (model version {}): nothing to do",
+                   config_.rounds.total_rounds, state.model_version);
+    }
+    state.round = std::min<uint64_t>(rounds_closed + 1, config_.rounds.total_rounds);
+    state.attempt = 1;
+    spdlog::info("continuing from model version {} at round {}", state.model_version,
+                 state.round);
+  }
+  auto engine = RoundEngine::Restore(config_.rounds, env_, std::move(strategy),
+                                     std::move(evaluator), std::move(state));
+  if (!engine.ok()) return engine.status().WithContext("restoring from " + config_.db_path);
+  engine_.emplace(std::move(engine).value());
+  return Status::OK();
+}
+
+void AggregatorService::SetAllowlist(const std::vector<PublicIdentity>& allowlist) {
+  name_of_key_.clear();
+  for (const PublicIdentity& p : allowlist) name_of_key_[p.curve_public_z85()] = p.name;
+}
+
+std::optional<std::string> AggregatorService::SiteOfKey(const std::string& key_z85) const {
+  auto it = name_of_key_.find(key_z85);
+  if (it == name_of_key_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status AggregatorService::ReloadAllowlist() {
+  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config_.allow_dir));
+  server_->Reload(allowlist);
+  SetAllowlist(allowlist);
+  spdlog::info("allowlist reloaded from {}: {} enrolled sites", config_.allow_dir,
+               allowlist.size());
+  return Status::OK();
+}
+
+EvalResult AggregatorService::Evaluate(std::span<const float> global) {
+  EvalResult r{std::nan(""), std::nan("")};
+  Status s = model_->SetParams(global);
+  if (!s.ok()) {
+    spdlog::warn("evaluation skipped: {}", s.ToString());
+    return r;
+  }
+  auto stats = trainer_->Evaluate(*eval_data_);
+  if (!stats.ok()) {
+    spdlog::warn("evaluation failed: {}", stats.status().ToString());
+    return r;
+  }
+  r.accuracy = stats->accuracy;
+  r.loss = stats->loss;
+  return r;
+}
+
+Result<bool> AggregatorService::Step(int max_wait_ms) {
+  if (finished_) return true;
+  const double now = env_->NowSeconds();
+  if (!timers_.empty() && *timers_.begin() <= now) {
+    timers_.erase(timers_.begin(), timers_.upper_bound(now));
+    FM_RETURN_IF_ERROR(Handle(engine_->OnTimer(now)));
+    return finished_;
+  }
+  int wait = std::max(0, max_wait_ms);
+  if (!timers_.empty()) {
+    const double until_ms = std::ceil((*timers_.begin() - now) * 1000.0);
+    wait = static_cast<int>(std::clamp(until_ms, 0.0, static_cast<double>(wait)));
+  }
+  FM_ASSIGN_OR_RETURN(std::optional<ServerEvent> event, server_->Poll(wait));
+  if (event) FM_RETURN_IF_ERROR(HandleEvent(std::move(*event)));
+  return finished_;
+}
+
+Status AggregatorService::Run(std::atomic<bool>* stop, std::atomic<bool>* reload) {
+  while (!finished_) {
+    if (stop != nullptr && stop->load()) {
+      spdlog::info("stopping at round {} (state is in {}; a restart resumes it)",
+                   engine_->round(), config_.db_path);
+      return Status::OK();
+    }
+    if (reload != nullptr && reload->exchange(false)) {
+      Status s = ReloadAllowlist();
+      if (!s.ok()) spdlog::error("allowlist reload failed, keeping the old one: {}", s.ToString());
+    }
+    // Short waits so that stop and reload are seen promptly.
+    FM_ASSIGN_OR_RETURN(bool done, Step(200));
+    (void)done;
+  }
+  return finish_status_;
+}
+
+Status AggregatorService::HandleEvent(ServerEvent event) {
+  return std::visit(
+      Overloaded{
+          [&](Received& r) -> Status {
+            auto name = SiteOfKey(r.peer);
+            if (!name) {
+              spdlog::warn("message from key {} that is no longer enrolled: ignored", r.peer);
+              return Status::OK();
+            }
+            key_of_name_[*name] = r.peer;
+            if (auto* res = std::get_if<wire::FitResult>(&r.message.body)) {
+              bytes_up_ += res->update.bytes.size();
+            }
+            if (std::holds_alternative<wire::Register>(r.message.body)) {
+              Status s = store_->UpsertNode(*name, r.peer, env_->NowSeconds());
+              if (!s.ok()) return s.WithContext("recording node " + *name);
+              spdlog::info("node {} registered", *name);
+            }
+            return Handle(engine_->OnMessage(*name, r.message));
+          },
+          [&](RejectedInput& r) -> Status {
+            auto name = SiteOfKey(r.peer);
+            spdlog::warn("dropped undecodable input from {}: {}", name ? *name : r.peer,
+                         r.reason.ToString());
+            return Status::OK();
+          },
+          [&](PeerDead& d) -> Status {
+            auto name = SiteOfKey(d.peer);
+            if (!name) return Status::OK();
+            spdlog::warn("node {} silent for {} ms: disconnected", *name, d.silent_ms);
+            return Handle(engine_->OnDisconnect(*name));
+          },
+      },
+      event);
+}
+
+Status AggregatorService::SendMessage(RoundEngine::Send& send) {
+  if (auto* task = std::get_if<wire::FitTask>(&send.message.body)) {
+    if (send.deadline_s) {
+      const double left_s = std::max(0.0, *send.deadline_s - env_->NowSeconds());
+      task->deadline_unix_ms = WallNowMs() + static_cast<uint64_t>(std::llround(left_s * 1000.0));
+    }
+    bytes_down_ += task->global_model.bytes.size();
+  }
+  auto key = key_of_name_.find(send.to);
+  if (key == key_of_name_.end()) {
+    spdlog::warn("cannot send {} to {}: never heard from it",
+                 wire::MessageTypeName(wire::TypeOf(send.message.body)), send.to);
+    return Status::OK();
+  }
+  Status s = server_->Send(key->second, send.message);
+  // A node that is gone is the engine's business (deadline, retry), not a failure here.
+  if (!s.ok()) {
+    spdlog::warn("sending {} to {} failed: {}",
+                 wire::MessageTypeName(wire::TypeOf(send.message.body)), send.to, s.ToString());
+  }
+  return Status::OK();
+}
+
+Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
+  for (RoundEngine::Output& output : outputs) {
+    Status s = std::visit(
+        Overloaded{
+            [&](RoundEngine::Send& send) { return SendMessage(send); },
+            [&](RoundEngine::SetTimer& t) {
+              timers_.insert(t.at_seconds);
+              return Status::OK();
+            },
+            [&](RoundEngine::RoundOpened& o) -> Status {
+              Status st = o.attempt > 1
+                              ? store_->RetryRound(o.round, o.attempt, o.selected, o.deadline_s)
+                              : store_->OpenRound(o.round, o.attempt, o.selected, o.deadline_s);
+              if (!st.ok()) return st.WithContext("persisting round " + std::to_string(o.round));
+              open_round_ = o.round;
+              spdlog::info("round {} attempt {} opened with {} node(s), model version {}", o.round,
+                           o.attempt, o.selected.size(), o.model_version);
+              return Status::OK();
+            },
+            [&](RoundEngine::UpdateAccepted& a) -> Status {
+              Status st =
+                  store_->AcceptUpdate(a.round, a.node_id, a.num_examples, a.params, a.train_loss);
+              if (!st.ok()) {
+                return st.WithContext("persisting the update of " + a.node_id + " for round " +
+                                      std::to_string(a.round));
+              }
+              spdlog::info("round {}: accepted update from {} ({} examples, loss {:.4f})",
+                           a.round, a.node_id, a.num_examples, a.train_loss);
+              return Status::OK();
+            },
+            [&](RoundEngine::UpdateRejected& r) -> Status {
+              spdlog::warn("round {}: rejected {} from {} ({}): {}", r.round,
+                           wire::MessageTypeName(r.type), r.node_id, RejectCauseName(r.cause),
+                           r.text);
+              if (!open_round_ || *open_round_ != r.round) return Status::OK();
+              Status st = store_->RecordRejection(r.round, r.node_id,
+                                                  std::string(RejectCauseName(r.cause)));
+              if (!st.ok()) return st.WithContext("persisting a rejection");
+              return Status::OK();
+            },
+            [&](RoundEngine::RoundRetried& r) -> Status {
+              spdlog::warn("round {} attempt {} failed with {} update(s): {}; retrying", r.round,
+                           r.failed_attempt, r.received, r.reason);
+              return Status::OK();
+            },
+            [&](RoundEngine::RoundClosed& c) -> Status {
+              RoundMetrics m;
+              m.round = c.round;
+              m.model_version = c.model_version;
+              if (c.metrics.test_accuracy) m.test_accuracy = *c.metrics.test_accuracy;
+              if (c.metrics.test_loss) m.test_loss = *c.metrics.test_loss;
+              m.selected = c.metrics.selected;
+              m.received = c.metrics.received;
+              m.rejected = c.metrics.rejected;
+              m.attempt = c.metrics.attempts;
+              m.bytes_up = bytes_up_;
+              m.bytes_down = bytes_down_;
+              m.wall_s = c.metrics.duration_s;
+              Status st = store_->CloseRound(c.round, c.model_version, c.global, m);
+              if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
+              open_round_.reset();
+              spdlog::info(
+                  "round {} closed: model version {}, {}/{} updates, test accuracy {:.4f}, "
+                  "test loss {:.4f}, {:.2f} s",
+                  c.round, c.model_version, m.received, m.selected, m.test_accuracy, m.test_loss,
+                  m.wall_s);
+              Status line = AppendMetricsLine(c, m);
+              if (!line.ok()) spdlog::error("metrics line not written: {}", line.ToString());
+              bytes_up_ = 0;
+              bytes_down_ = 0;
+              return Status::OK();
+            },
+            [&](RoundEngine::Finished& f) -> Status {
+              finished_ = true;
+              finish_status_ = f.status;
+              if (f.status.ok()) {
+                spdlog::info("federation finished: {} rounds", f.rounds_completed);
+              } else {
+                spdlog::error("federation failed after {} rounds: {}", f.rounds_completed,
+                              f.status.ToString());
+              }
+              return Status::OK();
+            },
+        },
+        output);
+    FM_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
+                                            const RoundMetrics& m) {
+  if (config_.metrics_path.empty()) return Status::OK();
+  JsonLine line;
+  line.Add("round", static_cast<int64_t>(c.round))
+      .Add("model_version", static_cast<int64_t>(c.model_version))
+      .Add("attempts", static_cast<int64_t>(c.metrics.attempts))
+      .Add("test_accuracy", m.test_accuracy)
+      .Add("test_loss", m.test_loss)
+      .Add("train_loss", c.metrics.train_loss)
+      .Add("selected", static_cast<int64_t>(m.selected))
+      .Add("received", static_cast<int64_t>(m.received))
+      .Add("rejected", static_cast<int64_t>(m.rejected))
+      .Add("num_examples", static_cast<int64_t>(c.metrics.num_examples))
+      .Add("bytes_up", static_cast<int64_t>(m.bytes_up))
+      .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
+      .Add("wall_s", m.wall_s);
+  std::ofstream out(config_.metrics_path, std::ios::app);
+  if (!out) return Status::IOError("cannot open " + config_.metrics_path + " for appending");
+  out << line.str() << '\n';
+  out.flush();
+  if (!out) return Status::IOError("cannot write " + config_.metrics_path);
+  return Status::OK();
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,129 @@
+// AggregatorService: what `fedmesh-aggregator` runs. It drives the sans-IO RoundEngine
+// (aggregator/round_engine.h) with a ZmqServer (CurveZMQ, allowlisted site keys) and the
+// wall clock, and writes every engine event to the AggregatorStore (SQLite) in its own
+// transaction before it acts on the next input, so a killed aggregator restarts into the
+// same round with every update it had accepted. The transport names a peer by its
+// authenticated key (Z85); the service maps that key to the site name of the allowlist
+// entry, and the engine sees only site names (nodes use their key's name as node id).
+// After each closed round it evaluates the new global model on the eval set and appends
+// one JSON line to the metrics file.
+//
+// Thread-safety: one thread of control calls Step / Run / ReloadAllowlist. Run watches
+// two atomics that other threads (or signal handlers) may set: stop and reload.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregator/round_engine.h"
+#include "core/backend.h"
+#include "core/data/dataset.h"
+#include "core/env.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "core/trainer.h"
+#include "crypto/identity.h"
+#include "node/config/aggregator_config.h"
+#include "node/zmq/zmq_server.h"
+#include "storage/aggregator_store.h"
+
+namespace fedmesh {
+
+struct AggregatorServiceOptions {
+  // Transport settings. heartbeat_interval_ms is replaced by the config's
+  // [aggregator] heartbeat_ms. Default: ZmqServerOptions{} (CurveZMQ on).
+  ZmqServerOptions transport;
+  // When set, the global model is evaluated on this data instead of loading
+  // config.eval_dataset (tests, simulator). Default: none.
+  std::optional<Dataset> eval_data;
+  // Compute threads of the evaluator's CPU backend; <= 0 means all cores. Default: 1, so
+  // evaluation does not compete with the event loop for every core.
+  int eval_threads = 1;
+};
+
+class AggregatorService {
+ public:
+  // Reads the key and the allowlist, opens the store, loads the eval set, builds the model
+  // and the engine (new, continued from the latest stored model, or restored into the open
+  // round), binds config.listen and starts the engine. Errors: the key / allowlist readers'
+  // (NotFound, PermissionDenied, Corruption), InvalidArgument for a bad config or data,
+  // FailedPrecondition when the stored model does not fit the configured model,
+  // Unavailable when the endpoint is in use. REQUIRES: env outlives the service.
+  static Result<std::unique_ptr<AggregatorService>> Create(const AggregatorConfig& config, Env* env,
+                                                           AggregatorServiceOptions options = {});
+  ~AggregatorService();
+
+  AggregatorService(const AggregatorService&) = delete;
+  AggregatorService& operator=(const AggregatorService&) = delete;
+
+  // The endpoint actually bound, with the real port ("tcp://127.0.0.1:40123").
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Handles at most one input: a due engine timer, or one transport event, waiting up to
+  // max_wait_ms (less when a timer is due sooner). Returns true once the engine finished.
+  // A non-OK Status only when the store or the transport failed: the service must then be
+  // dropped (the store holds everything up to the failure).
+  Result<bool> Step(int max_wait_ms);
+
+  // Steps until the engine finishes (returns finish_status(): OK after total_rounds,
+  // DeadlineExceeded when a round failed every retry) or *stop becomes true (returns OK
+  // with finished() false). When *reload is true (e.g. set on SIGHUP) it is cleared and
+  // the allowlist re-read; a failed reload is logged and the old allowlist kept.
+  // `reload` may be null.
+  Status Run(std::atomic<bool>* stop, std::atomic<bool>* reload = nullptr);
+
+  // Re-reads config.allow_dir and hands it to the transport: new keys may connect,
+  // removed keys are refused at their next handshake and their messages ignored. On error
+  // nothing changes.
+  Status ReloadAllowlist();
+
+  bool finished() const { return finished_; }
+  const Status& finish_status() const { return finish_status_; }
+  const RoundEngine& engine() const { return *engine_; }
+  AggregatorStore& store() { return *store_; }
+  // Site name of an allowlisted key (Z85), or nullopt.
+  std::optional<std::string> SiteOfKey(const std::string& key_z85) const;
+
+ private:
+  AggregatorService() = default;
+
+  Status InitEngine();
+  // Persists and acts on the engine's outputs, in order.
+  Status Handle(std::vector<RoundEngine::Output> outputs);
+  Status HandleEvent(ServerEvent event);
+  Status SendMessage(RoundEngine::Send& send);
+  Status AppendMetricsLine(const RoundEngine::RoundClosed& closed, const RoundMetrics& stored);
+  void SetAllowlist(const std::vector<PublicIdentity>& allowlist);
+  EvalResult Evaluate(std::span<const float> global);
+
+  AggregatorConfig config_;
+  AggregatorServiceOptions options_;
+  Env* env_ = nullptr;
+
+  std::unique_ptr<AggregatorStore> store_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Trainer> trainer_;
+  std::optional<Dataset> eval_data_;
+  std::unique_ptr<ZmqServer> server_;
+  std::optional<RoundEngine> engine_;
+  std::string endpoint_;
+
+  std::map<std::string, std::string> name_of_key_;  // Z85 curve key -> site name
+  std::map<std::string, std::string> key_of_name_;  // site name -> Z85 key last heard from
+
+  std::multiset<double> timers_;  // Env seconds at which to call OnTimer
+  std::optional<uint64_t> open_round_;  // the round open in the store, if any
+  uint64_t bytes_up_ = 0;    // this round: payload bytes of FitResults received
+  uint64_t bytes_down_ = 0;  // this round: payload bytes of FitTasks sent
+  bool finished_ = false;
+  Status finish_status_;
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,358 @@
+#include "node/federated_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <variant>
+
+#include "core/data/data_source.h"
+#include "core/data/partition.h"
+#include "core/model_zoo.h"
+#include "core/trainer.h"
+#include "core/wire/wire_codec.h"
+#include "crypto/key_files.h"
+
+namespace fedmesh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status CheckFederationId(const std::string& id) {
+  if (id.empty()) {
+    return Status::InvalidArgument(
+        "the federation id is empty: give the aggregator's [federation] id");
+  }
+  for (char c : id) {
+    if (c <= ' ' || c > '~') {
+      return Status::InvalidArgument("federation id \"" + id +
+                                     "\" must be printable ASCII without spaces");
+    }
+  }
+  return Status::OK();
+}
+
+std::string RejectReasonName(wire::RejectReason r) {
+  using R = wire::RejectReason;
+  switch (r) {
+    case R::kUnspecified: return "unspecified";
+    case R::kUnsupportedProtocol: return "unsupported_protocol";
+    case R::kUnknownFederation: return "unknown_federation";
+    case R::kNotEnrolled: return "not_enrolled";
+    case R::kWrongRound: return "wrong_round";
+    case R::kLate: return "late";
+    case R::kDuplicate: return "duplicate";
+    case R::kMalformed: return "malformed";
+    case R::kNonFinite: return "non_finite";
+    case R::kWrongShape: return "wrong_shape";
+    case R::kOverLimit: return "over_limit";
+    case R::kOverloaded: return "overloaded";
+  }
+  return "reason " + std::to_string(static_cast<uint32_t>(r));
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+FederatedClient::FederatedClient(NodeConfig config, FederatedClientOptions options, Env* env,
+                                 Identity identity, std::function<void(const std::string&)> log)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      env_(env),
+      identity_(std::move(identity)),
+      log_(std::move(log)) {}
+
+FederatedClient::~FederatedClient() = default;
+
+Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
+    const NodeConfig& config, const FederatedClientOptions& options, Env* env,
+    std::function<void(const std::string&)> log) {
+  FM_RETURN_IF_ERROR(CheckFederationId(options.federation_id));
+  FM_RETURN_IF_ERROR(ValidateLocalTrainingOptions(config.training));
+  if (options.poll_interval_ms < 1) {
+    return Status::InvalidArgument("poll_interval_ms must be >= 1, got " +
+                                   std::to_string(options.poll_interval_ms));
+  }
+  if (options.reregister_after_silence_ms < 0) {
+    return Status::InvalidArgument("reregister_after_silence_ms must be >= 0 (0 = never)");
+  }
+  if (config.aggregator_endpoint.empty()) {
+    return Status::InvalidArgument("[aggregator] endpoint is empty: set it to e.g. tcp://aggregator.example:5555");
+  }
+
+  // Keys first: the cheapest check, and the most likely mistake on a fresh site.
+  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  if (identity.name() != config.node_id) {
+    return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" +
+                                   identity.name() + "' but [node] id is '" + config.node_id +
+                                   "'; the aggregator knows a site by its key's name, so set "
+                                   "[node] id to '" + identity.name() + "'");
+  }
+  FM_ASSIGN_OR_RETURN(PublicIdentity server,
+                      ReadPublicIdentity(config.aggregator_public_key_path));
+
+  std::unique_ptr<FederatedClient> c(
+      new FederatedClient(config, options, env, std::move(identity), std::move(log)));
+  c->server_key_ = server.curve_public;
+  c->options_.transport.federation_id = options.federation_id;
+  c->options_.transport.node_id = config.node_id;
+
+  // This node's share of the data, loaded once; nothing of it ever leaves the node.
+  const LocalTrainingOptions& t = config.training;
+  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(t.data, DataSplit::kTrain));
+  FM_RETURN_IF_ERROR(ValidatePartitionSpec(t.partition, full.size()));
+  FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(full.labels, full.num_classes, t.partition, t.index));
+  c->train_ = full.Subset(indices);
+  full = Dataset();
+  if (c->train_.size() == 0) {
+    return Status::FailedPrecondition("partition " + std::to_string(t.index) + " of " +
+                                      std::to_string(t.partition.num_partitions) +
+                                      " holds no samples; use fewer partitions");
+  }
+
+  // Every site builds the same architecture: num_classes comes from the dataset (Subset
+  // keeps the full set's count; csv sites should set [data] num_classes explicitly).
+  ModelSpec spec = t.model;
+  spec.input_shape = c->train_.sample_shape;
+  spec.num_classes = c->train_.num_classes;
+  FM_ASSIGN_OR_RETURN(c->backend_, MakeBackend(t.device, t.threads));
+  FM_ASSIGN_OR_RETURN(c->model_, BuildModel(spec, c->backend_.get()));
+  c->model_->InitParams(t.seed);
+  FM_RETURN_IF_ERROR(c->model_->CheckCompatible(c->train_));
+
+  FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
+  FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
+  if (checkpoint.has_value()) {
+    const size_t n = c->model_->num_params();
+    if (checkpoint->model.size() != n ||
+        (!checkpoint->velocity.empty() && checkpoint->velocity.size() != n)) {
+      return Status::FailedPrecondition(
+          "the checkpoint in '" + config.db_path + "' holds a model of " +
+          std::to_string(checkpoint->model.size()) + " parameters but this model has " +
+          std::to_string(n) + "; the model settings changed: move the old db file away");
+    }
+    FM_RETURN_IF_ERROR(c->model_->SetParams(checkpoint->model));
+    c->velocity_ = std::move(checkpoint->velocity);
+    c->model_version_ = checkpoint->model_version;
+    c->last_round_served_ = checkpoint->last_round_served;
+    c->Log("resumed from checkpoint in " + config.db_path + ": model version " +
+           std::to_string(c->model_version_) + ", last round served " +
+           (c->last_round_served_ ? std::to_string(*c->last_round_served_) : "none"));
+  }
+  c->Log("model " + c->model_->name() + " (" + std::to_string(c->model_->num_params()) +
+         " parameters) on " + c->backend_->name() + "; partition " + std::to_string(t.index) +
+         "/" + std::to_string(t.partition.num_partitions) + " = " +
+         std::to_string(c->train_.size()) + " samples");
+  return c;
+}
+
+void FederatedClient::Log(const std::string& line) const {
+  if (log_) log_(line);
+}
+
+wire::Header FederatedClient::OutHeader(uint64_t round) {
+  wire::Header h;
+  h.federation_id = options_.federation_id;
+  h.sender_id = identity_.name();
+  h.round = round;
+  h.model_version = model_version_;
+  h.message_id = next_message_id_++;
+  return h;
+}
+
+Status FederatedClient::SendRegister() {
+  wire::Register r;
+  r.node_id = identity_.name();
+  r.num_examples = train_.size();
+  r.capabilities = {"codec:none", std::string("device:") + (backend_->name().rfind("cuda", 0) == 0 ? "cuda" : "cpu")};
+  return transport_->Send({OutHeader(0), std::move(r)});
+}
+
+Status FederatedClient::Run(std::atomic<bool>* stop) {
+  FM_ASSIGN_OR_RETURN(transport_, ZmqClient::Create(options_.transport, &identity_));
+  FM_RETURN_IF_ERROR(transport_->Connect(config_.aggregator_endpoint, server_key_));
+  Log("connecting to " + config_.aggregator_endpoint + " (federation " + options_.federation_id + ")");
+
+  bool registered = false;
+  int attempt = 0;
+  Clock::time_point next_register = Clock::now();
+  Clock::time_point last_heard = Clock::now();
+  int consecutive_poll_errors = 0;
+
+  while (!stop->load()) {
+    const Clock::time_point now = Clock::now();
+    if (registered && options_.reregister_after_silence_ms > 0 &&
+        now - last_heard > std::chrono::milliseconds(options_.reregister_after_silence_ms)) {
+      Log("nothing heard from the aggregator for " +
+          std::to_string(options_.reregister_after_silence_ms) + " ms; registering again");
+      registered = false;
+      attempt = 0;
+      next_register = now;
+    }
+    if (!registered && now >= next_register) {
+      // libzmq does not retry a connection the aggregator refused (e.g. not enrolled yet):
+      // start a fresh one before every re-sent Register.
+      if (attempt > 0) {
+        Status rs = transport_->Reconnect();
+        if (!rs.ok()) Log("reconnect failed: " + rs.message());
+      }
+      Status s = SendRegister();
+      if (!s.ok()) Log("sending Register failed (will retry): " + s.message());
+      const auto delay = RegisterRetryDelay(attempt, options_.transport, env_->rng().Uniform());
+      ++attempt;
+      next_register = Clock::now() + delay;
+      continue;  // re-check stop before waiting
+    }
+
+    int wait_ms = options_.poll_interval_ms;
+    if (!registered) {
+      const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(next_register - now).count();
+      wait_ms = static_cast<int>(std::clamp<int64_t>(until, 0, wait_ms));
+    }
+    auto polled = transport_->Poll(wait_ms);
+    if (!polled.ok()) {
+      if (stop->load()) break;  // e.g. EINTR from the stop signal itself
+      // A frame that failed decoding; the transport stays usable. Many in a row without a
+      // single good message means it is broken.
+      Log("dropped a bad frame from the aggregator: " + polled.status().message());
+      if (++consecutive_poll_errors >= 1000) return polled.status();
+      continue;
+    }
+    consecutive_poll_errors = 0;
+    if (!polled->has_value()) continue;
+    const wire::Message& m = **polled;
+    last_heard = Clock::now();
+    if (m.header.federation_id != options_.federation_id) {
+      Log("ignored a message for federation \"" + m.header.federation_id + "\"");
+      continue;
+    }
+
+    if (const auto* ack = std::get_if<wire::RegisterAck>(&m.body)) {
+      if (!registered) {
+        Log("registered with the aggregator (heartbeat every " +
+            std::to_string(ack->heartbeat_interval_ms) + " ms)");
+      }
+      registered = true;
+      attempt = 0;
+      ++stats_.registrations;
+    } else if (const auto* task = std::get_if<wire::FitTask>(&m.body)) {
+      FM_RETURN_IF_ERROR(HandleFitTask(m, *task, stop));
+      last_heard = Clock::now();  // training time is not the aggregator's silence
+    } else if (const auto* rej = std::get_if<wire::Reject>(&m.body)) {
+      ++stats_.rejects;
+      Log("the aggregator rejected message " + std::to_string(rej->rejected_message_id) + " (" +
+          RejectReasonName(rej->reason) + "): " + rej->text);
+      if (rej->reason == wire::RejectReason::kNotEnrolled) {
+        // It forgot us (restart, or a disconnect it noticed): register again.
+        registered = false;
+        attempt = 0;
+        next_register = Clock::now();
+      }
+    }
+    // Register, FitResult and Heartbeat are node-to-aggregator messages: ignored.
+  }
+  Log("stopping");
+  return Status::OK();
+}
+
+Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTask& task,
+                                      std::atomic<bool>* stop) {
+  const std::string round = "round " + std::to_string(task.round);
+  auto refuse = [&](const std::string& why) {
+    ++stats_.tasks_refused;
+    Log("refused the FitTask for " + round + ": " + why);
+    return Status::OK();
+  };
+  if (task.round != m.header.round) {
+    return refuse("its round differs from the header's round " + std::to_string(m.header.round));
+  }
+  if (task.update_codec != wire::kCodecNone) {
+    return refuse("update codec \"" + task.update_codec + "\" is not supported by this node (only \"none\")");
+  }
+  auto global = wire::PayloadFloats(task.global_model);
+  if (!global.ok()) return refuse("global model: " + global.status().message());
+  const size_t n = model_->num_params();
+  if (global->size() != n) {
+    return refuse("global model has " + std::to_string(global->size()) +
+                  " values but this node's model has " + std::to_string(n) +
+                  " parameters; check that [model] matches the aggregator's");
+  }
+  for (float v : *global) {
+    if (!std::isfinite(v)) return refuse("global model holds a non-finite value");
+  }
+  if (task.deadline_unix_ms != 0 && NowUnixMs() >= static_cast<int64_t>(task.deadline_unix_ms)) {
+    return refuse("its deadline has already passed");
+  }
+  TrainerOptions topt = config_.training.trainer;
+  topt.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
+  topt.sgd.lr = static_cast<float>(task.learning_rate);
+  topt.sgd.momentum = static_cast<float>(task.momentum);
+  topt.sgd.prox_mu = static_cast<float>(task.prox_mu);
+  if (task.local_epochs < 1) return refuse("local_epochs must be >= 1");
+  if (Status s = ValidateTrainerOptions(topt); !s.ok()) return refuse(s.message());
+  if (last_round_served_ && task.round <= *last_round_served_) {
+    Log(round + " was served before (checkpoint says " + std::to_string(*last_round_served_) +
+        "); training it again, the aggregator drops duplicates");
+  }
+
+  FM_RETURN_IF_ERROR(model_->SetParams(*global));
+  Trainer trainer(model_.get(), topt, env_);
+  if (topt.sgd.momentum > 0 && velocity_.size() == n) {
+    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(velocity_));
+  }
+  if (topt.sgd.prox_mu > 0) FM_RETURN_IF_ERROR(trainer.optimizer().SetProxAnchor(*global));
+
+  const auto t0 = Clock::now();
+  EpochStats last;
+  for (uint32_t e = 0; e < task.local_epochs; ++e) {
+    if (stop->load()) {
+      Log("stopped during " + round + "; no result sent");
+      return Status::OK();
+    }
+    FM_ASSIGN_OR_RETURN(last, trainer.TrainEpoch(train_));
+  }
+  if (!std::isfinite(last.mean_loss)) return refuse("training diverged (non-finite loss)");
+  std::vector<float> local = model_->GetParams();
+  for (float v : local) {
+    if (!std::isfinite(v)) return refuse("training diverged (non-finite weights)");
+  }
+
+  wire::FitResult r;
+  r.round = task.round;
+  r.num_examples = train_.size();
+  r.train_loss = last.mean_loss;
+  r.update = wire::FloatPayload(local);
+  r.bytes_before_codec = 4 * static_cast<uint64_t>(local.size());
+  r.bytes_after_codec = r.update.bytes.size();
+  model_version_ = m.header.model_version;
+  wire::Message out{OutHeader(task.round), std::move(r)};
+  if (Status s = transport_->Send(out); !s.ok()) {
+    Log("sending the FitResult for " + round + " failed: " + s.message());
+    return Status::OK();  // the aggregator re-sends the task when we register again
+  }
+  ++stats_.rounds_served;
+  char line[200];
+  std::snprintf(line, sizeof(line), "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent",
+                round.c_str(), task.local_epochs, train_.size(), last.mean_loss,
+                std::chrono::duration<double>(Clock::now() - t0).count());
+  Log(line);
+
+  velocity_ = trainer.optimizer().GetVelocity();
+  last_round_served_ = task.round;
+  NodeCheckpoint cp;
+  cp.model_version = model_version_;
+  cp.model = std::move(*global);
+  cp.velocity = velocity_;
+  cp.last_round_served = last_round_served_;
+  if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
+    return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
+  }
+  return Status::OK();
+}
+
+}  // namespace fedmesh

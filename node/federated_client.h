@@ -1,0 +1,122 @@
+// FederatedClient: a site node's side of aggregator-driven federated training, what
+// `fedmesh-node --config site.toml` runs. It loads the site's key pair, the aggregator's
+// public key and this site's data partition once, opens the node's SQLite store (and
+// resumes from its checkpoint), then serves the aggregator: Register until a RegisterAck
+// comes (re-sent after RegisterRetryDelay, with a Reconnect before each re-send), and for
+// every FitTask: take the global model, train local_epochs on the local data only, send a
+// FitResult holding the new local weights (codec "none") and save a checkpoint.
+//
+// Repeated rounds: a FitTask for a round the checkpoint says was already served is trained
+// and answered again, not skipped. The aggregator re-sends a task only when it has not
+// accepted this node's update (lost in transit, or sent before a crash that left no
+// checkpoint), so skipping could stall the round; a true duplicate is refused by the
+// round engine with a Reject(kDuplicate), which is logged and harmless.
+//
+// There is no "finished" message in the wire protocol: Run returns when *stop becomes true
+// (the binary sets it on SIGINT / SIGTERM). While registered and idle for longer than
+// FederatedClientOptions::reregister_after_silence_ms it registers again (cheap and
+// idempotent on the aggregator), which is how it finds an aggregator that restarted.
+// Thread-safety: Run blocks its thread; one thread at a time. `stop` may be set from any
+// thread or a signal handler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/data/dataset.h"
+#include "core/env.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "core/wire/messages.h"
+#include "crypto/identity.h"
+#include "node/config/node_config.h"
+#include "node/zmq/zmq_client.h"
+#include "storage/node_store.h"
+
+namespace fedmesh {
+
+struct FederatedClientOptions {
+  // The federation the aggregator serves (its [federation] id). Required; printable ASCII,
+  // no spaces.
+  std::string federation_id;
+  // Socket settings. federation_id and node_id are filled in by the client. Defaults:
+  // ZmqClientOptions{} (CurveZMQ on, heartbeats every 5 s, reconnect 100 ms .. 30 s).
+  ZmqClientOptions transport;
+  // Longest single wait in Run, so that *stop is noticed within about this long.
+  // Default: 100 ms.
+  int poll_interval_ms = 100;
+  // Registered but nothing heard from the aggregator for this long: register again.
+  // Default: 60,000 ms. 0 disables.
+  int reregister_after_silence_ms = 60000;
+};
+
+// What Run has done, for tests and logs.
+struct FederatedClientStats {
+  uint64_t registrations = 0;   // RegisterAcks received
+  uint64_t rounds_served = 0;   // FitResults sent
+  uint64_t tasks_refused = 0;   // FitTasks dropped as invalid
+  uint64_t rejects = 0;         // Rejects received from the aggregator
+};
+
+class FederatedClient {
+ public:
+  // Loads everything named by `config`: the key (ReadIdentity: its name must equal
+  // config.node_id), the aggregator's public key, the data partition, the model and the
+  // store, restoring the checkpoint when there is one. Errors a user can fix (missing or
+  // open key file, bad data, a store of another kind) are returned as Status naming the
+  // file. `env` supplies randomness (model init, shuffling, retry jitter) and must outlive
+  // the client. `log` receives one human-readable line per event; may be empty.
+  static Result<std::unique_ptr<FederatedClient>> Create(
+      const NodeConfig& config, const FederatedClientOptions& options, Env* env,
+      std::function<void(const std::string&)> log = {});
+
+  ~FederatedClient();
+  FederatedClient(const FederatedClient&) = delete;
+  FederatedClient& operator=(const FederatedClient&) = delete;
+
+  // Connects and serves the aggregator until *stop is true; returns OK then. A broken
+  // transport or a failed checkpoint write is returned as an error. REQUIRES: stop != null.
+  Status Run(std::atomic<bool>* stop);
+
+  const std::string& node_id() const { return identity_.name(); }
+  uint64_t num_examples() const { return train_.size(); }
+  size_t num_params() const { return model_->num_params(); }
+  std::optional<uint64_t> last_round_served() const { return last_round_served_; }
+  const FederatedClientStats& stats() const { return stats_; }
+
+ private:
+  FederatedClient(NodeConfig config, FederatedClientOptions options, Env* env, Identity identity,
+                  std::function<void(const std::string&)> log);
+
+  void Log(const std::string& line) const;
+  Status SendRegister();
+  wire::Header OutHeader(uint64_t round);
+  // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only
+  // a transport or store failure is an error.
+  Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
+
+  NodeConfig config_;
+  FederatedClientOptions options_;
+  Env* env_;
+  Identity identity_;
+  std::function<void(const std::string&)> log_;
+  CurveKey server_key_{};
+  Dataset train_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<NodeStore> store_;
+  std::unique_ptr<ZmqClient> transport_;  // made by Run
+  std::vector<float> velocity_;  // carried across rounds and restarts
+  uint64_t model_version_ = 0;
+  std::optional<uint64_t> last_round_served_;
+  uint64_t next_message_id_ = 1;
+  FederatedClientStats stats_;
+};
+
+}  // namespace fedmesh

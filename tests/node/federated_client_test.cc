@@ -1,0 +1,382 @@
+// Tests of FederatedClient (node/federated_client.h) against a hand-played aggregator: a
+// real ZmqServer with CurveZMQ and an allowlist on a loopback port the OS picks, the client
+// on its own thread, a tiny synthetic CSV site and a logistic regression. Every wait has a
+// deadline; the client is always stopped through its stop flag and joined.
+#include "node/federated_client.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/data/data_source.h"
+#include "core/data/partition.h"
+#include "core/wire/wire_codec.h"
+#include "crypto/identity.h"
+#include "crypto/key_files.h"
+#include "node/zmq/zmq_server.h"
+#include "storage/node_store.h"
+
+namespace fedmesh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kFed[] = "fed-fc-test";
+constexpr char kSite[] = "site-a";
+constexpr int kFeatures = 4;
+constexpr int kClasses = 3;
+constexpr size_t kParams = kFeatures * kClasses + kClasses;  // logreg: W + b
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fc_test_XXXXXX").string();
+    char* p = mkdtemp(tmpl.data());
+    EXPECT_NE(p, nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+  std::string path;
+};
+
+// 120 samples, 3 classes, 4 features that separate the classes: deterministic.
+void WriteCsv(const std::string& path) {
+  std::ofstream f(path);
+  f << "f0,f1,f2,f3,label\n";
+  for (int i = 0; i < 120; ++i) {
+    const int label = i % kClasses;
+    for (int j = 0; j < kFeatures; ++j) {
+      const float v = (j == label ? 1.0f : 0.0f) + 0.05f * static_cast<float>((i * 7 + j * 3) % 11 - 5);
+      f << v << ",";
+    }
+    f << label << "\n";
+  }
+}
+
+class FederatedClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto agg = Identity::Generate("aggregator");
+    ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+    agg_ = std::make_unique<Identity>(std::move(agg).value());
+    auto node = Identity::Generate(kSite);
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    node_pub_ = node->public_identity();
+    ASSERT_TRUE(WriteIdentity(dir_ / kSite, *node).ok());
+    ASSERT_TRUE(WriteIdentity(dir_ / "aggregator", *agg_).ok());
+    WriteCsv(dir_ / "site.csv");
+
+    ZmqServerOptions so;
+    auto server = ZmqServer::Create(so, agg_.get(), {node_pub_});
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    auto endpoint = server_->Bind("tcp://127.0.0.1:*");
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+    endpoint_ = *endpoint;
+    ASSERT_NE(endpoint_.substr(endpoint_.rfind(':') + 1), "0");
+  }
+
+  void TearDown() override { StopClient(); }
+
+  NodeConfig Config() const {
+    NodeConfig c;
+    c.node_id = kSite;
+    c.key_path = SecretKeyPath(dir_ / kSite);
+    c.db_path = dir_ / "node.db";
+    c.aggregator_endpoint = endpoint_;
+    c.aggregator_public_key_path = PublicKeyPath(dir_ / "aggregator");
+    LocalTrainingOptions& t = c.training;
+    t.node_id = kSite;
+    t.model.name = "logreg";
+    t.data.train = "csv:" + (dir_ / "site.csv");
+    t.data.label_column = "label";
+    t.data.num_classes = kClasses;
+    t.partition.num_partitions = 2;
+    t.index = 0;
+    t.threads = 1;
+    t.seed = 7;
+    return c;
+  }
+
+  FederatedClientOptions Options() const {
+    FederatedClientOptions o;
+    o.federation_id = kFed;
+    o.poll_interval_ms = 20;
+    o.transport.reconnect_ivl_ms = 50;
+    o.transport.reconnect_ivl_max_ms = 400;
+    o.transport.send_timeout_ms = 2000;
+    return o;
+  }
+
+  // This site's partition size, computed independently of the client.
+  size_t PartitionSize() const {
+    const NodeConfig c = Config();
+    auto full = LoadDataSource(c.training.data, DataSplit::kTrain);
+    EXPECT_TRUE(full.ok()) << full.status().ToString();
+    auto idx = PartitionFor(full->labels, full->num_classes, c.training.partition, c.training.index);
+    EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+    return idx->size();
+  }
+
+  void StartClient(const NodeConfig& config, const FederatedClientOptions& options) {
+    auto client = FederatedClient::Create(config, options, &env_, [this](const std::string& line) {
+      std::lock_guard<std::mutex> l(log_mu_);
+      log_.push_back(line);
+    });
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::move(client).value();
+    stop_ = false;
+    run_done_ = false;
+    thread_ = std::thread([this] {
+      run_status_ = client_->Run(&stop_);
+      run_done_ = true;
+    });
+  }
+
+  // Sets the stop flag and joins; the client must return within 5 s.
+  void StopClient() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    const auto deadline = Clock::now() + milliseconds(5000);
+    while (!run_done_ && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+    EXPECT_TRUE(run_done_.load()) << "Run did not return within 5 s of the stop flag";
+    thread_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_.ToString();
+  }
+
+  // The next message of body type T from the node within `timeout_ms`; others are skipped.
+  template <typename T>
+  std::optional<std::pair<Received, T>> Next(int timeout_ms = 10000) {
+    const auto deadline = Clock::now() + milliseconds(timeout_ms);
+    while (Clock::now() < deadline) {
+      auto ev = server_->Poll(50);
+      EXPECT_TRUE(ev.ok()) << ev.status().ToString();
+      if (!ev.ok() || !ev->has_value()) continue;
+      if (auto* r = std::get_if<Received>(&**ev)) {
+        if (auto* body = std::get_if<T>(&r->message.body)) return std::make_pair(*r, *body);
+      }
+    }
+    return std::nullopt;
+  }
+
+  void Send(const std::string& peer, uint64_t round, wire::Body body) {
+    wire::Message m{{kFed, "aggregator", round, round, next_id_++}, std::move(body)};
+    Status s = server_->Send(peer, m);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  // Receives the Register and acks it; returns the peer.
+  std::string Handshake() {
+    auto reg = Next<wire::Register>();
+    EXPECT_TRUE(reg.has_value()) << "no Register within 10 s";
+    if (!reg) return "";
+    EXPECT_EQ(reg->first.peer, node_pub_.curve_public_z85());
+    Send(reg->first.peer, 0, wire::RegisterAck{kSite, 5000});
+    return reg->first.peer;
+  }
+
+  static std::vector<float> Global() {
+    std::vector<float> g(kParams);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 5) - 0.02f;
+    return g;
+  }
+
+  static wire::FitTask Task(uint64_t round, const std::vector<float>& global) {
+    wire::FitTask t;
+    t.round = round;
+    t.global_model = wire::FloatPayload(global);
+    t.local_epochs = 2;
+    t.batch_size = 16;
+    t.learning_rate = 0.1;
+    t.momentum = 0.5;
+    return t;
+  }
+
+  bool Logged(const std::string& needle) {
+    std::lock_guard<std::mutex> l(log_mu_);
+    for (const auto& line : log_) {
+      if (line.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  SystemEnv env_{1};
+  std::unique_ptr<Identity> agg_;
+  PublicIdentity node_pub_;
+  std::unique_ptr<ZmqServer> server_;
+  std::string endpoint_;
+  std::unique_ptr<FederatedClient> client_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> run_done_{false};
+  Status run_status_;
+  std::thread thread_;
+  uint64_t next_id_ = 1;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsNewWeights) {
+  const size_t partition = PartitionSize();
+  ASSERT_GT(partition, 0u);
+  StartClient(Config(), Options());
+  ASSERT_EQ(client_->num_params(), kParams);
+
+  auto reg = Next<wire::Register>();
+  ASSERT_TRUE(reg.has_value()) << "no Register within 10 s";
+  EXPECT_EQ(reg->second.node_id, kSite);
+  EXPECT_EQ(reg->first.message.header.sender_id, kSite);
+  EXPECT_EQ(reg->first.message.header.federation_id, kFed);
+  EXPECT_EQ(reg->second.num_examples, partition);
+  EXPECT_NE(std::find(reg->second.capabilities.begin(), reg->second.capabilities.end(), "codec:none"),
+            reg->second.capabilities.end());
+  const std::string peer = reg->first.peer;
+  Send(peer, 0, wire::RegisterAck{kSite, 5000});
+
+  const std::vector<float> global = Global();
+  Send(peer, 1, Task(1, global));
+  auto res = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(res.has_value()) << "no FitResult within 20 s";
+  const wire::FitResult& r = res->second;
+  EXPECT_EQ(r.round, 1u);
+  EXPECT_EQ(res->first.message.header.round, 1u);
+  EXPECT_EQ(res->first.message.header.sender_id, kSite);
+  EXPECT_EQ(r.num_examples, partition);
+  EXPECT_TRUE(std::isfinite(r.train_loss));
+  EXPECT_GT(r.train_loss, 0.0);
+  EXPECT_EQ(r.update.codec, "none");
+  EXPECT_EQ(r.bytes_after_codec, r.update.bytes.size());
+  EXPECT_EQ(r.bytes_before_codec, 4 * kParams);
+  auto update = wire::PayloadFloats(r.update);
+  ASSERT_TRUE(update.ok()) << update.status().ToString();
+  ASSERT_EQ(update->size(), kParams);
+  double moved = 0.0;
+  for (size_t i = 0; i < kParams; ++i) {
+    ASSERT_TRUE(std::isfinite((*update)[i])) << i;
+    moved += std::abs((*update)[i] - global[i]);
+  }
+  EXPECT_GT(moved, 1e-3) << "the update equals the global model: it did not train";
+
+  // The checkpoint is written after the send; wait (bounded) for the client to record it.
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (client_->stats().rounds_served < 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  StopClient();
+  EXPECT_EQ(client_->stats().rounds_served, 1u);
+  client_.reset();
+
+  auto store = NodeStore::Open(dir_ / "node.db");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto cp = (*store)->LoadCheckpoint();
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  ASSERT_TRUE(cp->has_value());
+  ASSERT_TRUE((*cp)->last_round_served.has_value());
+  EXPECT_EQ(*(*cp)->last_round_served, 1u);
+  EXPECT_EQ((*cp)->model_version, 1u);
+  EXPECT_EQ((*cp)->model, global);
+  EXPECT_EQ((*cp)->velocity.size(), kParams);  // momentum 0.5: kept for the next round
+}
+
+TEST_F(FederatedClientTest, RefusesWrongSizeTaskAndServesTheNext) {
+  StartClient(Config(), Options());
+  const std::string peer = Handshake();
+  ASSERT_FALSE(peer.empty());
+
+  Send(peer, 1, Task(1, std::vector<float>(kParams + 3, 0.0f)));  // wrong size
+  // (A non-finite global model cannot be sent at all: the wire codec refuses to encode it.)
+  wire::FitTask fp16 = Task(2, Global());
+  fp16.update_codec = "fp16";  // a codec this node does not offer
+  Send(peer, 2, fp16);
+  Send(peer, 3, Task(3, Global()));    // good
+  auto res = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(res.has_value()) << "no FitResult within 20 s";
+  EXPECT_EQ(res->second.round, 3u) << "a refused task was answered";
+  StopClient();
+  EXPECT_EQ(client_->stats().tasks_refused, 2u);
+  EXPECT_EQ(client_->stats().rounds_served, 1u);
+  EXPECT_TRUE(Logged("refused the FitTask for round 1"));
+  EXPECT_TRUE(Logged("refused the FitTask for round 2: update codec \"fp16\""));
+}
+
+TEST_F(FederatedClientTest, ReSendsRegisterUntilAcked) {
+  StartClient(Config(), Options());
+  auto first = Next<wire::Register>();
+  ASSERT_TRUE(first.has_value());
+  // No answer: the client reconnects and registers again after a jittered backoff.
+  auto second = Next<wire::Register>(5000);
+  ASSERT_TRUE(second.has_value()) << "Register was not re-sent within 5 s";
+  EXPECT_NE(second->first.message.header.message_id, first->first.message.header.message_id);
+  Send(second->first.peer, 0, wire::RegisterAck{kSite, 5000});
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (client_->stats().registrations < 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(client_->stats().registrations, 1u);
+  StopClient();
+}
+
+TEST_F(FederatedClientTest, ResumesFromItsCheckpoint) {
+  StartClient(Config(), Options());
+  const std::string peer = Handshake();
+  ASSERT_FALSE(peer.empty());
+  Send(peer, 4, Task(4, Global()));
+  ASSERT_TRUE(Next<wire::FitResult>(20000).has_value());
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (client_->stats().rounds_served < 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  StopClient();
+  client_.reset();
+
+  auto again = FederatedClient::Create(Config(), Options(), &env_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE((*again)->last_round_served().has_value());
+  EXPECT_EQ(*(*again)->last_round_served(), 4u);
+}
+
+TEST_F(FederatedClientTest, CreateRejectsBadKeysAndIds) {
+  {
+    NodeConfig c = Config();
+    c.node_id = "site-b";  // not the key's name
+    auto r = FederatedClient::Create(c, Options(), &env_);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("site-a"), std::string::npos) << r.status().message();
+  }
+  {
+    FederatedClientOptions o = Options();
+    o.federation_id = "";
+    EXPECT_EQ(FederatedClient::Create(Config(), o, &env_).status().code(), StatusCode::kInvalidArgument);
+  }
+  {
+    NodeConfig c = Config();
+    c.aggregator_public_key_path = dir_ / "missing.pub";
+    EXPECT_EQ(FederatedClient::Create(c, Options(), &env_).status().code(), StatusCode::kNotFound);
+  }
+  {
+    ASSERT_EQ(chmod(SecretKeyPath(dir_ / kSite).c_str(), 0644), 0);
+    auto r = FederatedClient::Create(Config(), Options(), &env_);
+    EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh
