@@ -1,32 +1,85 @@
 #!/usr/bin/env bash
-# The main job, from a fresh machine: install what is missing, build, then train on real
-# Fashion-MNIST on this machine's CPU and print the per-epoch accuracy table.
-# Environment: DEMO_MODEL (mlp), DEMO_EPOCHS (3), DEMO_THREADS (0 = all cores).
+# The main job, from a fresh machine: install what is missing, build, then run a real
+# federation on this machine: one fedmesh-aggregator and four fedmesh-node processes on
+# 127.0.0.1 (CurveZMQ, keys made by fedmesh-keys), each node holding a Dirichlet(0.5)
+# label-skewed quarter of Fashion-MNIST, training an mlp for 10 rounds of FedAvg.
+# Prints one row per round and leaves keys, SQLite stores, logs and metrics in a run folder.
+# Environment: DEMO_ROUNDS (10), DEMO_RUN_DIR (runs/demo-<time>), DEMO_MODE=local for the
+# single-site local-training demo instead.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FEDMESH_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
-FEDMESH_TARGETS=fedmesh-node "$root/scripts/build.sh"
-
-out="$root/runs/demo"
-mkdir -p "$out"
-model=${DEMO_MODEL:-mlp}
-epochs=${DEMO_EPOCHS:-3}
-echo
-echo "== local training: $model on Fashion-MNIST, $epochs epoch(s) =="
-"$build/bin/fedmesh-node" --local-only --node-id demo --model "$model" --data fashion-mnist \
-  --epochs "$epochs" --batch 32 --lr 0.01 --momentum 0.9 --threads "${DEMO_THREADS:-0}" \
-  --metrics "$out/metrics.jsonl"
-
-# The accuracy table, from the metrics file the run wrote (one JSON line per epoch).
+FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys" "$root/scripts/build.sh"
+bin="$build/bin"
+# Nodes and the aggregator share 2 cores here: passive OpenMP waiting keeps them from
+# spinning against each other (bench/RESULTS.md, "OpenMP wait policy").
+export OMP_WAIT_POLICY=passive
 field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+
+run=${DEMO_RUN_DIR:-$root/runs/demo-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$run"
+
+if [[ "${DEMO_MODE:-federation}" == "local" ]]; then
+  "$bin/fedmesh-node" --local-only --node-id demo --model mlp --data fashion-mnist --epochs 3 \
+    --batch 32 --lr 0.01 --momentum 0.9 --metrics "$run/metrics.jsonl"
+  printf "\n%-6s %-10s %-10s\n" epoch test_acc test_loss
+  while IFS= read -r l; do
+    printf "%-6s %-10.4f %-10.4f\n" "$(field epoch <<<"$l")" "$(field test_accuracy <<<"$l")" "$(field test_loss <<<"$l")"
+  done < "$run/metrics.jsonl"
+  echo "run folder: $run"
+  exit 0
+fi
+
+rounds=${DEMO_ROUNDS:-10}
+cd "$run"
+mkdir -p keys/allow run
+for who in aggregator site-1 site-2 site-3 site-4; do "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null; done
+cp keys/site-*.pub keys/allow/
+cp "$root"/examples/fashion-mnist/*.toml .
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+echo "== federation: 1 aggregator + 4 nodes on 127.0.0.1, $rounds rounds (logs in $run) =="
+"$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
+  --set "rounds.total=$rounds" >aggregator.log 2>&1 &
+agg=$!
+pids+=("$agg")
+endpoint=""
+for _ in $(seq 1 100); do
+  endpoint=$(grep -o "tcp://127.0.0.1:[0-9]*" aggregator.log | head -1 || true)
+  [[ -n "$endpoint" ]] && break
+  kill -0 "$agg" 2>/dev/null || { cat aggregator.log; exit 1; }
+  sleep 0.1
+done
+[[ -n "$endpoint" ]] || { echo "aggregator did not start" >&2; cat aggregator.log; exit 1; }
+for i in 1 2 3 4; do
+  "$bin/fedmesh-node" --config "node$i.toml" --set "aggregator.endpoint=$endpoint" \
+    --set train.threads=1 >"site-$i.log" 2>&1 &
+  pids+=("$!")
+done
+
+metrics=run/aggregator-metrics.jsonl
+printf "\n%-6s %-9s %-9s %-13s %-11s %-11s %-7s\n" round accuracy loss participants bytes_up bytes_down wall_s
+shown=0
+while kill -0 "$agg" 2>/dev/null || [[ $shown -lt $(wc -l <"$metrics" 2>/dev/null || echo 0) ]]; do
+  if [[ -f "$metrics" ]]; then
+    while [[ $shown -lt $(wc -l <"$metrics") ]]; do
+      shown=$((shown + 1))
+      l=$(sed -n "${shown}p" "$metrics")
+      printf "%-6s %-9.4f %-9.4f %-13s %-11s %-11s %-7.2f\n" "$(field round <<<"$l")" \
+        "$(field test_accuracy <<<"$l")" "$(field test_loss <<<"$l")" \
+        "$(field received <<<"$l")/$(field selected <<<"$l")" "$(field bytes_up <<<"$l")" \
+        "$(field bytes_down <<<"$l")" "$(field wall_s <<<"$l")"
+    done
+  fi
+  sleep 0.3
+done
+wait "$agg" && rc=0 || rc=$?
+if [[ $rc -ne 0 ]]; then echo "aggregator exited $rc; see $run/aggregator.log" >&2; tail -5 aggregator.log >&2; exit 1; fi
 echo
-printf "%-6s %-11s %-10s %-10s %-9s\n" epoch train_loss test_loss test_acc samples/s
-while IFS= read -r line; do
-  printf "%-6s %-11.4f %-10.4f %-10.4f %-9.0f\n" \
-    "$(field epoch <<<"$line")" "$(field train_loss <<<"$line")" \
-    "$(field test_loss <<<"$line")" "$(field test_accuracy <<<"$line")" \
-    "$(field epoch_samples_per_s <<<"$line")"
-done < "$out/metrics.jsonl"
-echo
-echo "metrics: $out/metrics.jsonl"
+echo "run folder: $run"
+echo "  aggregator store: $run/run/aggregator.db    metrics: $run/$metrics"
+echo "  node stores: $run/run/site-{1..4}.db    logs: $run/*.log    keys: $run/keys/"
