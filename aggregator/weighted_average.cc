@@ -81,13 +81,19 @@ Status WeightedAverage(const std::vector<std::span<const float>>& updates,
                                      std::to_string(updates[i].size()) +
                                      " values but the model has " + std::to_string(out.size()));
     }
-    // Zero-weight updates are checked too: a non-finite update is malformed whatever its
-    // weight, and the caller should learn which client sent it.
-    const size_t bad = FirstNonFinite(updates[i]);
-    if (bad != updates[i].size()) {
+  }
+  // Zero-weight updates are checked too: a non-finite update is malformed whatever its
+  // weight, and the caller should learn which client sent it. One update per thread; the
+  // first bad one in input order is reported.
+  std::vector<size_t> first_bad(updates.size());
+  const int64_t count = static_cast<int64_t>(updates.size());
+#pragma omp parallel for schedule(dynamic) if (out.size() * updates.size() >= (size_t{1} << 18))
+  for (int64_t i = 0; i < count; ++i) first_bad[i] = FirstNonFinite(updates[i]);
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (first_bad[i] != updates[i].size()) {
       return Status::InvalidArgument("update " + std::to_string(i) + " has a non-finite value (" +
-                                     Describe(updates[i][bad]) + ") at index " +
-                                     std::to_string(bad));
+                                     Describe(updates[i][first_bad[i]]) + ") at index " +
+                                     std::to_string(first_bad[i]));
     }
   }
 
@@ -110,9 +116,13 @@ Status WeightedAverage(const std::vector<std::span<const float>>& updates,
   // Block-wise: every update's slice is read before `out`'s slice is written, which is what
   // makes out == updates[k] safe. The inner loop is a plain multiply-add over contiguous
   // arrays that the compiler vectorises (float -> double convert + FMA).
-  std::array<double, kBlock> acc;
   const size_t n = out.size();
-  for (size_t begin = 0; begin < n; begin += kBlock) {
+  // Blocks are independent: split them over the OpenMP threads (small models stay serial).
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static) if (n * inputs.size() >= (size_t{1} << 18))
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::array<double, kBlock> acc;
+    const size_t begin = static_cast<size_t>(b) * kBlock;
     const size_t len = std::min(kBlock, n - begin);
     std::fill(acc.begin(), acc.begin() + len, 0.0);
     for (size_t k = 0; k < inputs.size(); ++k) {
