@@ -52,6 +52,7 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   s->config_ = config;
   s->env_ = env;
   s->options_ = std::move(options);
+  s->options_.transport.deliver_heartbeats = true;  // see ZmqServerOptions
   s->options_.transport.heartbeat_interval_ms =
       static_cast<int>(std::min<uint64_t>(config.rounds.heartbeat_interval_ms, 86400000));
 

@@ -166,7 +166,7 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
     }
     if (!added->has_value()) continue;
     wire::Message& m = **added;
-    if (std::holds_alternative<wire::Heartbeat>(m.body)) continue;
+    if (std::holds_alternative<wire::Heartbeat>(m.body) && !options_.deliver_heartbeats) continue;
     events_.push_back(Received{peer, std::move(m)});
   }
 }

@@ -8,7 +8,7 @@
 // RejectedInput event and is dropped, and the server keeps serving. Every message from a
 // peer (heartbeats included) refreshes its last-seen time; a peer silent for more than
 // dead_after_intervals heartbeat intervals is reported once as PeerDead and forgotten.
-// Heartbeats are consumed and never returned by Poll.
+// Heartbeats are consumed and not returned by Poll unless deliver_heartbeats is set.
 //
 // curve = false gives plain TCP with no authentication and no encryption: for benchmarks
 // on a trusted network only. The peer id is then the hex of the connection's routing id.
@@ -47,6 +47,10 @@ struct ZmqServerOptions {
   int dead_after_intervals = 3;
   // How long Send waits for room in a peer's queue. Default: 5,000 ms.
   int send_timeout_ms = 5000;
+  // Also return heartbeats from Poll. The aggregator sets it: its round engine answers a
+  // heartbeat from a node it does not know (e.g. after an aggregator restart) with a
+  // Reject, and the node registers again at once instead of after a long silence.
+  bool deliver_heartbeats = false;
 };
 
 class ZmqServer final : public ServerTransport {

@@ -1,0 +1,523 @@
+// Real-process federation tests: fedmesh-aggregator and fedmesh-node binaries on loopback
+// with CurveZMQ, real Fashion-MNIST, real SQLite stores. Every child runs single-threaded
+// (train.threads=1, OMP_WAIT_POLICY=passive), every wait has a deadline, and every child is
+// SIGKILLed in TearDown (and by PR_SET_PDEATHSIG if this binary dies). Ports are chosen by
+// the kernel (tcp://127.0.0.1:*) and read from the aggregator's "listening on" line.
+// On failure the logs of every child are printed and the test's directory is kept
+// (FEDMESH_KEEP_TEST_DIRS=1 keeps it after a pass too).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/data/fashion_mnist.h"
+#include "crypto/key_files.h"
+#include "storage/aggregator_store.h"
+#include "storage/node_store.h"
+#include "tests/node/process_harness.h"
+
+namespace fedmesh {
+namespace {
+
+namespace fs = std::filesystem;
+using fedmesh::testing::ChildProcess;
+using fedmesh::testing::Clock;
+using fedmesh::testing::ReadWholeFile;
+using fedmesh::testing::WaitUntil;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const std::string kBin = FEDMESH_BINARY_DIR "/bin/";
+const fs::path kExampleDir = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "fashion-mnist";
+
+bool HaveFashionMnist() {
+  static const bool have = LoadFashionMnist(DataSplit::kTest).ok();
+  return have;
+}
+
+// The numeric value of "key" in one JSON line; nullopt when absent.
+std::optional<double> JsonNumber(const std::string& line, const std::string& key) {
+  const std::string pat = "\"" + key + "\"";
+  size_t at = line.find(pat);
+  if (at == std::string::npos) return std::nullopt;
+  at += pat.size();
+  while (at < line.size() && (line[at] == ' ' || line[at] == ':')) ++at;
+  char* end = nullptr;
+  const double v = std::strtod(line.c_str() + at, &end);
+  if (end == line.c_str() + at) return std::nullopt;
+  return v;
+}
+
+class FederationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("fedmesh_fed_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "keys" / "allow");
+    fs::create_directories(dir_ / "run");
+    for (const char* name : {"aggregator", "site-1", "site-2", "site-3", "site-4"}) {
+      ASSERT_TRUE(GenKey(name)) << "fedmesh-keys gen failed for " << name << ":\n"
+                                << ReadWholeFile(dir_ / "keygen.log");
+    }
+    for (int i = 1; i <= 4; ++i) {
+      const std::string pub = "site-" + std::to_string(i) + ".pub";
+      fs::copy_file(dir_ / "keys" / pub, dir_ / "keys" / "allow" / pub);
+    }
+    for (const auto& e : fs::directory_iterator(kExampleDir)) {
+      if (e.path().extension() == ".toml") fs::copy_file(e.path(), dir_ / e.path().filename());
+    }
+    started_ = Clock::now();
+  }
+
+  void TearDown() override {
+    for (auto& c : children_) c->Kill();
+    if (HasFailure()) {
+      for (auto& c : children_) {
+        std::string log = c->Log();
+        if (log.size() > 12000) log = "...\n" + log.substr(log.size() - 12000);
+        std::cout << "==== log of " << c->name() << " (pid " << c->pid() << ", "
+                  << c->log_path().string() << ") ====\n"
+                  << log << "==== end of " << c->name() << " ====\n";
+      }
+      const std::string metrics = ReadWholeFile(MetricsPath());
+      std::cout << "==== metrics ====\n" << metrics << "==== end of metrics ====\n";
+      std::cout << "(files kept in " << dir_.string() << ")\n";
+    } else if (!dir_.empty() && std::getenv("FEDMESH_KEEP_TEST_DIRS") == nullptr) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+  }
+
+  double ElapsedS() const {
+    return std::chrono::duration<double>(Clock::now() - started_).count();
+  }
+
+  bool GenKey(const std::string& name) {
+    auto rc = fedmesh::testing::RunToCompletion(
+        {kBin + "fedmesh-keys", "gen", "--out", "keys/" + name}, dir_, dir_ / "keygen.log",
+        seconds(30));
+    return rc.has_value() && *rc == 0;
+  }
+
+  ChildProcess* Spawn(const std::string& name, std::vector<std::string> argv) {
+    auto child = ChildProcess::Spawn(name, argv, dir_, dir_ / (name + ".log"),
+                                     {{"OMP_WAIT_POLICY", "passive"}, {"OMP_NUM_THREADS", "1"}});
+    EXPECT_NE(child, nullptr) << "fork failed for " << name;
+    if (!child) return nullptr;
+    children_.push_back(std::move(child));
+    return children_.back().get();
+  }
+
+  // Starts the aggregator (log: <name>.log) and waits for the endpoint it prints.
+  // Returns the endpoint, or "" (with a failure recorded) when it did not come up.
+  std::string StartAggregator(const std::vector<std::string>& sets,
+                              const std::string& listen = "tcp://127.0.0.1:*",
+                              const std::string& name = "aggregator") {
+    std::vector<std::string> argv = {kBin + "fedmesh-aggregator", "--config", "aggregator.toml",
+                                     "--set", "aggregator.listen=" + listen};
+    for (const auto& s : sets) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    ChildProcess* agg = Spawn(name, argv);
+    if (agg == nullptr) return "";
+    aggregator_ = agg;
+    static const std::regex kListening(R"(listening on (tcp://127\.0\.0\.1:[0-9]+)\n)");
+    std::string endpoint;
+    WaitUntil(
+        [&] {
+          std::smatch m;
+          const std::string log = agg->Log();
+          if (std::regex_search(log, m, kListening)) endpoint = m[1];
+          return !endpoint.empty() || !agg->Running();
+        },
+        seconds(60));
+    EXPECT_FALSE(endpoint.empty()) << name << " did not print its endpoint within 60 s";
+    return endpoint;
+  }
+
+  ChildProcess* StartNode(int index, const std::string& endpoint,
+                          const std::vector<std::string>& sets = {},
+                          const std::string& name = "") {
+    const std::string n = name.empty() ? "site-" + std::to_string(index) : name;
+    std::vector<std::string> argv = {kBin + "fedmesh-node",
+                                     "--config",
+                                     "node" + std::to_string(index) + ".toml",
+                                     "--set",
+                                     "aggregator.endpoint=" + endpoint,
+                                     "--set",
+                                     "train.threads=1"};
+    for (const auto& s : sets) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    return Spawn(n, argv);
+  }
+
+  // Waits until `child`'s log contains `text` (or the child exited). True when found.
+  bool WaitForLog(ChildProcess* child, const std::string& text, std::chrono::milliseconds timeout) {
+    return WaitUntil(
+        [&] { return child->Log().find(text) != std::string::npos || !child->Running(); },
+               timeout) &&
+           child->Log().find(text) != std::string::npos;
+  }
+
+  fs::path MetricsPath() const { return dir_ / "run" / "aggregator-metrics.jsonl"; }
+
+  std::vector<std::string> MetricsLines() const {
+    std::vector<std::string> lines;
+    std::string all = ReadWholeFile(MetricsPath());
+    size_t start = 0;
+    while (start < all.size()) {
+      size_t end = all.find('\n', start);
+      if (end == std::string::npos) end = all.size();
+      if (end > start) lines.push_back(all.substr(start, end - start));
+      start = end + 1;
+    }
+    return lines;
+  }
+
+  // Checks that the metrics file has exactly rounds 1..total, in order.
+  void ExpectRounds(const std::vector<std::string>& lines, int total) {
+    ASSERT_EQ(lines.size(), static_cast<size_t>(total));
+    for (int i = 0; i < total; ++i) {
+      EXPECT_EQ(JsonNumber(lines[i], "round"), std::optional<double>(i + 1)) << lines[i];
+    }
+  }
+
+  fs::path dir_;
+  Clock::time_point started_;
+  std::vector<std::unique_ptr<ChildProcess>> children_;
+  ChildProcess* aggregator_ = nullptr;
+};
+
+// (a) Four enrolled sites, five rounds: the aggregator finishes by itself and the global
+// model learns.
+TEST_F(FederationTest, FederationFourNodesLearn) {
+  const std::string ep = StartAggregator({"rounds.total=5", "rounds.min_available_clients=4"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+
+  ChildProcess* agg = aggregator_;
+  const auto rc = agg->WaitExit(seconds(90));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 90 s";
+  ASSERT_EQ(*rc, 0);
+  EXPECT_NE(agg->Log().find("federation finished: 5 rounds"), std::string::npos);
+
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 5);
+  if (HasFatalFailure()) return;
+  for (const auto& l : lines) {
+    EXPECT_GE(JsonNumber(l, "received").value_or(-1), 3) << l;  // min_clients
+    EXPECT_EQ(JsonNumber(l, "selected").value_or(-1), 4) << l;
+    EXPECT_EQ(JsonNumber(l, "rejected").value_or(-1), 0) << l;
+  }
+  EXPECT_GT(JsonNumber(lines.back(), "test_accuracy").value_or(-1), 0.75) << lines.back();
+  std::cout << "[ info ] 5 rounds in " << ElapsedS() << " s; final " << lines.back() << "\n";
+}
+
+// (b) A fifth node whose key is not in the allowlist is refused at the CurveZMQ handshake:
+// it never registers nor trains, and the aggregator names its key.
+TEST_F(FederationTest, FederationUnenrolledNodeGetsNothing) {
+  ASSERT_TRUE(GenKey("site-5"));  // generated, but its .pub is not copied into keys/allow
+  auto intruder_key = ReadPublicIdentity((dir_ / "keys" / "site-5.pub").string());
+  ASSERT_TRUE(intruder_key.ok()) << intruder_key.status().ToString();
+  const std::string intruder_z85 = intruder_key->curve_public_z85();
+
+  const std::string ep = StartAggregator(
+      {"rounds.total=2", "rounds.min_clients=3", "rounds.clients_per_round=3"});
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg = aggregator_;
+  // The intruder uses site 4's data; its identity and files are its own.
+  ChildProcess* intruder =
+      StartNode(4, ep,
+                {"node.id=site-5", "node.key=keys/site-5.key", "node.db=run/site-5.db",
+                 "node.metrics=run/site-5-metrics.jsonl"},
+                "site-5");
+  ASSERT_NE(intruder, nullptr);
+  // Its refusal is logged before any enrolled node exists, so the order is deterministic.
+  ASSERT_TRUE(WaitForLog(agg, "refused connection", seconds(60)))
+      << "the aggregator never logged the unenrolled node's refused handshake";
+  const std::string agg_log_early = agg->Log();
+  EXPECT_NE(agg_log_early.find("with key " + intruder_z85 + ": not in the allowlist"),
+            std::string::npos)
+      << "refusal does not name site-5's key " << intruder_z85;
+
+  for (int i = 1; i <= 3; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  const auto rc = agg->WaitExit(seconds(90));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 90 s";
+  ASSERT_EQ(*rc, 0);
+
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 2);
+  for (const auto& l : lines) {
+    EXPECT_EQ(JsonNumber(l, "selected").value_or(-1), 3) << l;
+    EXPECT_EQ(JsonNumber(l, "received").value_or(-1), 3) << l;
+  }
+  const std::string agg_log = agg->Log();
+  EXPECT_EQ(agg_log.find("node site-5"), std::string::npos) << "site-5 reached the engine";
+  EXPECT_EQ(agg_log.find("from site-5"), std::string::npos) << "site-5 reached the engine";
+
+  ASSERT_TRUE(intruder->Running()) << "the unenrolled node exited by itself";
+  intruder->Signal(SIGTERM);
+  const auto irc = intruder->WaitExit(seconds(30));
+  ASSERT_TRUE(irc.has_value()) << "unenrolled node ignored SIGTERM for 30 s";
+  EXPECT_EQ(*irc, 0);
+  const std::string ilog = intruder->Log();
+  EXPECT_EQ(ilog.find("registered with the aggregator"), std::string::npos) << ilog;
+  EXPECT_EQ(ilog.find("FitTask"), std::string::npos) << ilog;
+  EXPECT_EQ(ilog.find("trained"), std::string::npos) << ilog;
+  EXPECT_NE(ilog.find("stopped: 0 round(s) served"), std::string::npos) << ilog;
+
+  auto store = NodeStore::Open((dir_ / "run" / "site-5.db").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto cp = (*store)->LoadCheckpoint();
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  EXPECT_TRUE(!cp->has_value() || !(*cp)->last_round_served.has_value())
+      << "the unenrolled node's store records a served round " << *(*cp)->last_round_served;
+  std::cout << "[ info ] done in " << ElapsedS() << " s\n";
+}
+
+// (c) A selected node is SIGKILLed while round 1 is open: the round closes at its deadline
+// with the 3 other updates (min_clients 3), and the run still completes.
+TEST_F(FederationTest, FederationNodeKilledMidRoundClosesWithQuorum) {
+  const std::string ep = StartAggregator({"rounds.total=2", "rounds.min_clients=3",
+                                          "rounds.clients_per_round=4",
+                                          "rounds.min_available_clients=4", "rounds.timeout_s=5"});
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg = aggregator_;
+  std::vector<ChildProcess*> nodes;
+  for (int i = 1; i <= 4; ++i) {
+    nodes.push_back(StartNode(i, ep));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  ASSERT_TRUE(WaitForLog(agg, "round 1 attempt 1 opened with 4 node(s)", seconds(60)));
+  ChildProcess* victim = nodes[3];
+  victim->Kill();
+  ASSERT_EQ(victim->Log().find("round 1: trained"), std::string::npos)
+      << "site-4 finished round 1 before the kill landed; the test could not kill it mid-round";
+
+  const auto rc = agg->WaitExit(seconds(60));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 60 s";
+  ASSERT_EQ(*rc, 0);
+
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 2);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(JsonNumber(lines[0], "selected").value_or(-1), 4) << lines[0];
+  EXPECT_EQ(JsonNumber(lines[0], "attempts").value_or(-1), 1) << lines[0];
+  for (const auto& l : lines) EXPECT_EQ(JsonNumber(l, "received").value_or(-1), 3) << l;
+  EXPECT_EQ(agg->Log().find("accepted update from site-4"), std::string::npos);
+  std::cout << "[ info ] done in " << ElapsedS() << " s\n";
+}
+
+// (d) The aggregator is SIGKILLed in round 2 after it accepted an update, and restarted on
+// the same store and port: it restores exactly the accepted updates, the nodes find it by
+// themselves, no restored update is accepted twice, and the run completes.
+TEST_F(FederationTest, FederationAggregatorKilledAndRestartedResumes) {
+  // Two local epochs make a round last long enough for the kill to land inside it.
+  // min_available_clients 4 on restart too: a node whose round-2 update was restored sits
+  // idle, and only its heartbeat (delivered to the round engine, which answers an unknown
+  // node with Reject(not_enrolled)) makes it register again before FederatedClient's 60 s
+  // silence fallback; the run must finish well inside that (regression: heartbeats used to
+  // be swallowed by ZmqServer and round 3 opened only after 60 s).
+  const std::vector<std::string> sets = {"rounds.total=3", "rounds.min_clients=2",
+                                         "rounds.clients_per_round=4", "rounds.timeout_s=60",
+                                         "train.epochs=2", "rounds.min_available_clients=4",
+                                         "aggregator.heartbeat_ms=500"};
+  std::vector<std::string> first_sets = sets;
+  const std::string ep = StartAggregator(first_sets);
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg1 = aggregator_;
+  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+
+  ASSERT_TRUE(WaitForLog(agg1, "round 2: accepted update from", seconds(90)));
+  agg1->Kill();
+  const auto killed_at = Clock::now();
+  ASSERT_EQ(MetricsLines().size(), 1u) << "round 2 closed before the kill";
+
+  size_t accepted_before = 0;
+  std::set<std::string> restored_nodes;
+  {
+    auto store = AggregatorStore::Open((dir_ / "run" / "aggregator.db").string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto open = (*store)->LoadOpenRound();
+    ASSERT_TRUE(open.ok()) << open.status().ToString();
+    ASSERT_TRUE(open->has_value()) << "no open round in the store after the kill";
+    EXPECT_EQ((*open)->round, 2u);
+    accepted_before = (*open)->updates.size();
+    for (const auto& u : (*open)->updates) restored_nodes.insert(u.node);
+  }
+  ASSERT_GE(accepted_before, 1u);
+
+  const std::string ep2 = StartAggregator(sets, ep, "aggregator-restarted");
+  ASSERT_EQ(ep2, ep);
+  ChildProcess* agg2 = aggregator_;
+  const std::string resumed = "resuming round 2 attempt 1 with " +
+                              std::to_string(accepted_before) + " accepted update(s)";
+  EXPECT_TRUE(WaitForLog(agg2, "resuming round 2", seconds(30)));
+  EXPECT_NE(agg2->Log().find(resumed), std::string::npos) << "expected: " << resumed;
+
+  const auto rc = agg2->WaitExit(seconds(150));
+  ASSERT_TRUE(rc.has_value()) << "restarted aggregator still running after 150 s";
+  ASSERT_EQ(*rc, 0);
+  const double after_restart_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  // The idle node came back through its heartbeat, not the 60 s silence fallback.
+  EXPECT_LT(after_restart_s, 45.0);
+
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 3);
+  if (HasFatalFailure()) return;
+  const std::string log2 = agg2->Log();
+  for (const auto& node : restored_nodes) {
+    EXPECT_EQ(log2.find("round 2: accepted update from " + node + " ("), std::string::npos)
+        << node << "'s restored update was accepted a second time";
+  }
+  // Round 2 counts the restored updates plus those accepted after the restart.
+  size_t accepted_after = 0;
+  for (size_t at = log2.find("round 2: accepted update from"); at != std::string::npos;
+       at = log2.find("round 2: accepted update from", at + 1)) {
+    ++accepted_after;
+  }
+  EXPECT_EQ(JsonNumber(lines[1], "received").value_or(-1),
+            static_cast<double>(accepted_before + accepted_after))
+      << lines[1];
+  for (const auto& l : lines) EXPECT_GE(JsonNumber(l, "received").value_or(-1), 2) << l;
+  std::cout << "[ info ] " << accepted_before << " update(s) restored; restart to finish "
+            << after_restart_s << " s; total " << ElapsedS() << " s\n";
+}
+
+// Connects a TCP socket to `endpoint` (tcp://127.0.0.1:PORT); -1 on failure.
+int ConnectTcp(const std::string& endpoint) {
+  const int port = std::atoi(endpoint.substr(endpoint.rfind(':') + 1).c_str());
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends as much of `data` as the peer takes before it closes, errors or stalls (bounded by
+// SO_SNDTIMEO and `timeout`). Returns the bytes sent.
+size_t SendBounded(int fd, const std::string& data, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  size_t sent = 0;
+  while (sent < data.size() && Clock::now() < deadline) {
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return sent;
+}
+
+// (e) Raw TCP garbage at the aggregator's port while a federation runs: random bytes, a
+// truncated ZMTP greeting, a complete greeting asking for the NULL mechanism, a 64 MiB blob
+// and an idle connection. The federation still finishes every round.
+TEST_F(FederationTest, FederationAggregatorSurvivesGarbage) {
+  const std::string ep = StartAggregator({"rounds.total=3", "rounds.min_available_clients=4"});
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg = aggregator_;
+  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  ASSERT_TRUE(WaitForLog(agg, "round 1 attempt 1 opened", seconds(60)));
+
+  // An idle connection held across the attacks.
+  const int idle = ConnectTcp(ep);
+  EXPECT_GE(idle, 0);
+
+  // 1. Random bytes (fixed seed).
+  {
+    std::string junk(4096, '\0');
+    uint32_t x = 12345;
+    for (char& c : junk) {
+      x = x * 1664525u + 1013904223u;
+      c = static_cast<char>(x >> 24);
+    }
+    const int fd = ConnectTcp(ep);
+    ASSERT_GE(fd, 0);
+    SendBounded(fd, junk, seconds(10));
+    close(fd);
+  }
+  // 2. A truncated ZMTP 3 greeting: signature and major version, then close.
+  {
+    const std::string greeting("\xFF\x00\x00\x00\x00\x00\x00\x00\x01\x7F\x03", 11);
+    const int fd = ConnectTcp(ep);
+    ASSERT_GE(fd, 0);
+    SendBounded(fd, greeting, seconds(10));
+    close(fd);
+  }
+  // 3. A full greeting asking for the NULL mechanism (the server requires CURVE), then junk.
+  {
+    std::string greeting("\xFF\x00\x00\x00\x00\x00\x00\x00\x01\x7F\x03\x01", 12);
+    std::string mech = "NULL";
+    mech.resize(20, '\0');
+    greeting += mech;
+    greeting += std::string(1, '\0');   // as-server
+    greeting += std::string(31, '\0');  // filler
+    static const char kReady[] = "\x04\x19\x05READY\x0bSocket-Type\x00\x00\x00\x06ROUTER";
+    greeting += std::string(kReady, sizeof(kReady) - 1);
+    const int fd = ConnectTcp(ep);
+    ASSERT_GE(fd, 0);
+    SendBounded(fd, greeting, seconds(10));
+    close(fd);
+  }
+  // 4. 64 MiB of zeros.
+  {
+    const std::string blob(64u << 20, '\0');
+    const int fd = ConnectTcp(ep);
+    ASSERT_GE(fd, 0);
+    const size_t sent = SendBounded(fd, blob, seconds(20));
+    close(fd);
+    std::cout << "[ info ] the aggregator took " << sent << " of " << blob.size()
+              << " blob bytes before closing\n";
+  }
+  // 5. A burst of connections that close at once.
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ConnectTcp(ep);
+    if (fd >= 0) close(fd);
+  }
+
+  EXPECT_TRUE(agg->Running()) << "the aggregator died under garbage";
+  const auto rc = agg->WaitExit(seconds(90));
+  if (idle >= 0) close(idle);
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 90 s";
+  ASSERT_EQ(*rc, 0);
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 3);
+  for (const auto& l : lines) EXPECT_GE(JsonNumber(l, "received").value_or(-1), 3) << l;
+  std::cout << "[ info ] done in " << ElapsedS() << " s\n";
+}
+
+}  // namespace
+}  // namespace fedmesh
