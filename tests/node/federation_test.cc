@@ -331,6 +331,37 @@ TEST_F(FederationTest, FederationNodeKilledMidRoundClosesWithQuorum) {
   std::cout << "[ info ] done in " << ElapsedS() << " s\n";
 }
 
+// (c, second half) A node SIGKILLed after it served round 1 is started again on its own
+// store: it resumes from its checkpoint, registers again by itself and contributes to a
+// later round; the run completes.
+TEST_F(FederationTest, FederationKilledNodeRestartsFromItsStoreAndRejoins) {
+  const std::string ep = StartAggregator({"rounds.total=3", "rounds.min_clients=3",
+                                          "rounds.clients_per_round=4",
+                                          "rounds.min_available_clients=4", "rounds.timeout_s=5"});
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg = aggregator_;
+  std::vector<ChildProcess*> nodes;
+  for (int i = 1; i <= 4; ++i) {
+    nodes.push_back(StartNode(i, ep));
+    ASSERT_NE(nodes.back(), nullptr);
+  }
+  ASSERT_TRUE(WaitForLog(nodes[3], "round 1: trained", seconds(60)));
+  ASSERT_TRUE(WaitForLog(agg, "round 1 closed", seconds(60)));
+  nodes[3]->Kill();
+  ChildProcess* again = StartNode(4, ep, {}, "site-4-restarted");
+  ASSERT_NE(again, nullptr);
+
+  const auto rc = agg->WaitExit(seconds(90));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 90 s";
+  ASSERT_EQ(*rc, 0);
+  ExpectRounds(MetricsLines(), 3);
+  const std::string log = again->Log();
+  EXPECT_NE(log.find("resumed from checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find(": trained"), std::string::npos) << "the restarted site-4 never trained\n" << log;
+  EXPECT_NE(log.find("sent"), std::string::npos) << log;
+  std::cout << "[ info ] done in " << ElapsedS() << " s\n";
+}
+
 // (d) The aggregator is SIGKILLed in round 2 after it accepted an update, and restarted on
 // the same store and port: it restores exactly the accepted updates, the nodes find it by
 // themselves, no restored update is accepted twice, and the run completes.
