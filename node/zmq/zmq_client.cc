@@ -4,6 +4,8 @@
 #include <cmath>
 #include <utility>
 
+#include "node/zmq/zmq_status.h"
+
 namespace fedmesh {
 namespace {
 
@@ -12,22 +14,6 @@ constexpr int kPollSliceMs = 10;  // longest the driver holds the socket from he
 
 // Heartbeat message ids live in the top half of the id space, away from the driver's.
 constexpr uint64_t kHeartbeatIdBase = uint64_t{1} << 63;
-
-Status FromZmq(const zmq::error_t& e, const std::string& what) {
-  switch (e.num()) {
-    case EAGAIN:
-    case EHOSTUNREACH:
-      return Status::Unavailable(what + ": " + e.what());
-    case EINVAL:
-    case EPROTONOSUPPORT:
-    case ENODEV:
-      return Status::InvalidArgument(what + ": " + e.what());
-    case ETERM:
-      return Status::FailedPrecondition(what + ": the transport is closed");
-    default:
-      return Status::Internal(what + ": " + e.what());
-  }
-}
 
 }  // namespace
 
@@ -91,7 +77,7 @@ Result<std::unique_ptr<ZmqClient>> ZmqClient::Create(const ZmqClientOptions& opt
     }
     client->socket_ = std::move(socket);
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "ZmqClient: creating the DEALER socket");
+    return StatusFromZmq(e, "ZmqClient: creating the DEALER socket");
   }
   return client;
 }
@@ -109,7 +95,7 @@ Status ZmqClient::Connect(const std::string& endpoint,
       }
       socket_.connect(endpoint);
     } catch (const zmq::error_t& e) {
-      return FromZmq(e, "connecting to " + endpoint);
+      return StatusFromZmq(e, "connecting to " + endpoint);
     }
     connected_ = true;
     endpoint_ = endpoint;
@@ -156,7 +142,7 @@ Status ZmqClient::SendFramesLocked(const std::vector<wire::Frame>& frames) {
       }
     }
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "ZmqClient::Send");
+    return StatusFromZmq(e, "ZmqClient::Send");
   }
   return Status::OK();
 }
@@ -178,7 +164,7 @@ Status ZmqClient::Reconnect() {
     }
     socket_.connect(endpoint_);
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "reconnecting to " + endpoint_);
+    return StatusFromZmq(e, "reconnecting to " + endpoint_);
   }
   reassembler_ = wire::Reassembler(options_.limits);
   return Status::OK();
@@ -223,7 +209,7 @@ Result<std::optional<wire::Message>> ZmqClient::Poll(int timeout_ms) {
           }
         }
       } catch (const zmq::error_t& e) {
-        return FromZmq(e, "ZmqClient::Poll");
+        return StatusFromZmq(e, "ZmqClient::Poll");
       }
     }
     if (timeout_ms >= 0 && Clock::now() >= deadline) return std::optional<wire::Message>();

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "node/zmq/zmq_status.h"
+
 namespace fedmesh {
 namespace {
 
@@ -24,23 +26,6 @@ std::string Hex(const zmq::message_t& m) {
     out.push_back(kDigits[b & 15]);
   }
   return out;
-}
-
-Status FromZmq(const zmq::error_t& e, const std::string& what) {
-  switch (e.num()) {
-    case EADDRINUSE:
-    case EHOSTUNREACH:
-    case EAGAIN:
-      return Status::Unavailable(what + ": " + e.what());
-    case EINVAL:
-    case EPROTONOSUPPORT:
-    case ENODEV:
-      return Status::InvalidArgument(what + ": " + e.what());
-    case ETERM:
-      return Status::FailedPrecondition(what + ": the transport is closed");
-    default:
-      return Status::Internal(what + ": " + e.what());
-  }
 }
 
 }  // namespace
@@ -88,7 +73,7 @@ Result<std::unique_ptr<ZmqServer>> ZmqServer::Create(
     }
     server->socket_ = std::move(socket);
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "ZmqServer: creating the ROUTER socket");
+    return StatusFromZmq(e, "ZmqServer: creating the ROUTER socket");
   }
   return server;
 }
@@ -98,7 +83,7 @@ Result<std::string> ZmqServer::Bind(const std::string& endpoint) {
     socket_.bind(endpoint);
     return socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "binding " + endpoint);
+    return StatusFromZmq(e, "binding " + endpoint);
   }
 }
 
@@ -124,7 +109,7 @@ Status ZmqServer::Send(const std::string& peer, const wire::Message& message) {
       }
     }
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "sending to peer " + peer);
+    return StatusFromZmq(e, "sending to peer " + peer);
   }
   return Status::OK();
 }
@@ -227,7 +212,7 @@ Result<std::optional<ServerEvent>> ZmqServer::Poll(int timeout_ms) {
       }
     }
   } catch (const zmq::error_t& e) {
-    return FromZmq(e, "ZmqServer::Poll");
+    return StatusFromZmq(e, "ZmqServer::Poll");
   }
 }
 
