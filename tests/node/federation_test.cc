@@ -7,6 +7,8 @@
 // (FEDMESH_KEEP_TEST_DIRS=1 keeps it after a pass too).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <csignal>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -295,6 +297,44 @@ TEST_F(FederationTest, FederationUnenrolledNodeGetsNothing) {
   ASSERT_TRUE(cp.ok()) << cp.status().ToString();
   EXPECT_TRUE(!cp->has_value() || !(*cp)->last_round_served.has_value())
       << "the unenrolled node's store records a served round " << *(*cp)->last_round_served;
+  std::cout << "[ info ] done in " << ElapsedS() << " s\n";
+}
+
+// (b, second half) Enrolment without a restart: a site refused at first is admitted after
+// its .pub is copied into the allowlist directory and the aggregator gets SIGHUP; the node
+// gets in by itself (re-register with backoff) and trains in the federation.
+TEST_F(FederationTest, FederationSighupEnrollsANewSite) {
+  ASSERT_TRUE(GenKey("site-5"));  // not yet in keys/allow
+  const std::string ep = StartAggregator({"rounds.total=2", "rounds.min_clients=4",
+                                          "rounds.clients_per_round=4",
+                                          "rounds.min_available_clients=4"});
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* agg = aggregator_;
+  ChildProcess* newcomer =
+      StartNode(4, ep,
+                {"node.id=site-5", "node.key=keys/site-5.key", "node.db=run/site-5.db",
+                 "node.metrics=run/site-5-metrics.jsonl"},
+                "site-5");
+  ASSERT_NE(newcomer, nullptr);
+  for (int i = 1; i <= 3; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  ASSERT_TRUE(WaitForLog(agg, "refused connection", seconds(60)));
+  // Four nodes are needed and only three are enrolled: no round can open yet.
+  EXPECT_EQ(agg->Log().find("round 1 attempt 1 opened"), std::string::npos);
+
+  fs::copy_file(dir_ / "keys" / "site-5.pub", dir_ / "keys" / "allow" / "site-5.pub");
+  agg->Signal(SIGHUP);
+  ASSERT_TRUE(WaitForLog(agg, "allowlist reloaded", seconds(30))) << agg->Log();
+  ASSERT_TRUE(WaitForLog(agg, "node site-5 registered", seconds(60))) << agg->Log();
+
+  const auto rc = agg->WaitExit(seconds(90));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 90 s";
+  ASSERT_EQ(*rc, 0);
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 2);
+  if (HasFatalFailure()) return;
+  for (const auto& l : lines) EXPECT_EQ(JsonNumber(l, "received").value_or(-1), 4) << l;
+  EXPECT_NE(agg->Log().find("accepted update from site-5"), std::string::npos);
+  EXPECT_NE(newcomer->Log().find(": trained"), std::string::npos) << newcomer->Log();
   std::cout << "[ info ] done in " << ElapsedS() << " s\n";
 }
 
