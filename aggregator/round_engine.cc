@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/codec/payload.h"
 #include "core/wire/wire_codec.h"
 
 namespace fedmesh {
@@ -82,6 +83,16 @@ Status Validate(const RoundEngineOptions& o) {
   if (o.heartbeat_interval_ms < 1) {
     return bad("heartbeat_interval_ms", o.heartbeat_interval_ms, ">= 1");
   }
+  if (!o.update_codec.empty()) {
+    FM_RETURN_IF_ERROR(codec::Chain::Parse(o.update_codec).status().WithContext("update_codec"));
+  }
+  auto downlink = codec::Chain::Parse(o.downlink_codec);
+  FM_RETURN_IF_ERROR(downlink.status().WithContext("downlink_codec"));
+  if (downlink->has_sparsifier()) {
+    return Status::InvalidArgument("downlink_codec \"" + o.downlink_codec +
+                                   "\" sparsifies; the global model is sent whole, so use "
+                                   "fp16, bf16, int8, qsgd and/or zstd");
+  }
   return Status::OK();
 }
 
@@ -142,7 +153,14 @@ RoundEngine::RoundEngine(RoundEngineOptions options, Env* env, std::unique_ptr<S
       env_(env),
       strategy_(std::move(strategy)),
       evaluator_(std::move(evaluator)),
-      global_(std::move(global)) {}
+      global_(std::move(global)) {
+  // Validated by CheckCommon: the names parse. Keep them canonical, as nodes will echo them.
+  downlink_chain_ = *codec::Chain::Parse(options_.downlink_codec);
+  options_.downlink_codec = downlink_chain_.name();
+  if (!options_.update_codec.empty()) {
+    options_.update_codec = codec::Chain::Parse(options_.update_codec)->name();
+  }
+}
 
 namespace {
 
@@ -379,17 +397,24 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   if (!std::isfinite(r.train_loss)) {
     return reject(RejectCause::kNonFinite, "train_loss is " + Str(r.train_loss));
   }
-  if (r.update.codec != wire::kCodecNone) {
-    // Codec chains are decoded by the driver before the engine; a coded payload here is a
-    // node using a codec the FitTask did not ask for.
-    return reject(RejectCause::kMalformed,
-                  "update codec \"" + r.update.codec + "\" was not requested; use \"none\"");
+  if (!options_.update_codec.empty()) {
+    auto used = codec::Chain::Parse(r.update.codec);
+    if (!used.ok() || used->name() != options_.update_codec) {
+      return reject(RejectCause::kMalformed, "update codec \"" + r.update.codec +
+                                                 "\" is not the prescribed \"" +
+                                                 options_.update_codec + "\"");
+    }
   }
+  // Shape first: it bounds what decoding allocates.
   if (r.update.element_count != global_.size()) {
     return reject(RejectCause::kWrongShape, "update has " + Str(r.update.element_count) +
                                                 " elements; the model has " + Str(global_.size()));
   }
-  Result<std::vector<float>> params = wire::PayloadFloats(r.update);
+  // Codec "none" carries raw floats, so a NaN there is the node's (kNonFinite below); other
+  // chains' decoders refuse non-finite results as malformed bytes.
+  Result<std::vector<float>> params = r.update.codec == wire::kCodecNone
+                                          ? wire::PayloadFloats(r.update)
+                                          : codec::DecodePayload(r.update);
   if (!params.ok()) {
     return reject(RejectCause::kMalformed, "update payload: " + params.status().message());
   }
@@ -397,10 +422,16 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
     return reject(RejectCause::kNonFinite,
                   "update holds " + Str((*params)[i]) + " at index " + Str(i));
   }
+  // The update is the node's change to the global model: its new weights are global + it.
+  for (size_t i = 0; i < global_.size(); ++i) (*params)[i] += global_[i];
+  if (size_t i = FirstNonFinite(*params); i != params->size()) {
+    return reject(RejectCause::kNonFinite,
+                  "global + update overflows to " + Str((*params)[i]) + " at index " + Str(i));
+  }
 
   out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss, *params});
-  accepted_.emplace(from,
-                    Accepted{ClientUpdate{from, r.num_examples, std::move(*params)}, r.train_loss});
+  accepted_.emplace(from, Accepted{ClientUpdate{from, r.num_examples, std::move(*params)},
+                                   r.train_loss, r.update.bytes.size()});
   if (accepted_.size() == selected_.size()) CloseRound(out);
 }
 
@@ -456,7 +487,11 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
 wire::FitTask RoundEngine::BuildFitTask() const {
   wire::FitTask task;
   task.round = round_;
-  task.global_model = wire::FloatPayload(global_);
+  // A lossy downlink chain may refuse a model (fp16 beyond 65504): send it exact instead;
+  // the payload names its chain, so nodes decode either.
+  auto encoded = codec::EncodePayload(downlink_chain_, global_, env_->rng().NextU64());
+  task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
+  task.update_codec = options_.update_codec;
   task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
   task.learning_rate = options_.learning_rate;
@@ -478,6 +513,10 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   double loss_sum = 0.0, loss_weight = 0.0;
   for (auto& [id, a] : accepted_) {
     metrics.num_examples += a.update.num_examples;
+    if (a.encoded_bytes > 0) {
+      metrics.update_bytes += a.encoded_bytes;
+      metrics.update_bytes_raw += 4 * static_cast<uint64_t>(a.update.params.size());
+    }
     if (std::isfinite(a.train_loss)) {
       loss_sum += static_cast<double>(a.update.num_examples) * a.train_loss;
       loss_weight += static_cast<double>(a.update.num_examples);
@@ -501,6 +540,10 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   metrics.attempts = attempt_;
   metrics.train_loss = loss_weight > 0 ? loss_sum / loss_weight : std::nan("");
   metrics.duration_s = env_->NowSeconds() - round_started_s_;
+  metrics.compression_ratio = metrics.update_bytes > 0
+                                  ? static_cast<double>(metrics.update_bytes_raw) /
+                                        static_cast<double>(metrics.update_bytes)
+                                  : 0.0;
   if (evaluator_) {
     EvalResult eval = evaluator_(global_);
     metrics.test_accuracy = eval.accuracy;

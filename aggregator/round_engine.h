@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "aggregator/strategy.h"
+#include "core/codec/codec.h"
 #include "core/env.h"
 #include "core/status.h"
 #include "core/wire/messages.h"
@@ -76,6 +77,15 @@ struct RoundEngineOptions {
   // RegisterAck::heartbeat_interval_ms: how often nodes send a Heartbeat. The engine does
   // not track liveness itself; the driver calls OnDisconnect. Default: 5,000. Must be >= 1.
   uint64_t heartbeat_interval_ms = 5000;
+  // Codec chain (core/codec/codec.h) every node must encode its update with, sent as
+  // FitTask::update_codec; an update in another chain is rejected. Default: empty, each
+  // node uses its own configured chain and the engine decodes whatever valid chain comes.
+  std::string update_codec;
+  // Codec chain of the global model in FitTasks. Default: "none" (exact float32). Lossy
+  // chains (fp16, bf16, int8, qsgd) shrink the downlink; nodes train from the decoded model
+  // and send their change relative to it, so the aggregate stays exact in the updates.
+  // Sparsifiers are refused: the global model is sent whole.
+  std::string downlink_codec = "none";
 };
 
 // InvalidArgument naming the first offending field and its value, e.g. min_clients >
@@ -88,14 +98,14 @@ enum class RejectCause : uint8_t {
   kWrongFederation,  // Header::federation_id is not this federation's
   kUnknownNode,      // the sender is not registered (or disconnected since): Register first
   kMalformed,        // sender/node id differs from the peer, round fields disagree, a
-                     // payload that does not decode, a codec other than "none",
-                     // num_examples == 0, or a message type nodes do not send
+                     // payload that does not decode, a codec other than the prescribed
+                     // update_codec, num_examples == 0, or a message type nodes do not send
   kWrongRound,       // a FitResult for a round that has not started
   kLate,             // for a round (or attempt) already closed, or after the deadline
   kNotSelected,      // the node was not selected for the current round
   kDuplicate,        // the node's update for this round was already accepted
   kWrongShape,       // element count differs from the model's
-  kNonFinite,        // a NaN or infinity in the update or its train_loss
+  kNonFinite,        // a NaN or infinity in the update, in global + update, or train_loss
 };
 inline constexpr size_t kRejectCauseCount = 9;
 
@@ -140,6 +150,7 @@ class RoundEngine {
   };
   // An update was accepted for `round`: persist it; Restore needs it after a crash.
   // num_examples is the FitResult's (what the node trained on this round), not Register's.
+  // params are the node's new weights: the global model plus the decoded update.
   struct UpdateAccepted {
     uint64_t round = 0;
     std::string node_id;
@@ -169,6 +180,12 @@ class RoundEngine {
     // known; NaN when none is.
     double train_loss = 0.0;
     double duration_s = 0.0;  // from the round's first opening (or Start after Restore)
+    // The aggregated updates' dense float32 size and encoded payload size, and their ratio
+    // (0 when no update bytes are known). Updates restored after a crash count in neither:
+    // their encoded size was not persisted.
+    uint64_t update_bytes_raw = 0;
+    uint64_t update_bytes = 0;
+    double compression_ratio = 0.0;
   };
   // The round closed and `global` is model `model_version`: commit both in one transaction.
   struct RoundClosed {
@@ -274,6 +291,7 @@ class RoundEngine {
   struct Accepted {
     ClientUpdate update;
     double train_loss = 0.0;  // NaN when not known
+    uint64_t encoded_bytes = 0;  // 0 when not known (restored)
   };
 
   RoundEngine(RoundEngineOptions options, Env* env, std::unique_ptr<Strategy> strategy,
@@ -314,6 +332,7 @@ class RoundEngine {
   double round_started_s_ = 0.0;
   std::optional<wire::FitTask> fit_task_;  // the open attempt's task, built once
   std::map<std::string, NodeInfo> nodes_;  // every node that ever registered
+  codec::Chain downlink_chain_;  // parsed options_.downlink_codec
 
   uint64_t next_message_id_ = 1;
   uint64_t total_retries_ = 0;

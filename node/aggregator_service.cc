@@ -257,9 +257,6 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
               return Status::OK();
             }
             key_of_name_[*name] = r.peer;
-            if (auto* res = std::get_if<wire::FitResult>(&r.message.body)) {
-              bytes_up_ += res->update.bytes.size();
-            }
             if (std::holds_alternative<wire::Register>(r.message.body)) {
               Status s = store_->UpsertNode(*name, r.peer, env_->NowSeconds());
               if (!s.ok()) return s.WithContext("recording node " + *name);
@@ -290,6 +287,7 @@ Status AggregatorService::SendMessage(RoundEngine::Send& send) {
       task->deadline_unix_ms = WallNowMs() + static_cast<uint64_t>(std::llround(left_s * 1000.0));
     }
     bytes_down_ += task->global_model.bytes.size();
+    bytes_down_raw_ += 4 * task->global_model.element_count;
   }
   auto key = key_of_name_.find(send.to);
   if (key == key_of_name_.end()) {
@@ -361,8 +359,10 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               m.received = c.metrics.received;
               m.rejected = c.metrics.rejected;
               m.attempt = c.metrics.attempts;
-              m.bytes_up = bytes_up_;
+              m.bytes_up = c.metrics.update_bytes;
+              m.bytes_up_raw = c.metrics.update_bytes_raw;
               m.bytes_down = bytes_down_;
+              m.bytes_down_raw = bytes_down_raw_;
               m.wall_s = c.metrics.duration_s;
               Status st = store_->CloseRound(c.round, c.model_version, c.global, m);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
@@ -374,8 +374,8 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                   m.wall_s);
               Status line = AppendMetricsLine(c, m);
               if (!line.ok()) spdlog::error("metrics line not written: {}", line.ToString());
-              bytes_up_ = 0;
               bytes_down_ = 0;
+              bytes_down_raw_ = 0;
               return Status::OK();
             },
             [&](RoundEngine::Finished& f) -> Status {
@@ -410,7 +410,10 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
       .Add("received", static_cast<int64_t>(m.received))
       .Add("rejected", static_cast<int64_t>(m.rejected))
       .Add("num_examples", static_cast<int64_t>(c.metrics.num_examples))
+      .Add("bytes_up_raw", static_cast<int64_t>(m.bytes_up_raw))
       .Add("bytes_up", static_cast<int64_t>(m.bytes_up))
+      .Add("compression_ratio", c.metrics.compression_ratio)
+      .Add("bytes_down_raw", static_cast<int64_t>(m.bytes_down_raw))
       .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
       .Add("wall_s", m.wall_s);
   std::ofstream out(config_.metrics_path, std::ios::app);

@@ -120,8 +120,10 @@ class AggregatorService {
 
   std::multiset<double> timers_;  // Env seconds at which to call OnTimer
   std::optional<uint64_t> open_round_;  // the round open in the store, if any
-  uint64_t bytes_up_ = 0;    // this round: payload bytes of FitResults received
-  uint64_t bytes_down_ = 0;  // this round: payload bytes of FitTasks sent
+  // This round: encoded payload bytes of the FitTasks sent, and their float32 size. The
+  // update side comes from the engine's RoundMetrics (the updates it aggregated).
+  uint64_t bytes_down_ = 0;
+  uint64_t bytes_down_raw_ = 0;
   bool finished_ = false;
   Status finish_status_;
 };

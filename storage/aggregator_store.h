@@ -47,7 +47,7 @@ struct OpenRoundState {
 };
 
 // What one closed round produced. On input to CloseRound only test_accuracy, test_loss,
-// bytes_up, bytes_down and wall_s are read: the other fields are facts the store keeps
+// bytes_up, bytes_down, bytes_up_raw, bytes_down_raw and wall_s are read: the other fields are facts the store keeps
 // itself and fills in on output (see Metrics()).
 struct RoundMetrics {
   uint64_t round = 0;
@@ -58,8 +58,12 @@ struct RoundMetrics {
   uint64_t selected = 0;  // nodes in the closing attempt's selection
   uint64_t received = 0;  // updates accepted in the closing attempt
   uint64_t rejected = 0;  // RecordRejection calls for the round (late ones included)
+  // Tensor payload bytes as encoded by the codec chains, and their dense float32 size
+  // ("raw"): up = the aggregated updates, down = the global models sent in FitTasks.
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
+  uint64_t bytes_up_raw = 0;
+  uint64_t bytes_down_raw = 0;
   double wall_s = 0;
 };
 

@@ -79,25 +79,29 @@ struct RegisterAck {
 // Aggregator -> node: train from global_model and send back a FitResult.
 struct FitTask {
   uint64_t round = 0;                                  // must equal Header::round
-  TensorPayload global_model;                          // codec "none": every value finite
+  TensorPayload global_model;  // any codec chain; decodes to finite values
   uint32_t local_epochs = 1;                           // >= 1
   uint32_t batch_size = 32;                            // >= 1
   double learning_rate = 0.01;                         // finite, > 0
   double momentum = 0.0;                               // [0, 1)
   double prox_mu = 0.0;                                // finite, >= 0; 0 = FedAvg, > 0 = FedProx
   uint64_t deadline_unix_ms = 0;                       // 0 = no deadline
-  std::string update_codec = std::string(kCodecNone);  // chain the node must use
+  // Codec chain the node must use for its update (core/codec/codec.h); empty = the node's
+  // own configured chain. The FitResult's update.codec says which one it used.
+  std::string update_codec;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
 
-// Node -> aggregator: the trained update. The codec chain used is update.codec.
+// Node -> aggregator: the trained update. `update` is the change the node made to the
+// model it received: local weights minus the FitTask's (decoded) global model, encoded with
+// the codec chain named in update.codec.
 struct FitResult {
   uint64_t round = 0;  // must equal Header::round
   uint64_t num_examples = 0;
   double train_loss = 0.0;          // finite
-  TensorPayload update;             // codec "none": every value finite
-  uint64_t bytes_before_codec = 0;  // reported; dense float32 size for the usual codecs
+  TensorPayload update;             // local - global; decodes to finite values
+  uint64_t bytes_before_codec = 0;  // reported: 4 * element_count, the dense float32 size
   uint64_t bytes_after_codec = 0;   // must equal update.bytes.size()
 
   friend bool operator==(const FitResult&, const FitResult&) = default;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "core/codec/codec.h"
 #include "core/wire/fedmesh.pb.h"
 
 namespace fedmesh::wire {
@@ -168,6 +169,15 @@ Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
                                             " elements but element_count is ", p.element_count));
     }
   }
+  auto chain = codec::Chain::Parse(p.codec);
+  if (!chain.ok()) return Status::InvalidArgument(StrCat(what, ": ", chain.status().message()));
+  if (p.codec != kCodecNone && payload_bytes > chain->MaxEncodedBytes(p.element_count)) {
+    // Before any chunk is accepted: a receiver never buffers more than the chain can yield.
+    return Status::InvalidArgument(StrCat(what, " declares ", payload_bytes, " bytes but codec \"",
+                                          chain->name(), "\" produces at most ",
+                                          chain->MaxEncodedBytes(p.element_count), " for ",
+                                          p.element_count, " values"));
+  }
   if (p.codec == kCodecNone) {
     if (payload_bytes % 4 != 0) {
       return Status::InvalidArgument(StrCat(what, " has codec \"none\" and ", payload_bytes,
@@ -280,7 +290,14 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       return Status::InvalidArgument(
           StrCat("FitTask prox_mu is ", m->prox_mu, "; it must be finite and >= 0"));
     }
-    FM_RETURN_IF_ERROR(CheckId(m->update_codec, "FitTask update_codec", l));
+    // Empty: the node uses its own configured chain.
+    if (!m->update_codec.empty()) {
+      FM_RETURN_IF_ERROR(CheckId(m->update_codec, "FitTask update_codec", l));
+      auto chain = codec::Chain::Parse(m->update_codec);
+      if (!chain.ok()) {
+        return Status::InvalidArgument(StrCat("FitTask update_codec: ", chain.status().message()));
+      }
+    }
     FM_RETURN_IF_ERROR(
         CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
   } else if (const auto* m = std::get_if<FitResult>(&body)) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "aggregator/strategy.h"
+#include "core/codec/payload.h"
 #include "core/env.h"
 #include "core/wire/wire_codec.h"
 
@@ -155,7 +156,14 @@ class Harness {
     r.round = round;
     r.num_examples = num_examples.value_or(nodes[id].num_examples);
     r.train_loss = 0.5;
-    r.update = wire::FloatPayload(params);
+    // Tests speak in new weights; the wire carries the change to the global model the
+    // node last received.
+    std::vector<float> delta = params;
+    if (std::optional<wire::FitTask> task = LastFitTask(id)) {
+      std::vector<float> global = wire::PayloadFloats(task->global_model).value();
+      for (size_t i = 0; i < delta.size() && i < global.size(); ++i) delta[i] -= global[i];
+    }
+    r.update = wire::FloatPayload(delta);
     r.bytes_before_codec = r.bytes_after_codec = r.update.bytes.size();
     return wire::Message{HeaderFrom(id, round), r};
   }
@@ -930,6 +938,151 @@ TEST(RoundEngineRestoreTest, RejectsAnInconsistentState) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(r.status().message(), HasSubstr(c.expect));
   }
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+// ---- Codec chains (issue 4) --------------------------------------------------------------
+
+namespace fedmesh {
+namespace {
+
+RoundEngineOptions TwoNodes(RoundEngineOptions o = TestOptions()) {
+  o.total_rounds = 1;
+  o.clients_per_round = 2;
+  o.min_clients = 2;
+  return o;
+}
+
+wire::Message CodedResult(Harness& h, const std::string& id, const wire::TensorPayload& update) {
+  wire::FitResult r;
+  r.round = h.engine->round();
+  r.num_examples = h.nodes[id].num_examples;
+  r.train_loss = 0.5;
+  r.update = update;
+  r.bytes_before_codec = 4 * update.element_count;
+  r.bytes_after_codec = update.bytes.size();
+  return wire::Message{h.HeaderFrom(id, r.round), r};
+}
+
+std::vector<float> SparseDelta(size_t n, float scale) {
+  std::vector<float> d(n, 0.0f);
+  for (size_t i = 0; i < 10; ++i) d[i * 97 + 3] = scale * static_cast<float>(i + 1);
+  return d;
+}
+
+TEST(RoundEngineCodec, CodedUpdatesAreDecodedAddedToTheGlobalAndCounted) {
+  const std::vector<float> global(1000, 0.5f);
+  Harness h(TwoNodes(), global);
+  h.Register("a", 100);
+  h.Register("b", 300);
+  ASSERT_THAT(h.engine->selected(), ElementsAre("a", "b"));
+  EXPECT_EQ(h.LastFitTask("a")->update_codec, "");  // nodes choose
+  const codec::Chain chain = codec::Chain::Parse("topk:0.01|int8|zstd").value();
+  const std::vector<float> da = SparseDelta(1000, 1.0f), db = SparseDelta(1000, -0.5f);
+  auto pa = codec::EncodePayload(chain, da, 1).value();
+  auto pb = codec::EncodePayload(chain, db, 2).value();
+  h.Deliver("a", CodedResult(h, "a", pa));
+  h.Deliver("b", CodedResult(h, "b", pb));
+  auto closed = h.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 1u);
+  // FedAvg of the decoded deltas (100:300) added to the global; int8 error <= 10/254.
+  for (size_t i = 0; i < global.size(); ++i) {
+    const double want = 0.5 + (100.0 * da[i] + 300.0 * db[i]) / 400.0;
+    EXPECT_NEAR(closed[0].global[i], want, 10.0 / 254.0) << i;
+  }
+  EXPECT_EQ(closed[0].global[1], 0.5f);  // not among the kept: exactly unchanged
+  const RoundEngine::RoundMetrics& m = closed[0].metrics;
+  EXPECT_EQ(m.update_bytes_raw, 2u * 4000u);
+  EXPECT_EQ(m.update_bytes, pa.bytes.size() + pb.bytes.size());
+  EXPECT_DOUBLE_EQ(m.compression_ratio, 8000.0 / static_cast<double>(m.update_bytes));
+  EXPECT_GT(m.compression_ratio, 50.0);
+  // What the store persists (UpdateAccepted) is the node's new weights: global + decoded.
+  auto accepted = h.Events<RoundEngine::UpdateAccepted>();
+  ASSERT_EQ(accepted.size(), 2u);
+  EXPECT_EQ(accepted[0].params[1], 0.5f);
+  EXPECT_NEAR(accepted[0].params[3], 1.5f, 10.0 / 254.0);  // 0.5 + int8(1.0)
+  EXPECT_NE(accepted[0].params[3], 1.5f);                   // int8 is lossy
+}
+
+TEST(RoundEngineCodec, PrescribedCodecIsSentAndEnforced) {
+  RoundEngineOptions o = TwoNodes();
+  o.update_codec = "topk:0.1|int8";
+  Harness h(o, std::vector<float>(100, 0.0f));
+  h.Register("a", 100);
+  h.Register("b", 100);
+  EXPECT_EQ(h.LastFitTask("a")->update_codec, "topk:0.1|int8:256");  // canonical
+  const std::vector<float> d = SparseDelta(100, 0.01f);
+  h.Deliver("a", CodedResult(h, "a", wire::FloatPayload(d)));
+  auto rejected = h.Events<RoundEngine::UpdateRejected>();
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kMalformed);
+  EXPECT_THAT(rejected[0].text, HasSubstr("\"none\" is not the prescribed \"topk:0.1|int8:256\""));
+  // The same chain spelled without its defaults is the same chain.
+  auto p = codec::EncodePayload(codec::Chain::Parse("topk:0.1|int8").value(), d, 1).value();
+  p.codec = "topk:0.1|int8";
+  h.Deliver("a", CodedResult(h, "a", p));
+  h.Deliver("b", CodedResult(h, "b", p));
+  EXPECT_EQ(h.Events<RoundEngine::UpdateAccepted>().size(), 2u);
+  EXPECT_EQ(h.Events<RoundEngine::RoundClosed>().size(), 1u);
+}
+
+TEST(RoundEngineCodec, DownlinkCodecEncodesTheGlobalModel) {
+  RoundEngineOptions o = TwoNodes();
+  o.downlink_codec = "fp16|zstd";
+  std::vector<float> global(5000);
+  for (size_t i = 0; i < global.size(); ++i) global[i] = 0.001f * static_cast<float>(i % 77);
+  Harness h(o, global);
+  h.Register("a", 100);
+  h.Register("b", 100);
+  const wire::FitTask task = *h.LastFitTask("a");
+  EXPECT_EQ(task.global_model.codec, "fp16|zstd:3");
+  EXPECT_LT(task.global_model.bytes.size(), 2 * global.size());
+  std::vector<float> got = codec::DecodePayload(task.global_model).value();
+  for (size_t i = 0; i < global.size(); ++i) {
+    EXPECT_NEAR(got[i], global[i], std::fabs(global[i]) * 0x1p-11f) << i;
+  }
+  // A model fp16 cannot hold is sent exact rather than not at all.
+  global[10] = 1e6f;
+  Harness big(o, global);
+  big.Register("a", 100);
+  big.Register("b", 100);
+  EXPECT_EQ(big.LastFitTask("a")->global_model.codec, "none");
+}
+
+TEST(RoundEngineCodec, BadCodecOptionsAreRefused) {
+  RoundEngineOptions o = TestOptions();
+  o.downlink_codec = "topk:0.1";
+  EXPECT_THAT(Validate(o).message(), HasSubstr("downlink_codec \"topk:0.1\" sparsifies"));
+  o = TestOptions();
+  o.downlink_codec = "fp16|fp16";
+  EXPECT_THAT(Validate(o).message(), HasSubstr("downlink_codec"));
+  o = TestOptions();
+  o.update_codec = "gzip";
+  EXPECT_THAT(Validate(o).message(), HasSubstr("update_codec"));
+  EXPECT_THAT(Validate(o).message(), HasSubstr("\"gzip\" is unknown"));
+}
+
+TEST(RoundEngineCodec, UndecodableOrMisshapenCodedUpdatesAreRejected) {
+  Harness h(TwoNodes(), std::vector<float>(1000, 0.0f));
+  h.Register("a", 100);
+  h.Register("b", 100);
+  const codec::Chain chain = codec::Chain::Parse("topk:0.01|int8").value();
+  auto p = codec::EncodePayload(chain, SparseDelta(1000, 1.0f), 1).value();
+  auto cut = p;
+  cut.bytes.pop_back();
+  h.Deliver("a", CodedResult(h, "a", cut));
+  auto wrong = codec::EncodePayload(chain, SparseDelta(2000, 1.0f), 1).value();
+  h.Deliver("a", CodedResult(h, "a", wrong));
+  auto rejected = h.Events<RoundEngine::UpdateRejected>();
+  ASSERT_EQ(rejected.size(), 2u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kMalformed);
+  EXPECT_THAT(rejected[0].text, HasSubstr("update payload"));
+  EXPECT_EQ(rejected[1].cause, RejectCause::kWrongShape);
+  // The node can still send a good one.
+  h.Deliver("a", CodedResult(h, "a", p));
+  EXPECT_EQ(h.Events<RoundEngine::UpdateAccepted>().size(), 1u);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ Message FitTaskMessage(std::span<const float> model,
   t.momentum = 0.9;
   t.prox_mu = 0.01;
   t.deadline_unix_ms = 1700000000123;
-  t.update_codec = "topk:0.01,fp16,zstd";
+  t.update_codec = "topk:0.01|fp16|zstd";
   return Message{TestHeader(), t};
 }
 
@@ -170,7 +170,7 @@ TEST(WireRoundTrip, FitTaskFieldByField) {
   EXPECT_EQ(t.momentum, 0.9);
   EXPECT_EQ(t.prox_mu, 0.01);
   EXPECT_EQ(t.deadline_unix_ms, 1700000000123u);
-  EXPECT_EQ(t.update_codec, "topk:0.01,fp16,zstd");
+  EXPECT_EQ(t.update_codec, "topk:0.01|fp16|zstd");
   EXPECT_EQ(t.global_model.codec, "none");
   EXPECT_EQ(t.global_model.dtype, DType::kFloat32);
   EXPECT_EQ(t.global_model.element_count, 1000u);
@@ -243,7 +243,7 @@ TEST(WireRoundTrip, EmptyPayloadIsOneFrame) {
 TEST(WireRoundTrip, OtherCodecBytesPassThroughUnchanged) {
   Message m = FitResultMessage({});
   auto& u = std::get<FitResult>(m.body).update;
-  u.codec = "topk:0.01,zstd";
+  u.codec = "topk:0.01|zstd";
   u.element_count = 1000000;
   u.bytes = {0xff, 0xff, 0xc0, 0x7f, 1, 2, 3};  // includes a NaN pattern; 7 bytes
   std::get<FitResult>(m.body).bytes_after_codec = 7;
@@ -253,6 +253,33 @@ TEST(WireRoundTrip, OtherCodecBytesPassThroughUnchanged) {
   EXPECT_TRUE(*got == WithHash(m));
   EXPECT_TRUE(HasCode(PayloadFloats(std::get<FitResult>(got->body).update).status(),
                       StatusCode::kFailedPrecondition, "topk"));
+}
+
+// Codec chains are checked at the header, before any chunk is buffered: an unknown chain,
+// and a payload larger than its chain can produce for the declared element count.
+TEST(WireValidation, UnknownCodecOrOversizedCodedPayloadIsRefused) {
+  Message m = FitResultMessage({});
+  auto& r = std::get<FitResult>(m.body);
+  r.update.codec = "gzip";
+  r.update.element_count = 10;
+  r.update.bytes = {1, 2, 3};
+  r.bytes_after_codec = 3;
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "\"gzip\" is unknown"));
+  // topk:0.1 of 1000 values: 100 varints (<= 5 bytes) + 400 value bytes = at most 900.
+  r.update.codec = "topk:0.1";
+  r.update.element_count = 1000;
+  r.update.bytes.assign(901, 0);
+  r.bytes_after_codec = 901;
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "produces at most 900"));
+  r.update.bytes.assign(900, 0);
+  r.bytes_after_codec = 900;
+  EXPECT_TRUE(Encode(m).ok());
+  // A FitTask may leave update_codec empty (the node's choice) but not name a bad one.
+  Message t = FitTaskMessage(std::vector<float>{1.0f});
+  std::get<FitTask>(t.body).update_codec = "";
+  EXPECT_TRUE(Encode(t).ok());
+  std::get<FitTask>(t.body).update_codec = "int8|topk:0.1";
+  EXPECT_TRUE(HasCode(Encode(t).status(), StatusCode::kInvalidArgument, "must come before"));
 }
 
 TEST(WireRoundTrip, FloatHelpersAreLittleEndianFloat32) {

@@ -101,14 +101,12 @@ struct FakeNode {
     auto global = wire::PayloadFloats(task.global_model);
     ASSERT_TRUE(global.ok()) << global.status().ToString();
     ASSERT_EQ(global->size(), delta.size());
-    std::vector<float> params(delta.size());
-    for (size_t i = 0; i < params.size(); ++i) params[i] = (*global)[i] + delta[i];
     wire::FitResult r;
     r.round = task.round;
     r.num_examples = num_examples;
     r.train_loss = 0.5;
-    r.update = wire::FloatPayload(params);
-    r.bytes_before_codec = params.size() * 4;
+    r.update = wire::FloatPayload(delta);  // the change to the global model
+    r.bytes_before_codec = delta.size() * 4;
     r.bytes_after_codec = r.update.bytes.size();
     wire::Message m{{kFed, name, task_msg.header.round, task_msg.header.model_version, next_id++},
                     std::move(r)};
@@ -249,7 +247,9 @@ TEST_F(AggregatorServiceTest, AggregatorServiceTwoRoundsFedAvgPersisted) {
     EXPECT_EQ(m.received, 3u);
     EXPECT_EQ(m.rejected, 0u);
     EXPECT_EQ(m.bytes_up, 3u * 15u * 4u);    // three float32 updates
+    EXPECT_EQ(m.bytes_up_raw, 3u * 15u * 4u);
     EXPECT_EQ(m.bytes_down, 3u * 15u * 4u);  // three float32 global models
+    EXPECT_EQ(m.bytes_down_raw, 3u * 15u * 4u);
     EXPECT_TRUE(std::isfinite(m.test_accuracy));
     EXPECT_TRUE(std::isfinite(m.test_loss));
     EXPECT_GE(m.wall_s, 0.0);
@@ -282,10 +282,12 @@ TEST_F(AggregatorServiceTest, AggregatorServiceTwoRoundsFedAvgPersisted) {
     const std::string& l = lines[r];
     EXPECT_NE(l.find("\"round\":" + std::to_string(r + 1)), std::string::npos) << l;
     for (const char* key : {"test_accuracy", "test_loss", "selected", "received", "rejected",
-                            "bytes_up", "bytes_down", "wall_s"}) {
+                            "bytes_up_raw", "bytes_up", "compression_ratio",
+                            "bytes_down_raw", "bytes_down", "wall_s"}) {
       EXPECT_NE(l.find(std::string("\"") + key + "\":"), std::string::npos) << key << " in " << l;
     }
     EXPECT_NE(l.find("\"received\":3"), std::string::npos) << l;
+    EXPECT_NE(l.find("\"compression_ratio\":1,"), std::string::npos) << l;  // codec "none"
   }
 }
 

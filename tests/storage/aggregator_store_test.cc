@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 1);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 2);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -416,6 +416,8 @@ TEST_F(AggregatorStoreTest, CloseRoundSavesModelDropsUpdateBlobsAndStoresMetrics
   in.test_loss = 0.5;
   in.bytes_up = 1024;
   in.bytes_down = 4096;
+  in.bytes_up_raw = 800000;
+  in.bytes_down_raw = 7123;
   in.wall_s = 2.25;
   in.received = 999;  // store-kept fields are ignored on input
   Status s = store->CloseRound(1, 1, Params(100, 128), in);
@@ -445,6 +447,8 @@ TEST_F(AggregatorStoreTest, CloseRoundSavesModelDropsUpdateBlobsAndStoresMetrics
   EXPECT_EQ(m.rejected, 1u);
   EXPECT_EQ(m.bytes_up, 1024u);
   EXPECT_EQ(m.bytes_down, 4096u);
+  EXPECT_EQ(m.bytes_up_raw, 800000u);
+  EXPECT_EQ(m.bytes_down_raw, 7123u);
   EXPECT_EQ(m.wall_s, 2.25);
 
   // A late update for the closed round is still counted as a rejection.
@@ -579,12 +583,12 @@ TEST_F(AggregatorStoreTest, MetricsListClosedRoundsInRoundOrderWithNaNForUnmeasu
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(2).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(3).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 2);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 3);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {
