@@ -4,10 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <variant>
 
+#include "core/codec/payload.h"
 #include "core/data/data_source.h"
 #include "core/data/partition.h"
+#include "core/json_line.h"
 #include "core/model_zoo.h"
 #include "core/trainer.h"
 #include "core/wire/wire_codec.h"
@@ -50,6 +53,10 @@ std::string RejectReasonName(wire::RejectReason r) {
   }
   return "reason " + std::to_string(static_cast<uint32_t>(r));
 }
+
+// NodeCheckpoint::tensors names of the error-feedback state.
+constexpr char kResidualTensor[] = "codec/residual";
+constexpr char kDgcVelocityTensor[] = "codec/dgc_velocity";
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -125,6 +132,10 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   c->model_->InitParams(t.seed);
   FM_RETURN_IF_ERROR(c->model_->CheckCompatible(c->train_));
 
+  FM_ASSIGN_OR_RETURN(c->default_chain_, codec::Chain::Parse(config.codec_chain));
+  FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(c->default_chain_, config.error_feedback));
+  c->feedback_.emplace(std::move(feedback));
+
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
   FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
   if (checkpoint.has_value()) {
@@ -138,6 +149,24 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
     }
     FM_RETURN_IF_ERROR(c->model_->SetParams(checkpoint->model));
     c->velocity_ = std::move(checkpoint->velocity);
+    std::vector<float> residual, dgc_velocity;
+    if (auto it = checkpoint->tensors.find(kResidualTensor); it != checkpoint->tensors.end()) {
+      residual = std::move(it->second);
+    }
+    if (auto it = checkpoint->tensors.find(kDgcVelocityTensor); it != checkpoint->tensors.end()) {
+      dgc_velocity = std::move(it->second);
+    }
+    for (const auto* state : {&residual, &dgc_velocity}) {
+      if (!state->empty() && state->size() != n) {
+        return Status::FailedPrecondition("the checkpoint in '" + config.db_path +
+                                          "' holds codec state of " +
+                                          std::to_string(state->size()) +
+                                          " values but the model has " + std::to_string(n) +
+                                          "; move the old db file away");
+      }
+    }
+    FM_RETURN_IF_ERROR(c->feedback_->Restore(std::move(residual), std::move(dgc_velocity))
+                           .WithContext("checkpoint in " + config.db_path));
     c->model_version_ = checkpoint->model_version;
     c->last_round_served_ = checkpoint->last_round_served;
     c->Log("resumed from checkpoint in " + config.db_path + ": model version " +
@@ -147,12 +176,54 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   c->Log("model " + c->model_->name() + " (" + std::to_string(c->model_->num_params()) +
          " parameters) on " + c->backend_->name() + "; partition " + std::to_string(t.index) +
          "/" + std::to_string(t.partition.num_partitions) + " = " +
-         std::to_string(c->train_.size()) + " samples");
+         std::to_string(c->train_.size()) + " samples; update codec " +
+         c->default_chain_.name() + ", error feedback " +
+         std::string(codec::FeedbackModeName(c->feedback_->mode())));
   return c;
 }
 
 void FederatedClient::Log(const std::string& line) const {
   if (log_) log_(line);
+}
+
+const std::vector<float>& FederatedClient::residual() const { return feedback_->residual(); }
+
+Result<wire::TensorPayload> FederatedClient::EncodeUpdate(const codec::Chain& chain,
+                                                          std::span<const float> delta) {
+  if (!(feedback_->chain() == chain)) {
+    // A prescribed chain differs from the last one: what the old chain left behind is still
+    // owed to the aggregator, so the state carries over.
+    FM_ASSIGN_OR_RETURN(auto next, codec::ErrorFeedback::Create(chain, config_.error_feedback));
+    FM_RETURN_IF_ERROR(next.Restore(feedback_->residual(), feedback_->velocity()));
+    feedback_.emplace(std::move(next));
+  }
+  std::vector<uint8_t> bytes;
+  FM_RETURN_IF_ERROR(feedback_->Encode(delta, env_->rng().NextU64(), &bytes));
+  return codec::MakePayload(chain, delta.size(), std::move(bytes));
+}
+
+Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& last,
+                                           uint64_t bytes_raw, uint64_t bytes, double wall_s) {
+  const std::string& path = config_.training.metrics_path;
+  if (path.empty()) return Status::OK();
+  double residual_sq = 0.0;
+  for (float r : feedback_->residual()) residual_sq += static_cast<double>(r) * r;
+  JsonLine line;
+  line.Add("node", identity_.name())
+      .Add("round", static_cast<int64_t>(round))
+      .Add("train_loss", static_cast<double>(last.mean_loss))
+      .Add("num_examples", static_cast<int64_t>(train_.size()))
+      .Add("codec", feedback_->chain().name())
+      .Add("bytes_up_raw", static_cast<int64_t>(bytes_raw))
+      .Add("bytes_up", static_cast<int64_t>(bytes))
+      .Add("compression_ratio", bytes > 0 ? static_cast<double>(bytes_raw) / bytes : 0.0)
+      .Add("residual_norm", std::sqrt(residual_sq))
+      .Add("wall_s", wall_s);
+  std::ofstream out(path, std::ios::app);
+  out << line.str() << '\n';
+  out.flush();
+  if (!out) return Status::IOError("cannot append to the metrics file " + path);
+  return Status::OK();
 }
 
 wire::Header FederatedClient::OutHeader(uint64_t round) {
@@ -169,7 +240,9 @@ Status FederatedClient::SendRegister() {
   wire::Register r;
   r.node_id = identity_.name();
   r.num_examples = train_.size();
-  r.capabilities = {"codec:none", std::string("device:") + (backend_->name().rfind("cuda", 0) == 0 ? "cuda" : "cpu")};
+  r.capabilities = {"codec:none", "codec:topk", "codec:randk", "codec:fp16", "codec:bf16",
+                    "codec:int8", "codec:qsgd", "codec:zstd",
+                    std::string("device:") + (backend_->name().rfind("cuda", 0) == 0 ? "cuda" : "cpu")};
   return transport_->Send({OutHeader(0), std::move(r)});
 }
 
@@ -271,20 +344,22 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
   }
-  if (task.update_codec != wire::kCodecNone) {
-    return refuse("update codec \"" + task.update_codec + "\" is not supported by this node (only \"none\")");
+  codec::Chain chain = default_chain_;
+  if (!task.update_codec.empty()) {
+    auto prescribed = codec::Chain::Parse(task.update_codec);
+    if (!prescribed.ok()) return refuse("update codec: " + prescribed.status().message());
+    chain = std::move(*prescribed);
   }
-  auto global = wire::PayloadFloats(task.global_model);
-  if (!global.ok()) return refuse("global model: " + global.status().message());
   const size_t n = model_->num_params();
-  if (global->size() != n) {
-    return refuse("global model has " + std::to_string(global->size()) +
+  // Size first: it bounds what decoding allocates.
+  if (task.global_model.element_count != n) {
+    return refuse("global model has " + std::to_string(task.global_model.element_count) +
                   " values but this node's model has " + std::to_string(n) +
                   " parameters; check that [model] matches the aggregator's");
   }
-  for (float v : *global) {
-    if (!std::isfinite(v)) return refuse("global model holds a non-finite value");
-  }
+  // Any chain; decoding guarantees finite values.
+  auto global = codec::DecodePayload(task.global_model);
+  if (!global.ok()) return refuse("global model: " + global.status().message());
   if (task.deadline_unix_ms != 0 && NowUnixMs() >= static_cast<int64_t>(task.deadline_unix_ms)) {
     return refuse("its deadline has already passed");
   }
@@ -317,18 +392,22 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     FM_ASSIGN_OR_RETURN(last, trainer.TrainEpoch(train_));
   }
   if (!std::isfinite(last.mean_loss)) return refuse("training diverged (non-finite loss)");
-  std::vector<float> local = model_->GetParams();
-  for (float v : local) {
-    if (!std::isfinite(v)) return refuse("training diverged (non-finite weights)");
+  std::vector<float> delta = model_->GetParams();
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(delta[i])) return refuse("training diverged (non-finite weights)");
+    delta[i] -= (*global)[i];  // the update is the change to the model received
   }
+  auto update = EncodeUpdate(chain, delta);
+  if (!update.ok()) return refuse("encoding the update failed: " + update.status().message());
 
   wire::FitResult r;
   r.round = task.round;
   r.num_examples = train_.size();
   r.train_loss = last.mean_loss;
-  r.update = wire::FloatPayload(local);
-  r.bytes_before_codec = 4 * static_cast<uint64_t>(local.size());
+  r.update = std::move(*update);
+  r.bytes_before_codec = 4 * static_cast<uint64_t>(n);
   r.bytes_after_codec = r.update.bytes.size();
+  const uint64_t bytes_raw = r.bytes_before_codec, bytes_sent = r.bytes_after_codec;
   model_version_ = m.header.model_version;
   wire::Message out{OutHeader(task.round), std::move(r)};
   if (Status s = transport_->Send(out); !s.ok()) {
@@ -336,11 +415,20 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     return Status::OK();  // the aggregator re-sends the task when we register again
   }
   ++stats_.rounds_served;
-  char line[200];
-  std::snprintf(line, sizeof(line), "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent",
-                round.c_str(), task.local_epochs, train_.size(), last.mean_loss,
-                std::chrono::duration<double>(Clock::now() - t0).count());
+  stats_.bytes_up_raw += bytes_raw;
+  stats_.bytes_up += bytes_sent;
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  char line[300];
+  std::snprintf(line, sizeof(line),
+                "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent %llu bytes "
+                "(%s, %.1fx smaller than float32)",
+                round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s,
+                static_cast<unsigned long long>(bytes_sent), chain.name().c_str(),
+                static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
   Log(line);
+  if (Status ms = AppendRoundMetrics(task.round, last, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
+    Log("metrics line not written: " + ms.message());
+  }
 
   velocity_ = trainer.optimizer().GetVelocity();
   last_round_served_ = task.round;
@@ -349,6 +437,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   cp.model = std::move(*global);
   cp.velocity = velocity_;
   cp.last_round_served = last_round_served_;
+  if (!feedback_->residual().empty()) cp.tensors[kResidualTensor] = feedback_->residual();
+  if (!feedback_->velocity().empty()) cp.tensors[kDgcVelocityTensor] = feedback_->velocity();
   if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
     return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
   }

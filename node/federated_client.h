@@ -3,8 +3,17 @@
 // public key and this site's data partition once, opens the node's SQLite store (and
 // resumes from its checkpoint), then serves the aggregator: Register until a RegisterAck
 // comes (re-sent after RegisterRetryDelay, with a Reconnect before each re-send), and for
-// every FitTask: take the global model, train local_epochs on the local data only, send a
-// FitResult holding the new local weights (codec "none") and save a checkpoint.
+// every FitTask: decode the global model (any codec chain), train local_epochs on the
+// local data only, send a FitResult holding the change (local weights - global model)
+// encoded with the prescribed codec chain or the node's own [codec] chain, with error
+// feedback for lossy chains, and save a checkpoint (model, optimizer state, the codec's
+// residual) after the send.
+//
+// A crash after the send but before the checkpoint leaves the previous residual; the
+// re-trained round's update then repeats what the lost residual step had already sent
+// (at most one round's compressed update counted twice), which the aggregator's duplicate
+// check does not catch when it had accepted the first one. Saving before sending would
+// instead lose one update on a crash; both are rare, this order keeps the code simple.
 //
 // Repeated rounds: a FitTask for a round the checkpoint says was already served is trained
 // and answered again, not skipped. The aggregator re-sends a task only when it has not
@@ -25,13 +34,17 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/codec/codec.h"
+#include "core/codec/error_feedback.h"
 #include "core/data/dataset.h"
 #include "core/env.h"
 #include "core/model.h"
+#include "core/trainer.h"
 #include "core/status.h"
 #include "core/wire/messages.h"
 #include "crypto/identity.h"
@@ -62,6 +75,9 @@ struct FederatedClientStats {
   uint64_t rounds_served = 0;   // FitResults sent
   uint64_t tasks_refused = 0;   // FitTasks dropped as invalid
   uint64_t rejects = 0;         // Rejects received from the aggregator
+  // Update payloads sent: dense float32 size and encoded size.
+  uint64_t bytes_up_raw = 0;
+  uint64_t bytes_up = 0;
 };
 
 class FederatedClient {
@@ -89,6 +105,8 @@ class FederatedClient {
   size_t num_params() const { return model_->num_params(); }
   std::optional<uint64_t> last_round_served() const { return last_round_served_; }
   const FederatedClientStats& stats() const { return stats_; }
+  // The codec's error-feedback residual (empty before the first lossy round).
+  const std::vector<float>& residual() const;
 
  private:
   FederatedClient(NodeConfig config, FederatedClientOptions options, Env* env, Identity identity,
@@ -100,6 +118,12 @@ class FederatedClient {
   // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only
   // a transport or store failure is an error.
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
+  // Encodes `delta` with `chain` through the error feedback (rebuilt when the chain
+  // changes, keeping its state).
+  Result<wire::TensorPayload> EncodeUpdate(const codec::Chain& chain, std::span<const float> delta);
+  // One JSON line per round served to [node] metrics, when set.
+  Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
+                            uint64_t bytes, double wall_s);
 
   NodeConfig config_;
   FederatedClientOptions options_;
@@ -113,6 +137,8 @@ class FederatedClient {
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ZmqClient> transport_;  // made by Run
   std::vector<float> velocity_;  // carried across rounds and restarts
+  codec::Chain default_chain_;   // [codec] chain
+  std::optional<codec::ErrorFeedback> feedback_;  // carried across rounds and restarts
   uint64_t model_version_ = 0;
   std::optional<uint64_t> last_round_served_;
   uint64_t next_message_id_ = 1;

@@ -58,6 +58,12 @@ const ConfigSchema& AggregatorConfigSchema() {
         StringKey("model", "name", "mlp", "Model architecture of the global model")
             .Choices(KnownModelNames()),
         IntKey("model", "seed", 0, "Seed of the initial global model").Min(0),
+        StringKey("codec", "update", "",
+                  "Codec chain every node must encode its update with, e.g. topk:0.01|int8|zstd; "
+                  "empty = each node's own [codec] chain"),
+        StringKey("codec", "downlink", "none",
+                  "Codec chain of the global model sent to nodes: none, or fp16, bf16, int8, "
+                  "qsgd and/or zstd (no sparsifier)"),
         StringKey("eval", "dataset", "fashion-mnist",
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
@@ -93,6 +99,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   r.learning_rate = v.GetFloat("train", "lr");
   r.momentum = v.GetFloat("train", "momentum");
+  r.update_codec = v.GetString("codec", "update");
+  r.downlink_codec = v.GetString("codec", "downlink");
 
   c.strategy = v.GetString("rounds", "strategy");
   c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
@@ -116,6 +124,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
       {"learning_rate", "train", "lr"},
       {"momentum", "train", "momentum"},
       {"heartbeat_interval_ms", "aggregator", "heartbeat_ms"},
+      {"update_codec", "codec", "update"},
+      {"downlink_codec", "codec", "downlink"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(r), v, kRoundFields));
   auto strategy = MakeStrategy(c.strategy, c.strategy_options);

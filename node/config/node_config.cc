@@ -59,6 +59,16 @@ const ConfigSchema& NodeConfigSchema() {
         FloatKey("train", "prox_mu", 0.0, "FedProx proximal coefficient mu; 0 = plain SGD").Min(0),
         IntKey("train", "threads", 0, "Compute threads; 0 = all cores").Min(0).Max(4096),
         StringKey("train", "device", "cpu", "Where to train: cpu, auto (a GPU when present) or cuda[:N]"),
+        StringKey("codec", "chain", "none",
+                  "Codec chain for updates unless the aggregator prescribes one, e.g. "
+                  "topk:0.01|int8|zstd (docs/codecs.md); none = raw float32"),
+        StringKey("codec", "error_feedback", "auto",
+                  "Keep what a lossy chain drops and add it to the next update: residual, dgc "
+                  "(with momentum correction), off, or auto (residual for biased chains)")
+            .Choices({"auto", "off", "residual", "dgc"}),
+        FloatKey("codec", "dgc_momentum", 0.9, "dgc: momentum of the accumulated velocity")
+            .Min(0)
+            .Max(1, true),
     };
     return s;
   }();
@@ -110,6 +120,12 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
       {"weight decay", "train", "weight_decay"}, {"FedProx mu", "train", "prox_mu"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateLocalTrainingOptions(t), v, kFields));
+
+  auto chain = codec::Chain::Parse(v.GetString("codec", "chain"));
+  FM_RETURN_IF_ERROR(AttributeToKey(chain.status(), v, {{"", "codec", "chain"}}));
+  c.codec_chain = chain->name();
+  c.error_feedback.mode = codec::ParseFeedbackMode(v.GetString("codec", "error_feedback")).value();
+  c.error_feedback.dgc_momentum = v.GetFloat("codec", "dgc_momentum");
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codec/error_feedback.h"
 #include "core/status.h"
 #include "node/config/config_schema.h"
 #include "node/local_training.h"
@@ -26,6 +27,11 @@ struct NodeConfig {
   std::string aggregator_public_key_path; // the aggregator's public key file
   // [data], [train], [model] and [node] metrics.
   LocalTrainingOptions training;
+  // [codec]: the chain updates are encoded with when the aggregator prescribes none
+  // (canonical name, e.g. "topk:0.01|int8:256|zstd:3"; "none" = raw float32), and the
+  // error feedback that keeps what a lossy chain drops (core/codec/error_feedback.h).
+  std::string codec_chain = "none";
+  codec::ErrorFeedbackOptions error_feedback;
 };
 
 const ConfigSchema& NodeConfigSchema();

@@ -422,6 +422,48 @@ TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing required key [federation] id"));
 }
 
+// Issue 4: [codec] keys are parsed into canonical chains, and a bad chain names its key.
+TEST(ConfigCodec, ChainsAreCanonicalAndBadOnesNameTheKey) {
+  TempDir dir;
+  std::string node = dir.Write("node.toml", R"([federation]
+id = "f"
+[node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[codec]
+chain = "topk:0.01|int8|zstd"
+error_feedback = "dgc"
+dgc_momentum = 0.5
+)");
+  auto n = LoadNodeConfig(node, {});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->codec_chain, "topk:0.01|int8:256|zstd:3");
+  EXPECT_EQ(n->error_feedback.mode, codec::FeedbackMode::kDgc);
+  EXPECT_EQ(n->error_feedback.dgc_momentum, 0.5);
+  auto bad = LoadNodeConfig(node, {"codec.chain=int8|topk:0.1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("[codec] chain: codec chain \"int8|topk:0.1\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("must come before"));
+  auto mode = LoadNodeConfig(node, {"codec.error_feedback=sometimes"});
+  ASSERT_FALSE(mode.ok());
+  EXPECT_THAT(mode.status().message(), HasSubstr("[codec] error_feedback"));
+
+  std::string agg = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[codec]\nupdate = \"fp16\"\n");
+  auto a = LoadAggregatorConfig(agg, {});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->rounds.update_codec, "fp16");
+  EXPECT_EQ(a->rounds.downlink_codec, "none");
+  auto down = LoadAggregatorConfig(agg, {"codec.downlink=topk:0.1"});
+  ASSERT_FALSE(down.ok());
+  EXPECT_THAT(down.status().message(), HasSubstr("[codec] downlink: downlink_codec \"topk:0.1\" sparsifies"));
+  auto up = LoadAggregatorConfig(agg, {"codec.update=zstd:99"});
+  ASSERT_FALSE(up.ok());
+  EXPECT_THAT(up.status().message(), HasSubstr("[codec] update"));
+  EXPECT_THAT(up.status().message(), HasSubstr("level"));
+}
+
 const char* SourceDir() { return FEDMESH_SOURCE_DIR; }
 
 TEST(ConfigExamples, FashionMnistConfigsLoad) {

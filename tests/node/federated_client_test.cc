@@ -4,6 +4,7 @@
 // deadline; the client is always stopped through its stop flag and joined.
 #include "node/federated_client.h"
 
+#include "core/codec/payload.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -233,7 +234,7 @@ class FederatedClientTest : public ::testing::Test {
   std::vector<std::string> log_;
 };
 
-TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsNewWeights) {
+TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsChange) {
   const size_t partition = PartitionSize();
   ASSERT_GT(partition, 0u);
   StartClient(Config(), Options());
@@ -270,9 +271,9 @@ TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsNewWeights) {
   double moved = 0.0;
   for (size_t i = 0; i < kParams; ++i) {
     ASSERT_TRUE(std::isfinite((*update)[i])) << i;
-    moved += std::abs((*update)[i] - global[i]);
+    moved += std::abs((*update)[i]);  // the update is local - global
   }
-  EXPECT_GT(moved, 1e-3) << "the update equals the global model: it did not train";
+  EXPECT_GT(moved, 1e-3) << "the update is zero: it did not train";
 
   // The checkpoint is written after the send; wait (bounded) for the client to record it.
   const auto deadline = Clock::now() + milliseconds(5000);
@@ -302,18 +303,94 @@ TEST_F(FederatedClientTest, RefusesWrongSizeTaskAndServesTheNext) {
 
   Send(peer, 1, Task(1, std::vector<float>(kParams + 3, 0.0f)));  // wrong size
   // (A non-finite global model cannot be sent at all: the wire codec refuses to encode it.)
-  wire::FitTask fp16 = Task(2, Global());
-  fp16.update_codec = "fp16";  // a codec this node does not offer
-  Send(peer, 2, fp16);
-  Send(peer, 3, Task(3, Global()));    // good
+  wire::FitTask bad_global = Task(2, Global());
+  // fp16 of the right size whose first value is the infinity pattern: the wire passes it
+  // (it does not decode codecs), the node's decoder refuses it.
+  bad_global.global_model.codec = "fp16";
+  bad_global.global_model.bytes.assign(2 * kParams, 0);
+  bad_global.global_model.bytes[1] = 0x7C;
+  Send(peer, 2, bad_global);
+  wire::FitTask fp16 = Task(3, Global());
+  fp16.update_codec = "fp16";  // prescribed: the node must use it
+  Send(peer, 3, fp16);
   auto res = Next<wire::FitResult>(20000);
   ASSERT_TRUE(res.has_value()) << "no FitResult within 20 s";
   EXPECT_EQ(res->second.round, 3u) << "a refused task was answered";
+  EXPECT_EQ(res->second.update.codec, "fp16");
+  EXPECT_EQ(res->second.update.bytes.size(), 2 * kParams);
+  EXPECT_EQ(res->second.bytes_before_codec, 4 * kParams);
   StopClient();
   EXPECT_EQ(client_->stats().tasks_refused, 2u);
   EXPECT_EQ(client_->stats().rounds_served, 1u);
   EXPECT_TRUE(Logged("refused the FitTask for round 1"));
-  EXPECT_TRUE(Logged("refused the FitTask for round 2: update codec \"fp16\""));
+  EXPECT_TRUE(Logged("refused the FitTask for round 2: global model:"));
+}
+
+// Issue 4: a lossy [codec] chain with error feedback. The update is sent in the chain, and
+// what it dropped (the residual) is saved in the checkpoint and restored on restart.
+TEST_F(FederatedClientTest, LossyChainKeepsItsResidualAcrossARestart) {
+  NodeConfig config = Config();
+  config.codec_chain = "topk:0.2|int8:256";  // keeps 3 of 15
+  StartClient(config, Options());
+  std::string peer = Handshake();
+  ASSERT_FALSE(peer.empty());
+  Send(peer, 1, Task(1, Global()));
+  auto res = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(res.has_value()) << "no FitResult within 20 s";
+  const wire::FitResult& r = res->second;
+  EXPECT_EQ(r.update.codec, "topk:0.2|int8:256");
+  EXPECT_LT(r.update.bytes.size(), 4 * kParams / 2);
+  auto sent = codec::DecodePayload(r.update);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  size_t nonzero = 0;
+  for (float v : *sent) nonzero += (v != 0.0f);
+  EXPECT_LE(nonzero, 3u);
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (client_->stats().rounds_served < 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  StopClient();
+  const std::vector<float> residual = client_->residual();
+  ASSERT_EQ(residual.size(), kParams);
+  // The residual holds what was not sent: zero (or the int8 error) where top-k kept a value,
+  // the whole change elsewhere; so it cannot be all zeros after a real training round.
+  double dropped = 0;
+  for (size_t i = 0; i < kParams; ++i) {
+    if ((*sent)[i] == 0.0f) dropped += std::abs(residual[i]);
+  }
+  EXPECT_GT(dropped, 1e-4);
+  client_.reset();
+
+  auto store = NodeStore::Open(dir_ / "node.db");
+  ASSERT_TRUE(store.ok());
+  auto cp = (*store)->LoadCheckpoint();
+  ASSERT_TRUE(cp.ok() && cp->has_value());
+  ASSERT_EQ((*cp)->tensors.count("codec/residual"), 1u);
+  EXPECT_EQ((*cp)->tensors.at("codec/residual"), residual);
+  store->reset();
+
+  // Restart from the same store: the residual is back.
+  StartClient(config, Options());
+  EXPECT_EQ(client_->residual(), residual);
+  StopClient();
+}
+
+TEST_F(FederatedClientTest, CheckpointWithCodecStateOfAnotherSizeIsRefused) {
+  {
+    auto store = NodeStore::Open(dir_ / "node.db");
+    ASSERT_TRUE(store.ok());
+    NodeCheckpoint cp;
+    cp.model = Global();
+    cp.tensors["codec/residual"] = std::vector<float>(kParams + 1, 0.0f);
+    ASSERT_TRUE((*store)->SaveCheckpoint(cp).ok());
+  }
+  std::vector<std::string> lines;
+  auto client = FederatedClient::Create(Config(), Options(), &env_,
+                                        [&](const std::string& l) { lines.push_back(l); });
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(client.status().message().find("codec state of 16 values"), std::string::npos)
+      << client.status().message();
 }
 
 TEST_F(FederatedClientTest, ReSendsRegisterUntilAcked) {
