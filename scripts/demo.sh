@@ -32,6 +32,9 @@ if [[ "${DEMO_MODE:-federation}" == "local" ]]; then
 fi
 
 rounds=${DEMO_ROUNDS:-10}
+# Codec chain every node encodes its update with (docs/codecs.md), e.g.
+# DEMO_CODEC='topk:0.01|int8|zstd'; "none" sends raw float32.
+codec=${DEMO_CODEC:-none}
 cd "$run"
 mkdir -p keys/allow run
 for who in aggregator site-1 site-2 site-3 site-4; do "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null; done
@@ -42,7 +45,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-echo "== federation: 1 aggregator + 4 nodes on 127.0.0.1, $rounds rounds (logs in $run) =="
+echo "== federation: 1 aggregator + 4 nodes on 127.0.0.1, $rounds rounds, update codec $codec (logs in $run) =="
 "$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
   --set "rounds.total=$rounds" >aggregator.log 2>&1 &
 agg=$!
@@ -57,22 +60,22 @@ done
 [[ -n "$endpoint" ]] || { echo "aggregator did not start" >&2; cat aggregator.log; exit 1; }
 for i in 1 2 3 4; do
   "$bin/fedmesh-node" --config "node$i.toml" --set "aggregator.endpoint=$endpoint" \
-    --set train.threads=1 >"site-$i.log" 2>&1 &
+    --set train.threads=1 --set "codec.chain=$codec" >"site-$i.log" 2>&1 &
   pids+=("$!")
 done
 
 metrics=run/aggregator-metrics.jsonl
-printf "\n%-6s %-9s %-9s %-13s %-11s %-11s %-7s\n" round accuracy loss participants bytes_up bytes_down wall_s
+printf "\n%-6s %-9s %-9s %-13s %-11s %-9s %-11s %-7s\n" round accuracy loss participants bytes_up ratio bytes_down wall_s
 shown=0
 while kill -0 "$agg" 2>/dev/null || [[ $shown -lt $(wc -l <"$metrics" 2>/dev/null || echo 0) ]]; do
   if [[ -f "$metrics" ]]; then
     while [[ $shown -lt $(wc -l <"$metrics") ]]; do
       shown=$((shown + 1))
       l=$(sed -n "${shown}p" "$metrics")
-      printf "%-6s %-9.4f %-9.4f %-13s %-11s %-11s %-7.2f\n" "$(field round <<<"$l")" \
+      printf "%-6s %-9.4f %-9.4f %-13s %-11s %-9.1f %-11s %-7.2f\n" "$(field round <<<"$l")" \
         "$(field test_accuracy <<<"$l")" "$(field test_loss <<<"$l")" \
         "$(field received <<<"$l")/$(field selected <<<"$l")" "$(field bytes_up <<<"$l")" \
-        "$(field bytes_down <<<"$l")" "$(field wall_s <<<"$l")"
+        "$(field compression_ratio <<<"$l")" "$(field bytes_down <<<"$l")" "$(field wall_s <<<"$l")"
     done
   fi
   sleep 0.3
