@@ -13,6 +13,7 @@
 #include "core/codec/top_k.h"
 #include "core/codec/zstd_compressor.h"
 #include "core/rng.h"
+#include "core/split.h"
 
 namespace fedmesh::codec {
 namespace {
@@ -24,18 +25,6 @@ constexpr std::string_view kKnownStages =
 // Element counts beyond this make every size computation saturate; no wire limit allows
 // them (WireLimits::max_elements is at most 2^30 by default).
 constexpr uint64_t kMaxCount = uint64_t{1} << 40;
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (true) {
-    const size_t at = s.find(sep, start);
-    parts.push_back(s.substr(start, at == std::string_view::npos ? at : at - start));
-    if (at == std::string_view::npos) break;
-    start = at + 1;
-  }
-  return parts;
-}
 
 Status BadStage(std::string_view chain, std::string_view stage, const std::string& why) {
   return Status::InvalidArgument("codec chain \"" + std::string(chain) + "\": stage \"" +

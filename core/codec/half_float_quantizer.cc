@@ -106,8 +106,10 @@ Status Bf16Quantizer::Encode(std::span<const float> values, uint64_t /*seed*/,
   for (size_t i = 0; i < n; ++i) {
     const uint32_t b = std::bit_cast<uint32_t>(x[i]);
     const uint16_t r = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-    // Exponent all ones: the input was inf / NaN, or it rounded up to infinity.
-    bad |= static_cast<uint32_t>((r & 0x7F80u) == 0x7F80u);
+    // Exponent all ones, in the input (inf / NaN: some NaNs wrap around in the rounding
+    // sum) or in the result (rounded up to infinity).
+    bad |= static_cast<uint32_t>((b & 0x7F800000u) == 0x7F800000u) |
+           static_cast<uint32_t>((r & 0x7F80u) == 0x7F80u);
     std::memcpy(out + 2 * i, &r, 2);  // memcpy: `out` may be unaligned
   }
   if (bad != 0) return Unrepresentable(values, "bf16", 0x1.FFp127f);

@@ -43,6 +43,16 @@ Status Int8Quantizer::Encode(std::span<const float> values, uint64_t /*seed*/,
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     StoreF32(scales + 4 * b, scale);
     int8_t* q = codes + begin;
+    if (!(inv <= FLT_MAX)) {
+      // amax < 127 / FLT_MAX (~3.7e-37): 127 / amax overflows float (0 * inf would be NaN);
+      // the rare tiny block takes double precision.
+      const double inv_d = 127.0 / static_cast<double>(amax);
+      for (size_t j = 0; j < len; ++j) {
+        const double r = std::nearbyint(static_cast<double>(x[j]) * inv_d);
+        q[j] = static_cast<int8_t>(std::min(127.0, std::max(-127.0, r)));
+      }
+      continue;
+    }
     for (size_t j = 0; j < len; ++j) {
       float r = (x[j] * inv + kRoundMagic) - kRoundMagic;
       r = std::min(127.0f, std::max(-127.0f, r));

@@ -29,13 +29,15 @@ Status QsgdQuantizer::Encode(std::span<const float> values, uint64_t seed, uint8
     }
     const float norm = static_cast<float>(norm_d);
     StoreF32(out + 4 * b, norm);
-    const float to_level = norm > 0.0f ? s / norm : 0.0f;
+    // In double: s / norm overflows float for norms below s / FLT_MAX, and the decoder
+    // multiplies by the float norm, so that (not norm_d) is what keeps E[decoded] = x.
+    const double to_level = norm > 0.0f ? s / static_cast<double>(norm) : 0.0;
     int8_t* q = codes + begin;
     for (size_t j = 0; j < len; ++j) {
-      const float r = std::min(s, std::fabs(x[j]) * to_level);
-      float l = std::floor(r);
+      const double r = std::min<double>(s, std::fabs(x[j]) * to_level);
+      double l = std::floor(r);
       // Round up with probability r - l: E[l] = r.
-      if (CounterUniform(seed, begin + j) < r - l) l += 1.0f;
+      if (CounterUniform(seed, begin + j) < r - l) l += 1.0;
       const int32_t level = static_cast<int32_t>(l);
       q[j] = static_cast<int8_t>(x[j] < 0.0f ? -level : level);
     }

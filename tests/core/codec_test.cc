@@ -474,6 +474,51 @@ TEST(CodecHostile, NonFinitePatternsAndBadScalesAreRejected) {
   }
 }
 
+// Regression (found with the fuzz targets, fuzz/int8_fuzz): FLT_MAX / 127 rounds up as a
+// float, so the largest scale the decoder accepts times code +-127 overflowed to infinity
+// under an OK status; the encoder writes that scale for FLT_MAX itself.
+TEST(CodecHostile, Int8LargestScaleDecodesFinite) {
+  const float scale = FLT_MAX / 127.0f;
+  std::vector<uint8_t> b(4 + 3);
+  std::memcpy(b.data(), &scale, 4);
+  b[4] = 127, b[5] = 0x81, b[6] = 1;  // codes 127, -127, 1
+  std::vector<float> y(3);
+  ASSERT_TRUE(MustParse("int8").Decode(b, y).ok());
+  EXPECT_EQ(y[0], FLT_MAX);
+  EXPECT_EQ(y[1], -FLT_MAX);
+  EXPECT_EQ(y[2], scale);
+  const std::vector<float> x = {FLT_MAX, -FLT_MAX, 0.0f, 1e38f};
+  const std::vector<float> back = RoundTrip(MustParse("int8:2"), x);
+  EXPECT_EQ(back[0], FLT_MAX);
+  EXPECT_EQ(back[1], -FLT_MAX);
+  EXPECT_EQ(back[2], 0.0f);
+  EXPECT_NEAR(back[3], 1e38f, 1e38f / 254);
+}
+
+// Regressions (found with the fuzz targets): a block / bucket of tiny values made the
+// encoders' reciprocal overflow (0 * inf = NaN, full-scale codes for zeros), and NaNs with a
+// large mantissa wrapped around bf16's rounding sum and were sent as +-0.
+TEST(CodecChain, TinyBlocksAndWrappingNaNsEncodeCorrectly) {
+  const std::vector<float> tiny = {1e-38f, 0.0f, -5e-39f, 2e-45f};
+  for (std::string_view chain : {"int8", "int8:1", "qsgd:4", "qsgd:127:2"}) {
+    const std::vector<float> y = RoundTrip(MustParse(chain), tiny);
+    EXPECT_EQ(y[1], 0.0f) << chain;  // a zero stays zero
+    for (size_t i = 0; i < tiny.size(); ++i) {
+      EXPECT_LE(std::fabs(y[i] - tiny[i]), 1e-38f) << chain << " " << i;
+      if (y[i] != 0.0f) {
+        EXPECT_EQ(std::signbit(y[i]), std::signbit(tiny[i])) << chain << " " << i;
+      }
+    }
+  }
+  std::vector<uint8_t> bytes;
+  for (uint32_t nan_bits : {0x7FFFFFFFu, 0xFFFF8000u, 0x7FFF8000u, 0xFFFFFFFFu}) {
+    const std::vector<float> x = {1.0f, std::bit_cast<float>(nan_bits)};
+    Status s = MustParse("bf16").Encode(x, 0, &bytes);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << std::hex << nan_bits;
+    EXPECT_NE(s.message().find("NaN at index 1"), std::string::npos) << s.message();
+  }
+}
+
 TEST(CodecHostile, TopKIndicesAreValidated) {
   const size_t n = 1000;  // topk:0.003 keeps 3
   auto with_gaps = [](std::vector<uint8_t> gaps) {
