@@ -1,7 +1,8 @@
 // int8 quantizer: values in blocks of `block` (default 256); each block stores its absmax
 // scale s = max|x| / 127 as float32 and each value as round(x / s), an int8 in
 // [-127, 127]. Error bound per value: |x - decoded| <= max|x in its block| / 254 (plus
-// float rounding, relative 2^-22). Size: 4 * ceil(count / block) + count bytes, scales
+// float rounding, relative 2^-20, and 2^-140 absolute when the scale is subnormal, i.e.
+// max|x| < 1.5e-36). Size: 4 * ceil(count / block) + count bytes, scales
 // first (all of them, then all codes: zstd finds more to compress that way).
 // Decoding rejects a scale that is negative, not finite or above FLT_MAX / 127, and the
 // code -128, which the encoder never writes.
