@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <thread>
 #include <utility>
 
 #include "core/check.h"
@@ -82,11 +84,29 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path,
 
   if (!in_memory) {
     const char* wanted = options.wal ? "wal" : "delete";
-    FM_ASSIGN_OR_RETURN(Statement mode, db->Prepare(std::string("PRAGMA journal_mode=") + wanted));
-    FM_ASSIGN_OR_RETURN(bool has_row, mode.Step());
-    // SQLite answers with the mode now in force; it keeps the old one when it cannot switch
-    // (WAL needs shared memory, which some network file systems do not provide).
-    const std::string got = has_row ? std::string(mode.ColumnText(0)) : std::string();
+    // Switching the journal mode of a new file takes an exclusive lock, and SQLite returns
+    // SQLITE_BUSY at once, without its busy handler, when another connection is switching
+    // too (waiting could deadlock). Several processes opening one new store at the same
+    // moment is normal (tests, a node and its tools): retry until busy_timeout_ms.
+    const auto give_up = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(options.busy_timeout_ms);
+    std::string got;
+    for (;;) {
+      FM_ASSIGN_OR_RETURN(Statement mode,
+                          db->Prepare(std::string("PRAGMA journal_mode=") + wanted));
+      Result<bool> has_row = mode.Step();
+      if (has_row.ok()) {
+        // SQLite answers with the mode now in force; it keeps the old one when it cannot
+        // switch (WAL needs shared memory, which some network file systems lack).
+        got = *has_row ? std::string(mode.ColumnText(0)) : std::string();
+        break;
+      }
+      if (has_row.status().code() != StatusCode::kUnavailable ||
+          std::chrono::steady_clock::now() >= give_up) {
+        return has_row.status();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     if (got != wanted) {
       return Status::FailedPrecondition(
           "database " + path + ": could not set journal_mode=" + wanted + " (SQLite kept '" + got +
