@@ -54,15 +54,15 @@ Status ErrorFeedback::Restore(std::vector<float> residual, std::vector<float> ve
 Status ErrorFeedback::Encode(std::span<const float> update, uint64_t seed,
                              std::vector<uint8_t>* bytes, std::vector<float>* sent) {
   const size_t n = update.size();
-  std::vector<float> decoded(n);
   if (mode_ == FeedbackMode::kOff) {
     FM_RETURN_IF_ERROR(chain_.Encode(update, seed, bytes));
     if (sent != nullptr) {
-      FM_RETURN_IF_ERROR(chain_.Decode(*bytes, decoded));
-      *sent = std::move(decoded);
+      sent->resize(n);
+      FM_RETURN_IF_ERROR(chain_.Decode(*bytes, *sent));
     }
     return Status::OK();
   }
+  std::vector<float> decoded(n);
   for (const std::vector<float>* state : {&residual_, &velocity_}) {
     if (!state->empty() && state->size() != n) {
       return Status::InvalidArgument(

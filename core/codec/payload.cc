@@ -40,10 +40,6 @@ Result<Chain> HeaderChain(const wire::TensorPayload& payload) {
 
 }  // namespace
 
-Status CheckPayloadHeader(const wire::TensorPayload& payload) {
-  return HeaderChain(payload).status();
-}
-
 Result<std::vector<float>> DecodePayload(const wire::TensorPayload& payload) {
   FM_ASSIGN_OR_RETURN(Chain chain, HeaderChain(payload));
   std::vector<float> out(payload.element_count);

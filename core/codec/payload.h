@@ -25,10 +25,6 @@ Result<wire::TensorPayload> EncodePayload(const Chain& chain, std::span<const fl
 wire::TensorPayload MakePayload(const Chain& chain, uint64_t element_count,
                                 std::vector<uint8_t> bytes);
 
-// Checks a payload header without decoding: the chain parses, dtype is float32, and
-// payload bytes <= chain.MaxEncodedBytes(element_count). InvalidArgument otherwise.
-Status CheckPayloadHeader(const wire::TensorPayload& payload);
-
 // Decodes any payload to dense float32 (element_count values, all finite).
 // InvalidArgument for a bad header (as above); Corruption for bytes that do not decode.
 Result<std::vector<float>> DecodePayload(const wire::TensorPayload& payload);

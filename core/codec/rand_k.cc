@@ -35,10 +35,6 @@ void RandomKIndices(uint64_t n, uint64_t k, uint64_t seed, std::vector<uint32_t>
   }
 }
 
-std::string RandKSparsifier::name() const { return "randk:" + FormatRatio(ratio_); }
-
-uint64_t RandKSparsifier::KeptCount(uint64_t n) const { return KeptForRatio(ratio_, n); }
-
 Status RandKSparsifier::Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                                std::vector<float>* values) const {
   // The dropped values are never read again, but a non-finite one is a bug upstream.

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/codec/sparsify_ratio.h"
 #include "core/codec/stage.h"
 
 namespace fedmesh::codec {
@@ -16,20 +17,15 @@ namespace fedmesh::codec {
 // k distinct indices in [0, n), increasing, drawn from `seed`. REQUIRES: k <= n < 2^32.
 void RandomKIndices(uint64_t n, uint64_t k, uint64_t seed, std::vector<uint32_t>* indices);
 
-class RandKSparsifier final : public Sparsifier {
+class RandKSparsifier final : public RatioSparsifier {
  public:
   // REQUIRES: 0 < ratio <= 1 (Chain::Parse checks it).
-  explicit RandKSparsifier(double ratio) : ratio_(ratio) {}
-  std::string name() const override;
+  explicit RandKSparsifier(double ratio) : RatioSparsifier("randk", ratio) {}
   bool unbiased() const override { return true; }
-  uint64_t KeptCount(uint64_t n) const override;
   uint64_t MaxIndexBytes(uint64_t /*n*/) const override { return 8; }
   Status Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                 std::vector<float>* values) const override;
   Status ReadIndices(ByteReader* in, uint64_t n, std::vector<uint32_t>* indices) const override;
-
- private:
-  double ratio_;
 };
 
 }  // namespace fedmesh::codec

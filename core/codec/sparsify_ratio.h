@@ -1,6 +1,7 @@
-// The kept-coordinate count shared by the ratio-based sparsifiers (topk, randk), computed
-// the same way on both ends from the ratio in the chain name and the element count.
-// Thread-safety: pure function.
+// What the ratio-based sparsifiers (topk, randk) share: the kept-coordinate count, computed
+// the same way on both ends from the ratio in the chain name and the element count, their
+// canonical "<kind>:<ratio>" name, and a base class holding both.
+// Thread-safety: pure functions; RatioSparsifier is immutable.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "core/codec/stage.h"
 
 namespace fedmesh::codec {
 
@@ -26,5 +30,18 @@ inline std::string FormatRatio(double v) {
   auto r = std::to_chars(buf, buf + sizeof(buf), v);
   return std::string(buf, r.ptr);
 }
+
+// A sparsifier that keeps KeptForRatio(ratio, n) coordinates and is named "<kind>:<ratio>".
+class RatioSparsifier : public Sparsifier {
+ public:
+  // REQUIRES: 0 < ratio <= 1 (Chain::Parse checks it).
+  RatioSparsifier(std::string kind, double ratio) : kind_(std::move(kind)), ratio_(ratio) {}
+  std::string name() const final { return kind_ + ":" + FormatRatio(ratio_); }
+  uint64_t KeptCount(uint64_t n) const final { return KeptForRatio(ratio_, n); }
+
+ private:
+  std::string kind_;
+  double ratio_;
+};
 
 }  // namespace fedmesh::codec

@@ -81,10 +81,6 @@ Status SelectTopK(std::span<const float> x, uint64_t k, std::vector<uint32_t>* i
   return Status::OK();
 }
 
-std::string TopKSparsifier::name() const { return "topk:" + FormatRatio(ratio_); }
-
-uint64_t TopKSparsifier::KeptCount(uint64_t n) const { return KeptForRatio(ratio_, n); }
-
 Status TopKSparsifier::Select(std::span<const float> x, uint64_t /*seed*/, ByteWriter* out,
                               std::vector<float>* values) const {
   std::vector<uint32_t> idx;

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "core/codec/sparsify_ratio.h"
 #include "core/codec/stage.h"
 
 namespace fedmesh::codec {
@@ -23,20 +24,15 @@ namespace fedmesh::codec {
 // REQUIRES: k <= x.size() < 2^32.
 Status SelectTopK(std::span<const float> x, uint64_t k, std::vector<uint32_t>* indices);
 
-class TopKSparsifier final : public Sparsifier {
+class TopKSparsifier final : public RatioSparsifier {
  public:
   // REQUIRES: 0 < ratio <= 1 (Chain::Parse checks it).
-  explicit TopKSparsifier(double ratio) : ratio_(ratio) {}
-  std::string name() const override;
+  explicit TopKSparsifier(double ratio) : RatioSparsifier("topk", ratio) {}
   bool unbiased() const override { return false; }
-  uint64_t KeptCount(uint64_t n) const override;
   uint64_t MaxIndexBytes(uint64_t n) const override { return 5 * KeptCount(n); }
   Status Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                 std::vector<float>* values) const override;
   Status ReadIndices(ByteReader* in, uint64_t n, std::vector<uint32_t>* indices) const override;
-
- private:
-  double ratio_;
 };
 
 }  // namespace fedmesh::codec
