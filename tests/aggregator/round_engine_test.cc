@@ -967,8 +967,9 @@ wire::Message CodedResult(Harness& h, const std::string& id, const wire::TensorP
 }
 
 std::vector<float> SparseDelta(size_t n, float scale) {
+  // 97 is coprime with every n used here, so the ten indices are distinct and in range.
   std::vector<float> d(n, 0.0f);
-  for (size_t i = 0; i < 10; ++i) d[i * 97 + 3] = scale * static_cast<float>(i + 1);
+  for (size_t i = 0; i < 10; ++i) d[(i * 97 + 3) % n] = scale * static_cast<float>(i + 1);
   return d;
 }
 
