@@ -7,6 +7,7 @@
 // Thread-safety: value types, safe to copy between threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -137,7 +138,70 @@ struct Reject {
   friend bool operator==(const Reject&, const Reject&) = default;
 };
 
-using Body = std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject>;
+// Gossip membership (gossip/membership.h, SWIM): the state of one member as a peer knows
+// it. Values match fedmesh.wire.pb.MemberState.
+enum class MemberState : uint32_t {
+  kAlive = 1,
+  kSuspect = 2,
+  kDead = 3,
+};
+
+struct MemberUpdate {
+  std::string id;        // site name (id rules)
+  std::string endpoint;  // where its gossip socket listens, e.g. "tcp://127.0.0.1:7001" (id rules)
+  std::array<uint8_t, 32> curve_public{};  // X25519 key (CurveZMQ)
+  std::array<uint8_t, 32> sign_public{};   // Ed25519 key (model signatures)
+  uint64_t incarnation = 0;  // only the member itself raises it, to refute a suspicion
+  MemberState state = MemberState::kAlive;
+
+  friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
+};
+
+// Values match fedmesh.wire.pb.MembershipKind.
+enum class MembershipKind : uint32_t {
+  kPing = 1,     // are you alive? (probe_id)
+  kAck = 2,      // yes: answers the Ping probe_id; `target` is who answered (relayed acks)
+  kPingReq = 3,  // please ping `target` for me and relay its Ack (indirect probe)
+  kJoin = 4,     // a member announces itself to a seed (updates[0] describes it)
+  kSync = 5,     // the sender's whole view (answer to a Join, and periodic anti-entropy)
+};
+
+// SWIM membership traffic; `updates` are piggybacked member states (at most
+// WireLimits::max_members).
+struct Membership {
+  MembershipKind kind = MembershipKind::kPing;
+  uint64_t probe_id = 0;
+  std::string target;  // kAck, kPingReq: a member id (id rules); empty otherwise
+  std::vector<MemberUpdate> updates;
+
+  friend bool operator==(const Membership&, const Membership&) = default;
+};
+
+// Values match fedmesh.wire.pb.GossipKind.
+enum class GossipKind : uint32_t {
+  kPush = 1,         // a model (or model share) for the receiver to mix in
+  kExchange = 2,     // push-pull: mix this in and answer with kExchangeReply (your old model)
+  kExchangeReply = 3,
+  kPullRequest = 4,  // send me your current model (joining node); no payload
+  kPullReply = 5,
+};
+
+// A gossip model message. Every one is signed by its sender (gossip/signed_model.h) over
+// (federation, sender, sequence, kind, step, weight, payload codec, count and SHA-256); the
+// receiver verifies against the sender's allowlisted Ed25519 key and drops replays.
+struct GossipModel {
+  GossipKind kind = GossipKind::kPush;
+  uint64_t sequence = 0;  // strictly increasing per sender, across restarts
+  uint64_t step = 0;      // sender's gossip step (local SGD steps for training runs)
+  double weight = 1.0;    // push-sum weight share, finite, >= 0; other protocols send 1
+  TensorPayload model;    // element_count 0 (no payload) for kPullRequest
+  std::vector<uint8_t> signature;  // 64 bytes of Ed25519; empty = unsigned (dropped)
+
+  friend bool operator==(const GossipModel&, const GossipModel&) = default;
+};
+
+using Body = std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject,
+                          Membership, GossipModel>;
 
 // Values match fedmesh.wire.MessageType. Chunks are framing, not messages: they never
 // reach the code above the codec.
@@ -148,6 +212,9 @@ enum class MessageType : uint32_t {
   kFitResult = 4,
   kHeartbeat = 5,
   kReject = 6,
+  // 7 is Chunk (framing only)
+  kMembership = 8,
+  kGossipModel = 9,
 };
 
 struct Message {
@@ -158,7 +225,9 @@ struct Message {
 };
 
 inline MessageType TypeOf(const Body& body) {
-  return static_cast<MessageType>(body.index() + 1);  // Body lists the types in enum order
+  // Body lists the types in enum order, skipping 7 (Chunk).
+  const auto i = static_cast<uint32_t>(body.index()) + 1;
+  return static_cast<MessageType>(i >= 7 ? i + 1 : i);
 }
 
 inline std::string_view MessageTypeName(MessageType type) {
@@ -175,6 +244,10 @@ inline std::string_view MessageTypeName(MessageType type) {
       return "Heartbeat";
     case MessageType::kReject:
       return "Reject";
+    case MessageType::kMembership:
+      return "Membership";
+    case MessageType::kGossipModel:
+      return "GossipModel";
   }
   return "unknown";
 }

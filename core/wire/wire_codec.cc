@@ -22,12 +22,19 @@ static_assert(static_cast<uint32_t>(MessageType::kFitTask) == pb::MESSAGE_TYPE_F
 static_assert(static_cast<uint32_t>(MessageType::kFitResult) == pb::MESSAGE_TYPE_FIT_RESULT);
 static_assert(static_cast<uint32_t>(MessageType::kHeartbeat) == pb::MESSAGE_TYPE_HEARTBEAT);
 static_assert(static_cast<uint32_t>(MessageType::kReject) == pb::MESSAGE_TYPE_REJECT);
+static_assert(static_cast<uint32_t>(MessageType::kMembership) == pb::MESSAGE_TYPE_MEMBERSHIP);
+static_assert(static_cast<uint32_t>(MessageType::kGossipModel) == pb::MESSAGE_TYPE_GOSSIP_MODEL);
+static_assert(static_cast<uint32_t>(MemberState::kDead) == pb::MEMBER_STATE_DEAD);
+static_assert(static_cast<uint32_t>(MembershipKind::kSync) == pb::MEMBERSHIP_KIND_SYNC);
+static_assert(static_cast<uint32_t>(GossipKind::kPullReply) == pb::GOSSIP_KIND_PULL_REPLY);
 static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
                   std::is_same_v<std::variant_alternative_t<1, Body>, RegisterAck> &&
                   std::is_same_v<std::variant_alternative_t<2, Body>, FitTask> &&
                   std::is_same_v<std::variant_alternative_t<3, Body>, FitResult> &&
                   std::is_same_v<std::variant_alternative_t<4, Body>, Heartbeat> &&
-                  std::is_same_v<std::variant_alternative_t<5, Body>, Reject>,
+                  std::is_same_v<std::variant_alternative_t<5, Body>, Reject> &&
+                  std::is_same_v<std::variant_alternative_t<6, Body>, Membership> &&
+                  std::is_same_v<std::variant_alternative_t<7, Body>, GossipModel>,
               "TypeOf() relies on Body listing the types in MessageType order");
 static_assert(static_cast<uint32_t>(DType::kFloat32) == pb::DTYPE_FLOAT32);
 static_assert(static_cast<uint32_t>(RejectReason::kOverloaded) == pb::REJECT_REASON_OVERLOADED);
@@ -46,7 +53,8 @@ std::string Hex2(uint8_t b) {
 
 std::string_view TypeName(uint32_t type) {
   if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
-  if (type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) {
+  if ((type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) ||
+      type == pb::MESSAGE_TYPE_MEMBERSHIP || type == pb::MESSAGE_TYPE_GOSSIP_MODEL) {
     return MessageTypeName(static_cast<MessageType>(type));
   }
   return "unknown";
@@ -68,6 +76,10 @@ uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
       return pb::MESSAGE_TYPE_REJECT;
     case pb::Envelope::kChunk:
       return pb::MESSAGE_TYPE_CHUNK;
+    case pb::Envelope::kMembership:
+      return pb::MESSAGE_TYPE_MEMBERSHIP;
+    case pb::Envelope::kGossipModel:
+      return pb::MESSAGE_TYPE_GOSSIP_MODEL;
     case pb::Envelope::BODY_NOT_SET:
       break;
   }
@@ -77,13 +89,16 @@ uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
 const TensorPayload* PayloadOf(const Body& body) {
   if (const auto* t = std::get_if<FitTask>(&body)) return &t->global_model;
   if (const auto* r = std::get_if<FitResult>(&body)) return &r->update;
+  if (const auto* g = std::get_if<GossipModel>(&body)) return &g->model;
   return nullptr;
 }
 
 TensorPayload* MutablePayloadOf(Body& body) { return const_cast<TensorPayload*>(PayloadOf(body)); }
 
 std::string_view PayloadFieldName(const Body& body) {
-  return std::holds_alternative<FitTask>(body) ? "FitTask.global_model" : "FitResult.update";
+  if (std::holds_alternative<FitTask>(body)) return "FitTask.global_model";
+  if (std::holds_alternative<GossipModel>(body)) return "GossipModel.model";
+  return "FitResult.update";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -252,6 +267,33 @@ Status CheckPayloadValues(const Body& body) {
 
 bool IsFinite(double v) { return std::isfinite(v); }
 
+Status CheckMembership(const Membership& m, const WireLimits& l) {
+  if (m.kind < MembershipKind::kPing || m.kind > MembershipKind::kSync) {
+    return Status::InvalidArgument(
+        StrCat("Membership kind ", static_cast<uint32_t>(m.kind), " is unknown"));
+  }
+  if (m.kind == MembershipKind::kAck || m.kind == MembershipKind::kPingReq) {
+    FM_RETURN_IF_ERROR(CheckId(m.target, "Membership target", l));
+  } else if (!m.target.empty()) {
+    FM_RETURN_IF_ERROR(CheckId(m.target, "Membership target", l));
+  }
+  if (m.updates.size() > l.max_members) {
+    return Status::OutOfRange(StrCat("Membership carries ", m.updates.size(),
+                                     " member updates; the limit is ", l.max_members,
+                                     " (max_members)"));
+  }
+  for (size_t i = 0; i < m.updates.size(); ++i) {
+    const MemberUpdate& u = m.updates[i];
+    FM_RETURN_IF_ERROR(CheckId(u.id, StrCat("Membership update ", i, " id"), l));
+    FM_RETURN_IF_ERROR(CheckId(u.endpoint, StrCat("Membership update ", i, " endpoint"), l));
+    if (u.state < MemberState::kAlive || u.state > MemberState::kDead) {
+      return Status::InvalidArgument(StrCat("Membership update ", i, " state ",
+                                            static_cast<uint32_t>(u.state), " is unknown"));
+    }
+  }
+  return Status::OK();
+}
+
 // Every field of the body except payload bytes. `payload_bytes`: the size of the body's
 // payload (declared by the peer, or bytes.size() when sending); 0 when it has none.
 Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, const WireLimits& l) {
@@ -314,6 +356,22 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
                                             " but the update has ", payload_bytes, " bytes"));
     }
     FM_RETURN_IF_ERROR(CheckPayloadDescription(m->update, payload_bytes, "FitResult.update", l));
+  } else if (const auto* m = std::get_if<Membership>(&body)) {
+    FM_RETURN_IF_ERROR(CheckMembership(*m, l));
+  } else if (const auto* m = std::get_if<GossipModel>(&body)) {
+    if (m->kind < GossipKind::kPush || m->kind > GossipKind::kPullReply) {
+      return Status::InvalidArgument(
+          StrCat("GossipModel kind ", static_cast<uint32_t>(m->kind), " is unknown"));
+    }
+    if (!IsFinite(m->weight) || m->weight < 0) {
+      return Status::InvalidArgument(
+          StrCat("GossipModel weight is ", m->weight, "; it must be finite and >= 0"));
+    }
+    if (!m->signature.empty() && m->signature.size() != 64) {
+      return Status::InvalidArgument(StrCat("GossipModel signature is ", m->signature.size(),
+                                            " bytes; an Ed25519 signature is 64"));
+    }
+    FM_RETURN_IF_ERROR(CheckPayloadDescription(m->model, payload_bytes, "GossipModel.model", l));
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     if (m->text.size() > l.max_text_bytes) {
       return Status::OutOfRange(StrCat("Reject text is ", m->text.size(), " bytes; the limit is ",
@@ -439,6 +497,28 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_bytes_after_codec(m->bytes_after_codec);
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
+  } else if (const auto* m = std::get_if<Membership>(&body)) {
+    auto* o = env->mutable_membership();
+    o->set_kind(static_cast<pb::MembershipKind>(m->kind));
+    o->set_probe_id(m->probe_id);
+    o->set_target(m->target);
+    for (const MemberUpdate& u : m->updates) {
+      auto* ou = o->add_updates();
+      ou->set_id(u.id);
+      ou->set_endpoint(u.endpoint);
+      ou->set_curve_public(u.curve_public.data(), u.curve_public.size());
+      ou->set_sign_public(u.sign_public.data(), u.sign_public.size());
+      ou->set_incarnation(u.incarnation);
+      ou->set_state(static_cast<pb::MemberState>(u.state));
+    }
+  } else if (const auto* m = std::get_if<GossipModel>(&body)) {
+    auto* o = env->mutable_gossip_model();
+    o->set_kind(static_cast<pb::GossipKind>(m->kind));
+    o->set_sequence(m->sequence);
+    o->set_step(m->step);
+    o->set_weight(m->weight);
+    ToProto(m->model, framing, o->mutable_model());
+    o->set_signature(m->signature.data(), m->signature.size());
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     auto* o = env->mutable_reject();
     o->set_reason(static_cast<pb::RejectReason>(m->reason));
@@ -508,6 +588,50 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
                                          " (max_text_bytes)"));
       }
       *body = Reject{static_cast<RejectReason>(i.reason()), i.text(), i.rejected_message_id()};
+      return Status::OK();
+    }
+    case pb::Envelope::kMembership: {
+      const auto& i = env.membership();
+      if (static_cast<size_t>(i.updates_size()) > l.max_members) {
+        return Status::OutOfRange(StrCat("Membership carries ", i.updates_size(),
+                                         " member updates; the limit is ", l.max_members,
+                                         " (max_members)"));
+      }
+      Membership m;
+      m.kind = static_cast<MembershipKind>(i.kind());
+      m.probe_id = i.probe_id();
+      m.target = i.target();
+      m.updates.reserve(static_cast<size_t>(i.updates_size()));
+      for (int k = 0; k < i.updates_size(); ++k) {
+        const auto& iu = i.updates(k);
+        MemberUpdate u;
+        u.id = iu.id();
+        u.endpoint = iu.endpoint();
+        if (iu.curve_public().size() != u.curve_public.size() ||
+            iu.sign_public().size() != u.sign_public.size()) {
+          return Status::InvalidArgument(StrCat("Membership update ", k, " has keys of ",
+                                                iu.curve_public().size(), " and ",
+                                                iu.sign_public().size(), " bytes; both must be 32"));
+        }
+        std::memcpy(u.curve_public.data(), iu.curve_public().data(), u.curve_public.size());
+        std::memcpy(u.sign_public.data(), iu.sign_public().data(), u.sign_public.size());
+        u.incarnation = iu.incarnation();
+        u.state = static_cast<MemberState>(iu.state());
+        m.updates.push_back(std::move(u));
+      }
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kGossipModel: {
+      const auto& i = env.gossip_model();
+      GossipModel m;
+      m.kind = static_cast<GossipKind>(i.kind());
+      m.sequence = i.sequence();
+      m.step = i.step();
+      m.weight = i.weight();
+      FM_RETURN_IF_ERROR(FromProto(i.model(), "GossipModel.model", l, &m.model, framing));
+      m.signature.assign(i.signature().begin(), i.signature().end());
+      *body = std::move(m);
       return Status::OK();
     }
     case pb::Envelope::kChunk:

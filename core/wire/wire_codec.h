@@ -67,6 +67,9 @@ struct WireLimits {
   size_t max_id_bytes = 256;
   // Most capabilities in one Register. Default: 64.
   size_t max_capabilities = 64;
+  // Most member updates in one gossip Membership message. Default: 4,096 (a Sync of a
+  // 4,096-member view is about 500 KiB, under max_header_bytes).
+  size_t max_members = 4096;
   // Longest Reject text. Default: 1,024 bytes.
   size_t max_text_bytes = 1024;
   // Reassembler only: messages waiting for chunks at one time. Default: 64.
