@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 namespace fedmesh {
 
@@ -61,6 +62,15 @@ JsonLine& JsonLine::Add(std::string_view key, std::string_view value) {
   Key(key);
   AppendJsonString(body_, value);
   return *this;
+}
+
+Status AppendJsonLine(const std::string& path, const JsonLine& line) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) return Status::IOError("cannot open " + path + " for appending");
+  out << line.str() << '\n';
+  out.flush();
+  if (!out) return Status::IOError("cannot write " + path);
+  return Status::OK();
 }
 
 }  // namespace fedmesh

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/status.h"
+
 namespace fedmesh {
 
 class JsonLine {
@@ -24,6 +26,10 @@ class JsonLine {
   void Key(std::string_view key);
   std::string body_;
 };
+
+// Appends `line` and a newline to the file at `path` (created if missing), flushed.
+// IOError naming the file when it cannot be opened or written.
+Status AppendJsonLine(const std::string& path, const JsonLine& line);
 
 // Appends `s` to `out` as a quoted, escaped JSON string.
 void AppendJsonString(std::string& out, std::string_view s);

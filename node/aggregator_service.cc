@@ -416,12 +416,7 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
       .Add("bytes_down_raw", static_cast<int64_t>(m.bytes_down_raw))
       .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
       .Add("wall_s", m.wall_s);
-  std::ofstream out(config_.metrics_path, std::ios::app);
-  if (!out) return Status::IOError("cannot open " + config_.metrics_path + " for appending");
-  out << line.str() << '\n';
-  out.flush();
-  if (!out) return Status::IOError("cannot write " + config_.metrics_path);
-  return Status::OK();
+  return AppendJsonLine(config_.metrics_path, line);
 }
 
 }  // namespace fedmesh

@@ -15,6 +15,7 @@
 #include "core/trainer.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/key_files.h"
+#include "node/site_model.h"
 
 namespace fedmesh {
 namespace {
@@ -111,26 +112,10 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
 
   // This node's share of the data, loaded once; nothing of it ever leaves the node.
   const LocalTrainingOptions& t = config.training;
-  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(t.data, DataSplit::kTrain));
-  FM_RETURN_IF_ERROR(ValidatePartitionSpec(t.partition, full.size()));
-  FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(full.labels, full.num_classes, t.partition, t.index));
-  c->train_ = full.Subset(indices);
-  full = Dataset();
-  if (c->train_.size() == 0) {
-    return Status::FailedPrecondition("partition " + std::to_string(t.index) + " of " +
-                                      std::to_string(t.partition.num_partitions) +
-                                      " holds no samples; use fewer partitions");
-  }
-
-  // Every site builds the same architecture: num_classes comes from the dataset (Subset
-  // keeps the full set's count; csv sites should set [data] num_classes explicitly).
-  ModelSpec spec = t.model;
-  spec.input_shape = c->train_.sample_shape;
-  spec.num_classes = c->train_.num_classes;
-  FM_ASSIGN_OR_RETURN(c->backend_, MakeBackend(t.device, t.threads));
-  FM_ASSIGN_OR_RETURN(c->model_, BuildModel(spec, c->backend_.get()));
-  c->model_->InitParams(t.seed);
-  FM_RETURN_IF_ERROR(c->model_->CheckCompatible(c->train_));
+  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/false));
+  c->train_ = std::move(site.train);
+  c->backend_ = std::move(site.backend);
+  c->model_ = std::move(site.model);
 
   FM_ASSIGN_OR_RETURN(c->default_chain_, codec::Chain::Parse(config.codec_chain));
   FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(c->default_chain_, config.error_feedback));
@@ -219,11 +204,7 @@ Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& las
       .Add("compression_ratio", bytes > 0 ? static_cast<double>(bytes_raw) / bytes : 0.0)
       .Add("residual_norm", std::sqrt(residual_sq))
       .Add("wall_s", wall_s);
-  std::ofstream out(path, std::ios::app);
-  out << line.str() << '\n';
-  out.flush();
-  if (!out) return Status::IOError("cannot append to the metrics file " + path);
-  return Status::OK();
+  return AppendJsonLine(path, line);
 }
 
 wire::Header FederatedClient::OutHeader(uint64_t round) {

@@ -1,7 +1,8 @@
 // fedmesh-node: the binary a site runs next to its private data.
-// Two modes: --local-only trains on local data alone (no network, flags only); --config
-// FILE runs the federated aggregator client (node/federated_client.h) from a site config,
-// with --set section.key=value overrides, until SIGINT / SIGTERM (then exit 0).
+// Modes: --local-only trains on local data alone (no network, flags only); --config FILE
+// runs from a site config, with --set section.key=value overrides, until SIGINT / SIGTERM
+// (then exit 0): the federated aggregator client (node/federated_client.h), or, when
+// [gossip] listen is set, a serverless gossip node (node/gossip_service.h).
 //
 // Exit codes: 0 success; 2 bad usage or bad input (flags, data files, config);
 // 1 a runtime failure after the inputs were accepted.
@@ -17,6 +18,7 @@
 #include "core/env.h"
 #include "node/config/node_config.h"
 #include "node/federated_client.h"
+#include "node/gossip_service.h"
 #include "node/local_training.h"
 
 namespace {
@@ -43,7 +45,31 @@ int ExitCodeFor(const fedmesh::Status& s) {
 std::atomic<bool> g_stop{false};
 extern "C" void OnStopSignal(int) { g_stop.store(true); }
 
-// The federated mode: load the config, run the client until a stop signal.
+// Serverless mode ([gossip] listen set): run the gossip service until a stop signal or
+// [gossip] max_steps.
+int RunGossip(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
+  auto service = fedmesh::GossipService::Create(config, env, [](const std::string& line) {
+    spdlog::info("{}", line);
+  });
+  if (!service.ok()) {
+    spdlog::error("{}", service.status().message());
+    return ExitCodeFor(service.status());
+  }
+  spdlog::info("listening on {}", (*service)->bound_endpoint());
+  fedmesh::Status s = (*service)->Run(&g_stop);
+  if (!s.ok()) {
+    spdlog::error("{}", s.message());
+    return kExitRuntime;
+  }
+  const auto& st = (*service)->stats();
+  spdlog::info("stopped: {} gossip step(s), test accuracy {:.4f}, {} bytes sent, {} received, {} "
+               "message(s) dropped",
+               st.steps, st.test_accuracy, st.bytes_sent, st.bytes_received, st.dropped_messages);
+  return 0;
+}
+
+// The federated mode: load the config, run the client (or the gossip service) until a
+// stop signal.
 int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides) {
   auto config = fedmesh::LoadNodeConfig(config_path, overrides);
   if (!config.ok()) {
@@ -53,9 +79,12 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
   auto logger = spdlog::stdout_color_mt("fedmesh");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + config->node_id + "] %v");
   spdlog::set_default_logger(logger);
+  fedmesh::SystemEnv env(config->training.seed);
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  if (config->gossip.enabled()) return RunGossip(*config, &env);
   fedmesh::FederatedClientOptions options;
   options.federation_id = config->federation_id;
-  fedmesh::SystemEnv env(config->training.seed);
   auto client = fedmesh::FederatedClient::Create(*config, options, &env, [](const std::string& line) {
     spdlog::info("{}", line);
   });
@@ -63,8 +92,6 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
     spdlog::error("{}", client.status().message());
     return ExitCodeFor(client.status());
   }
-  std::signal(SIGINT, OnStopSignal);
-  std::signal(SIGTERM, OnStopSignal);
   fedmesh::Status s = (*client)->Run(&g_stop);
   if (!s.ok()) {
     spdlog::error("{}", s.message());

@@ -32,6 +32,13 @@ CREATE TABLE tensors (
   UNIQUE (kind, name)
 );
 )sql",
+      // v2: named text values (gossip sequence numbers, incarnation, peers).
+      R"sql(
+CREATE TABLE attributes (
+  name  TEXT PRIMARY KEY CHECK (length(name) > 0),
+  value TEXT NOT NULL
+);
+)sql",
   };
   return kSteps;
 }
@@ -50,8 +57,14 @@ Status NodeStore::SaveCheckpoint(const NodeCheckpoint& checkpoint) {
       return Status::InvalidArgument(path() + ": a checkpoint tensor needs a non-empty name");
     }
   }
+  for (const auto& [name, value] : checkpoint.attributes) {
+    if (name.empty()) {
+      return Status::InvalidArgument(path() + ": a checkpoint attribute needs a non-empty name");
+    }
+  }
   return db_->WithTransaction([&]() -> Status {
-    FM_RETURN_IF_ERROR(db_->Exec("DELETE FROM tensors; DELETE FROM checkpoint"));
+    FM_RETURN_IF_ERROR(
+        db_->Exec("DELETE FROM tensors; DELETE FROM checkpoint; DELETE FROM attributes"));
     {
       FM_ASSIGN_OR_RETURN(Statement cp, db_->Prepare("INSERT INTO checkpoint (id, model_version, "
                                                      "last_round_served) VALUES (1, ?, ?)"));
@@ -77,6 +90,12 @@ Status NodeStore::SaveCheckpoint(const NodeCheckpoint& checkpoint) {
     FM_RETURN_IF_ERROR(put("velocity", "", checkpoint.velocity));
     for (const auto& [name, values] : checkpoint.tensors) {
       FM_RETURN_IF_ERROR(put("named", name, values));
+    }
+    FM_ASSIGN_OR_RETURN(Statement attr,
+                        db_->Prepare("INSERT INTO attributes (name, value) VALUES (?, ?)"));
+    for (const auto& [name, value] : checkpoint.attributes) {
+      FM_RETURN_IF_ERROR(attr.BindAll(name, value));
+      FM_RETURN_IF_ERROR(attr.Run());
     }
     return Status::OK();
   });
@@ -111,6 +130,14 @@ Result<std::optional<NodeCheckpoint>> NodeStore::LoadCheckpoint() {
         metas.push_back({q.ColumnInt64(0), std::string(q.ColumnText(1)),
                          std::string(q.ColumnText(2)), static_cast<uint64_t>(q.ColumnInt64(3)),
                          std::vector<uint8_t>(sha.begin(), sha.end())});
+      }
+    }
+    {
+      FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT name, value FROM attributes"));
+      for (;;) {
+        FM_ASSIGN_OR_RETURN(bool row, q.Step());
+        if (!row) break;
+        cp.attributes.emplace(std::string(q.ColumnText(0)), std::string(q.ColumnText(1)));
       }
     }
     bool have_model = false;

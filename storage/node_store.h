@@ -31,13 +31,16 @@ struct NodeCheckpoint {
   std::optional<uint64_t> last_round_served;
   // Named tensors of later features, e.g. "codec/topk_residual". Names are non-empty.
   std::map<std::string, std::vector<float>> tensors;
+  // Named text values of later features (schema v2), e.g. a gossip node's sequence number,
+  // incarnation and peer list ("gossip/..."). Names are non-empty.
+  std::map<std::string, std::string> attributes;
 
   friend bool operator==(const NodeCheckpoint&, const NodeCheckpoint&) = default;
 };
 
 class NodeStore {
  public:
-  // Opens or creates the node's store at `path` (schema version 1). A file of another kind
+  // Opens or creates the node's store at `path` (schema version 2; a v1 file is migrated). A file of another kind
   // or written by a newer fedmesh is FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<NodeStore>> Open(const std::string& path);
 

@@ -184,6 +184,8 @@ enum class GossipKind : uint32_t {
   kExchangeReply = 3,
   kPullRequest = 4,  // send me your current model (joining node); no payload
   kPullReply = 5,
+  kSyncRequest = 6,  // CHOCO: my copy of your public model is out of step; send it whole
+  kSync = 7,         // CHOCO: the sender's whole public copy (x-hat), uncompressed
 };
 
 // A gossip model message. Every one is signed by its sender (gossip/signed_model.h) over

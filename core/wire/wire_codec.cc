@@ -26,7 +26,7 @@ static_assert(static_cast<uint32_t>(MessageType::kMembership) == pb::MESSAGE_TYP
 static_assert(static_cast<uint32_t>(MessageType::kGossipModel) == pb::MESSAGE_TYPE_GOSSIP_MODEL);
 static_assert(static_cast<uint32_t>(MemberState::kDead) == pb::MEMBER_STATE_DEAD);
 static_assert(static_cast<uint32_t>(MembershipKind::kSync) == pb::MEMBERSHIP_KIND_SYNC);
-static_assert(static_cast<uint32_t>(GossipKind::kPullReply) == pb::GOSSIP_KIND_PULL_REPLY);
+static_assert(static_cast<uint32_t>(GossipKind::kSync) == pb::GOSSIP_KIND_SYNC);
 static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
                   std::is_same_v<std::variant_alternative_t<1, Body>, RegisterAck> &&
                   std::is_same_v<std::variant_alternative_t<2, Body>, FitTask> &&
@@ -359,7 +359,7 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
   } else if (const auto* m = std::get_if<Membership>(&body)) {
     FM_RETURN_IF_ERROR(CheckMembership(*m, l));
   } else if (const auto* m = std::get_if<GossipModel>(&body)) {
-    if (m->kind < GossipKind::kPush || m->kind > GossipKind::kPullReply) {
+    if (m->kind < GossipKind::kPush || m->kind > GossipKind::kSync) {
       return Status::InvalidArgument(
           StrCat("GossipModel kind ", static_cast<uint32_t>(m->kind), " is unknown"));
     }

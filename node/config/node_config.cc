@@ -22,11 +22,57 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("node", "key", "node.key", "This site's long-term key pair file (0600)").Path(),
         StringKey("node", "db", "node.db", "The node's SQLite store (checkpoints, state)").Path(),
         StringKey("node", "metrics", "", "Per-epoch metrics as JSON lines; empty = none").Path(),
-        RequiredKey("aggregator", "endpoint", T::kString,
-                    "The aggregator's ZeroMQ endpoint, e.g. tcp://aggregator.example:5555"),
-        RequiredKey("aggregator", "public_key", T::kString,
-                    "The aggregator's public key file, as fedmesh-keys wrote it")
+        StringKey("aggregator", "endpoint", "",
+                  "The aggregator's ZeroMQ endpoint, e.g. tcp://aggregator.example:5555; "
+                  "required unless [gossip] listen is set"),
+        StringKey("aggregator", "public_key", "",
+                  "The aggregator's public key file, as fedmesh-keys wrote it; required unless "
+                  "[gossip] listen is set")
             .Path(),
+        StringKey("gossip", "listen", "",
+                  "Serverless mode: the endpoint this node's gossip socket binds, e.g. "
+                  "tcp://0.0.0.0:7100 (tcp://127.0.0.1:* = a port the OS picks); empty = "
+                  "aggregator mode"),
+        StringKey("gossip", "advertise", "",
+                  "The endpoint peers dial to reach this node; empty = the bound listen "
+                  "endpoint (set it when listening on 0.0.0.0)"),
+        StringListKey("gossip", "seeds", {},
+                      "Peers to join through, as \"site-id@tcp://host:port\"; their keys come "
+                      "from the allowlist. Empty: this node waits to be joined"),
+        StringKey("gossip", "allow", "allow",
+                  "Directory of the public key files of every site in the federation "
+                  "(fedmesh-keys); only these peers are admitted")
+            .Path(),
+        StringKey("gossip", "protocol", "dpsgd",
+                  "Averaging protocol: pushpull, dpsgd (Metropolis-Hastings neighbour "
+                  "averaging), choco (compressed with [codec] chain) or pushsum")
+            .Choices({"pushpull", "dpsgd", "choco", "pushsum"}),
+        StringKey("gossip", "topology", "exponential",
+                  "Who talks to whom: random, ring, exponential or one_peer_exponential")
+            .Choices({"random", "ring", "exponential", "one_peer_exponential"}),
+        IntKey("gossip", "period_ms", 1000, "Milliseconds between gossip steps").Min(1).Max(3600000),
+        IntKey("gossip", "fanout", 1, "Peers per step for random topology and pushsum").Min(1).Max(1024),
+        IntKey("gossip", "local_steps", 10, "Local SGD steps between gossip steps").Min(0).Max(1000000),
+        FloatKey("gossip", "choco_gamma", 0.2, "choco: consensus step size (0.5 diverged with topk:0.1|int8 in tests; 0.2 converged)").Min(0, true).Max(1),
+        IntKey("gossip", "join_timeout_ms", 5000,
+               "A new node waits this long for a neighbour's model before it starts from its own")
+            .Min(0)
+            .Max(3600000),
+        IntKey("gossip", "probe_interval_ms", 1000, "SWIM: one liveness probe per interval")
+            .Min(10)
+            .Max(3600000),
+        IntKey("gossip", "suspicion_timeout_ms", 3000,
+               "SWIM: a suspected peer is declared dead after this long without refuting")
+            .Min(10)
+            .Max(3600000),
+        IntKey("gossip", "eval_every", 10, "Gossip steps between test evaluations (metrics lines)")
+            .Min(1)
+            .Max(1000000),
+        IntKey("gossip", "checkpoint_every", 10, "Gossip steps between SQLite checkpoints")
+            .Min(1)
+            .Max(1000000),
+        IntKey("gossip", "max_steps", 0, "Stop after this many gossip steps; 0 = run until SIGTERM")
+            .Min(0),
         StringKey("data", "dataset", "fashion-mnist",
                   "Training data: fashion-mnist, or csv:PATH for a tabular site")
             .Path(PathKind::kDataSource),
@@ -126,6 +172,44 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   c.codec_chain = chain->name();
   c.error_feedback.mode = codec::ParseFeedbackMode(v.GetString("codec", "error_feedback")).value();
   c.error_feedback.dgc_momentum = v.GetFloat("codec", "dgc_momentum");
+
+  GossipConfig& g = c.gossip;
+  g.listen = v.GetString("gossip", "listen");
+  g.advertise = v.GetString("gossip", "advertise");
+  g.seeds = v.GetStringList("gossip", "seeds");
+  g.allow_dir = v.GetString("gossip", "allow");
+  g.protocol = v.GetString("gossip", "protocol");
+  g.topology = v.GetString("gossip", "topology");
+  g.period_ms = v.GetInt("gossip", "period_ms");
+  g.fanout = v.GetInt("gossip", "fanout");
+  g.local_steps = v.GetInt("gossip", "local_steps");
+  g.choco_gamma = v.GetFloat("gossip", "choco_gamma");
+  g.join_timeout_ms = v.GetInt("gossip", "join_timeout_ms");
+  g.probe_interval_ms = v.GetInt("gossip", "probe_interval_ms");
+  g.suspicion_timeout_ms = v.GetInt("gossip", "suspicion_timeout_ms");
+  g.eval_every = v.GetInt("gossip", "eval_every");
+  g.checkpoint_every = v.GetInt("gossip", "checkpoint_every");
+  g.max_steps = v.GetInt("gossip", "max_steps");
+  if (g.enabled()) {
+    for (const std::string& seed : g.seeds) {
+      const size_t at = seed.find('@');
+      if (at == 0 || at == std::string::npos || at + 1 == seed.size()) {
+        return AttributeToKey(
+            Status::InvalidArgument("seed \"" + seed +
+                                    "\" is not site-id@endpoint, e.g. site-2@tcp://10.0.0.2:7100"),
+            v, {{"", "gossip", "seeds"}});
+      }
+    }
+  } else {
+    for (const char* key : {"endpoint", "public_key"}) {
+      if (v.GetString("aggregator", key).empty()) {
+        return AttributeToKey(
+            Status::InvalidArgument(std::string("is required: set it, or set [gossip] listen "
+                                                "for serverless mode")),
+            v, {{"", "aggregator", key}});
+      }
+    }
+  }
   return c;
 }
 

@@ -14,6 +14,28 @@
 
 namespace fedmesh {
 
+// [gossip]: serverless mode (node/gossip_service.h). Active when `listen` is set; then
+// [aggregator] is not used. Defaults documented in the schema (docs/config.md).
+struct GossipConfig {
+  std::string listen;               // e.g. tcp://0.0.0.0:7100; empty = aggregator mode
+  std::string advertise;            // endpoint peers dial; empty = the bound listen endpoint
+  std::vector<std::string> seeds;   // "id@endpoint" of peers to join through
+  std::string allow_dir = "allow";  // public keys of the federation's sites
+  std::string protocol = "dpsgd";
+  std::string topology = "exponential";
+  int64_t period_ms = 1000;
+  int64_t fanout = 1;
+  int64_t local_steps = 10;
+  double choco_gamma = 0.2;
+  int64_t join_timeout_ms = 5000;
+  int64_t probe_interval_ms = 1000;
+  int64_t suspicion_timeout_ms = 3000;
+  int64_t eval_every = 10;
+  int64_t checkpoint_every = 10;
+  int64_t max_steps = 0;
+  bool enabled() const { return !listen.empty(); }
+};
+
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
   // [federation]
@@ -32,6 +54,7 @@ struct NodeConfig {
   // error feedback that keeps what a lossy chain drops (core/codec/error_feedback.h).
   std::string codec_chain = "none";
   codec::ErrorFeedbackOptions error_feedback;
+  GossipConfig gossip;
 };
 
 const ConfigSchema& NodeConfigSchema();

@@ -140,6 +140,7 @@ Status ZmqClient::SendFramesLocked(const std::vector<wire::Frame>& frames) {
       if (!socket_.send(zmq::message_t(frame.data(), frame.size()), zmq::send_flags::none)) {
         return Status::Unavailable("ZmqClient: send queue full past the send timeout");
       }
+      bytes_sent_ += frame.size();
     }
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "ZmqClient::Send");

@@ -89,6 +89,9 @@ class ZmqClient final : public ClientTransport {
   Status Reconnect();
   Result<std::optional<wire::Message>> Poll(int timeout_ms) override;
 
+  // Frame bytes handed to the socket (queued or sent), heartbeats included.
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
   // Stops the heartbeat thread: for dead-peer tests only.
@@ -110,6 +113,7 @@ class ZmqClient final : public ClientTransport {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   std::thread heartbeat_thread_;
+  std::atomic<uint64_t> bytes_sent_{0};
 };
 
 }  // namespace fedmesh

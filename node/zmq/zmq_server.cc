@@ -142,6 +142,7 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
   }
   Peer& p = it->second;
   p.last_seen = Clock::now();
+  for (size_t i = 1; i < parts.size(); ++i) bytes_received_ += parts[i].size();
   for (size_t i = 1; i < parts.size(); ++i) {
     auto added = p.reassembler.Add(
         std::span<const uint8_t>(parts[i].data<uint8_t>(), parts[i].size()));

@@ -74,6 +74,8 @@ class ZmqServer final : public ServerTransport {
   uint64_t admitted_count() const;
   // Peers currently tracked (heard from and not yet reported dead).
   size_t peer_count() const { return peers_.size(); }
+  // Frame bytes received from authenticated peers (heartbeats included).
+  uint64_t bytes_received() const { return bytes_received_; }
 
  private:
   struct Peer {
@@ -95,6 +97,7 @@ class ZmqServer final : public ServerTransport {
   zmq::socket_t socket_;             // declared last: closed first
   std::map<std::string, Peer> peers_;
   std::deque<ServerEvent> events_;
+  uint64_t bytes_received_ = 0;
 };
 
 }  // namespace fedmesh

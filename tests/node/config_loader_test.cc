@@ -357,6 +357,53 @@ id = "f"
               HasSubstr("--set model.name=resnet: [model] name: must be one of \"logreg\", \"mlp\", \"cnn\""));
 }
 
+TEST(ConfigGossip, GossipModeNeedsNoAggregatorAndParsesItsKeys) {
+  TempDir dir;
+  std::string path = dir.Write("site.toml", R"([federation]
+id = "f"
+[node]
+id = "s"
+[gossip]
+listen = "tcp://127.0.0.1:7100"
+seeds = ["site-1@tcp://10.0.0.1:7100", "site-2@tcp://10.0.0.2:7100"]
+protocol = "choco"
+topology = "ring"
+period_ms = 250
+fanout = 2
+)");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->gossip.enabled());
+  EXPECT_EQ(r->gossip.seeds.size(), 2u);
+  EXPECT_EQ(r->gossip.seeds[1], "site-2@tcp://10.0.0.2:7100");
+  EXPECT_EQ(r->gossip.protocol, "choco");
+  EXPECT_EQ(r->gossip.topology, "ring");
+  EXPECT_EQ(r->gossip.period_ms, 250);
+  EXPECT_EQ(r->gossip.fanout, 2);
+  EXPECT_EQ(r->gossip.choco_gamma, 0.2);
+  EXPECT_TRUE(r->aggregator_endpoint.empty());
+}
+
+TEST(ConfigGossip, BadGossipValuesAndAMissingModeNameTheKey) {
+  TempDir dir;
+  std::string path = dir.Write("site.toml", "[federation]\nid = \"f\"\n[node]\nid = \"s\"\n");
+  // Neither an aggregator nor [gossip] listen: the aggregator keys are required.
+  auto none = LoadNodeConfig(path, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(), HasSubstr("[aggregator] endpoint: is required"));
+  EXPECT_THAT(none.status().message(), HasSubstr("[gossip] listen"));
+  auto seed = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.seeds=tcp://x:1"});
+  ASSERT_FALSE(seed.ok());
+  EXPECT_THAT(seed.status().message(), HasSubstr("[gossip] seeds"));
+  EXPECT_THAT(seed.status().message(), HasSubstr("is not site-id@endpoint"));
+  auto proto = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.protocol=flood"});
+  ASSERT_FALSE(proto.ok());
+  EXPECT_THAT(proto.status().message(), HasSubstr("[gossip] protocol: must be one of"));
+  auto period = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.period_ms=0"});
+  ASSERT_FALSE(period.ok());
+  EXPECT_THAT(period.status().message(), HasSubstr("[gossip] period_ms"));
+}
+
 TEST(ConfigAggregator, LoadsTypedConfig) {
   TempDir dir;
   std::string path = dir.Write("agg.toml", R"(

@@ -40,6 +40,9 @@ NodeCheckpoint Sample() {
   cp.last_round_served = 41;
   cp.tensors["codec/topk_residual"] = Values(3, 5000);
   cp.tensors["empty"] = {};
+  cp.attributes["gossip/sequence"] = "1763700000000123";
+  cp.attributes["gossip/members"] = "site-1 tcp://127.0.0.1:7001 ...\nsite-2 ...\n";
+  cp.attributes["empty"] = "";
   return cp;
 }
 
@@ -98,6 +101,30 @@ TEST_F(NodeStoreTest, CheckpointRoundTripsBitExactAcrossReopen) {
   EXPECT_TRUE(
       SameBits((*cp)->tensors.at("codec/topk_residual"), saved.tensors.at("codec/topk_residual")));
   EXPECT_TRUE((*cp)->tensors.at("empty").empty());
+  EXPECT_EQ((*cp)->attributes, saved.attributes);
+}
+
+TEST_F(NodeStoreTest, VersionOneFileIsMigratedAndKeepsItsCheckpoint) {
+  {  // a store as schema v1 left it: no attributes table
+    auto store = Open();
+    NodeCheckpoint v1 = Sample();
+    v1.attributes.clear();
+    ASSERT_TRUE(store->SaveCheckpoint(v1).ok());
+  }
+  {
+    auto db = Database::Open(path_, DatabaseOptions{});
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->Exec("DROP TABLE attributes").ok());
+    ASSERT_TRUE((*db)->SetUserVersion(1).ok());
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto cp = store->LoadCheckpoint();
+  ASSERT_TRUE(cp.ok() && cp->has_value()) << cp.status().ToString();
+  EXPECT_EQ((*cp)->model_version, 42u);
+  EXPECT_TRUE((*cp)->attributes.empty());
+  ASSERT_TRUE(store->SaveCheckpoint(Sample()).ok());  // the new table works
+  EXPECT_EQ((*store->LoadCheckpoint())->attributes, Sample().attributes);
 }
 
 TEST_F(NodeStoreTest, SaveReplacesTheWholeCheckpoint) {
@@ -112,6 +139,9 @@ TEST_F(NodeStoreTest, SaveReplacesTheWholeCheckpoint) {
   EXPECT_EQ(**cp, next);
   NodeCheckpoint bad = next;
   bad.tensors[""] = {1.0f};
+  EXPECT_EQ(store->SaveCheckpoint(bad).code(), StatusCode::kInvalidArgument);
+  bad = next;
+  bad.attributes[""] = "x";
   EXPECT_EQ(store->SaveCheckpoint(bad).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(**store->LoadCheckpoint(), next);  // the refused save changed nothing
 }

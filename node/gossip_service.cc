@@ -1,0 +1,254 @@
+#include "node/gossip_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+#include <variant>
+
+#include "core/codec/codec.h"
+#include "core/json_line.h"
+#include "crypto/key_files.h"
+#include "gossip/topology.h"
+
+namespace fedmesh {
+namespace {
+
+uint64_t UnixMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+Result<std::vector<Seed>> ParseSeeds(const std::vector<std::string>& seeds) {
+  std::vector<Seed> out;
+  for (const std::string& s : seeds) {
+    const size_t at = s.find('@');
+    if (at == 0 || at == std::string::npos || at + 1 == s.size()) {
+      return Status::InvalidArgument("[gossip] seeds: \"" + s + "\" is not site-id@endpoint");
+    }
+    out.push_back(Seed{s.substr(0, at), s.substr(at + 1)});
+  }
+  return out;
+}
+
+Result<GossipNodeOptions> NodeOptionsFrom(const NodeConfig& c) {
+  const GossipConfig& g = c.gossip;
+  GossipNodeOptions o;
+  o.federation_id = c.federation_id;
+  o.period_s = static_cast<double>(g.period_ms) / 1000.0;
+  o.join_pull_timeout_s = static_cast<double>(g.join_timeout_ms) / 1000.0;
+  o.membership.probe_interval_s = static_cast<double>(g.probe_interval_ms) / 1000.0;
+  o.membership.probe_timeout_s = o.membership.probe_interval_s / 4;
+  o.membership.suspicion_timeout_s = static_cast<double>(g.suspicion_timeout_ms) / 1000.0;
+  FM_ASSIGN_OR_RETURN(o.averaging.protocol, ParseGossipProtocol(g.protocol));
+  FM_ASSIGN_OR_RETURN(o.averaging.topology, ParseTopology(g.topology));
+  o.averaging.fanout = static_cast<uint32_t>(g.fanout);
+  o.averaging.codec = c.codec_chain;
+  o.averaging.choco_gamma = g.choco_gamma;
+  // An exchange not answered within two periods is not coming: the peer is dead or busy.
+  o.averaging.exchange_timeout_s = 2 * o.period_s;
+  o.first_sequence = UnixMicros();
+  FM_RETURN_IF_ERROR(Validate(o));
+  return o;
+}
+
+}  // namespace
+
+GossipService::GossipService(NodeConfig config, Env* env, Identity identity,
+                             std::function<void(const std::string&)> log)
+    : config_(std::move(config)), env_(env), identity_(std::move(identity)), log_(std::move(log)) {}
+
+GossipService::~GossipService() = default;
+
+void GossipService::Log(const std::string& line) const {
+  if (log_) log_(line);
+}
+
+Result<std::unique_ptr<GossipService>> GossipService::Create(
+    const NodeConfig& config, Env* env, std::function<void(const std::string&)> log) {
+  if (!config.gossip.enabled()) {
+    return Status::InvalidArgument("[gossip] listen is empty: the gossip service needs it");
+  }
+  FM_ASSIGN_OR_RETURN(GossipNodeOptions options, NodeOptionsFrom(config));
+  FM_ASSIGN_OR_RETURN(std::vector<Seed> seeds, ParseSeeds(config.gossip.seeds));
+  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  if (identity.name() != config.node_id) {
+    return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" +
+                                   identity.name() + "' but [node] id is '" + config.node_id +
+                                   "'");
+  }
+  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist,
+                      ReadAllowlist(config.gossip.allow_dir));
+  std::unique_ptr<GossipService> s(
+      new GossipService(config, env, std::move(identity), std::move(log)));
+
+  const LocalTrainingOptions& t = config.training;
+  const bool csv = t.data.train.rfind("csv:", 0) == 0;
+  FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/!csv || !t.data.test.empty()));
+  s->trainer_ = std::make_unique<Trainer>(s->site_.model.get(), t.trainer, env);
+
+  FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));
+  FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> checkpoint, s->store_->LoadCheckpoint());
+  const size_t n = s->site_.model->num_params();
+  if (checkpoint && checkpoint->model.size() != n) {
+    return Status::FailedPrecondition(
+        "the checkpoint in '" + config.db_path + "' holds a model of " +
+        std::to_string(checkpoint->model.size()) + " parameters but this model has " +
+        std::to_string(n) + "; the model settings changed: move the old db file away");
+  }
+
+  ZmqServerOptions server_options;
+  server_options.heartbeat_interval_ms = 60000;  // liveness is SWIM's job, not the socket's
+  FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(server_options, &s->identity_, allowlist));
+  FM_ASSIGN_OR_RETURN(s->bound_, s->server_->Bind(config.gossip.listen));
+  std::string advertise = config.gossip.advertise.empty() ? s->bound_ : config.gossip.advertise;
+  if (advertise.find("0.0.0.0") != std::string::npos) {
+    return Status::InvalidArgument("[gossip] listen " + s->bound_ +
+                                   " is not an address peers can dial: set [gossip] advertise");
+  }
+  const float* p = s->site_.model->params();
+  std::vector<float> initial(p, p + n);
+  FM_ASSIGN_OR_RETURN(
+      s->node_, GossipNode::Create(options, s->identity_, advertise, std::move(allowlist),
+                                   std::move(seeds), std::move(initial), *env,
+                                   checkpoint ? &*checkpoint : nullptr));
+  s->Log("gossip node on " + advertise + ": protocol " + config.gossip.protocol + ", topology " +
+         config.gossip.topology + ", codec " + config.codec_chain + "; model " +
+         s->site_.model->name() + " (" + std::to_string(n) + " parameters), partition " +
+         std::to_string(t.index) + "/" + std::to_string(t.partition.num_partitions) + " = " +
+         std::to_string(s->site_.train.size()) + " samples" +
+         (checkpoint ? "; resumed at step " + std::to_string(checkpoint->model_version)
+                     : "; no checkpoint: will pull a model from a neighbour"));
+  return s;
+}
+
+ZmqClient* GossipService::ClientFor(const std::string& id) {
+  auto it = clients_.find(id);
+  if (it != clients_.end()) return it->second.get();
+  std::optional<Address> address = node_->AddressOf(id);
+  if (!address) return nullptr;
+  ZmqClientOptions o;
+  o.federation_id = config_.federation_id;
+  o.node_id = config_.node_id;
+  o.heartbeat_interval_ms = 0;  // SWIM probes are the heartbeats
+  o.send_timeout_ms = 0;        // never block the loop on a dead peer's full queue
+  auto client = ZmqClient::Create(o, &identity_);
+  if (!client.ok()) return nullptr;
+  if (!(*client)->Connect(address->endpoint, address->curve_public).ok()) return nullptr;
+  return clients_.emplace(id, std::move(*client)).first->second.get();
+}
+
+void GossipService::DropClientsNotInView() {
+  const std::vector<std::string> live = node_->membership().LiveIds();
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (std::binary_search(live.begin(), live.end(), it->first)) {
+      ++it;
+    } else {
+      // Closing drops what is queued for a dead peer, so its queue cannot grow unbounded.
+      closed_client_bytes_ += it->second->bytes_sent();
+      it = clients_.erase(it);
+    }
+  }
+}
+
+void GossipService::Flush() {
+  for (GossipSend& send : node_->TakeSends()) {
+    ZmqClient* client = ClientFor(send.to);
+    if (client == nullptr) continue;
+    (void)client->Send(send.message);  // a full queue to a dying peer: SWIM will notice
+  }
+}
+
+Status GossipService::Serve(int timeout_ms) {
+  for (int wait = timeout_ms;; wait = 0) {
+    FM_ASSIGN_OR_RETURN(std::optional<ServerEvent> event, server_->Poll(wait));
+    if (!event) return Status::OK();
+    if (auto* r = std::get_if<Received>(&*event)) {
+      std::optional<std::string> id = node_->IdForCurveKey(r->peer);
+      if (!id) {
+        ++refused_inputs_;
+        continue;
+      }
+      (void)node_->OnMessage(*id, r->message);  // drops are counted by the node
+      Flush();
+    } else if (std::holds_alternative<RejectedInput>(*event)) {
+      ++refused_inputs_;
+    }
+  }
+}
+
+Status GossipService::TrainAndStep() {
+  const std::span<float> x = node_->params();
+  if (config_.gossip.local_steps > 0) {
+    FM_RETURN_IF_ERROR(site_.model->SetParams(x));
+    FM_ASSIGN_OR_RETURN(EpochStats st,
+                        trainer_->TrainSteps(site_.train, config_.gossip.local_steps));
+    (void)st;
+    const float* p = site_.model->params();
+    std::copy(p, p + x.size(), x.begin());
+  }
+  node_->Tick();
+  stats_.steps = node_->step();
+  if (stats_.steps % static_cast<uint64_t>(config_.gossip.eval_every) == 0) {
+    FM_RETURN_IF_ERROR(Evaluate());
+  }
+  if (stats_.steps % static_cast<uint64_t>(config_.gossip.checkpoint_every) == 0) {
+    FM_RETURN_IF_ERROR(SaveCheckpoint());
+  }
+  return Status::OK();
+}
+
+Status GossipService::Evaluate() {
+  stats_.bytes_received = server_->bytes_received();
+  stats_.bytes_sent = closed_client_bytes_;
+  for (const auto& [id, c] : clients_) stats_.bytes_sent += c->bytes_sent();
+  stats_.dropped_messages = node_->drops().total() + refused_inputs_;
+  JsonLine line;
+  line.Add("node", config_.node_id)
+      .Add("time_s", env_->NowSeconds() - started_at_)
+      .Add("step", static_cast<int64_t>(node_->step()));
+  if (site_.test.size() > 0) {
+    FM_RETURN_IF_ERROR(site_.model->SetParams(node_->params()));
+    FM_ASSIGN_OR_RETURN(EvalStats ev, trainer_->Evaluate(site_.test));
+    stats_.test_accuracy = ev.accuracy;
+    line.Add("test_accuracy", ev.accuracy).Add("test_loss", ev.loss);
+  }
+  line.Add("peers_alive", static_cast<int64_t>(node_->peers_alive()))
+      .Add("bytes_sent", static_cast<int64_t>(stats_.bytes_sent))
+      .Add("bytes_received", static_cast<int64_t>(stats_.bytes_received))
+      .Add("dropped_messages", static_cast<int64_t>(stats_.dropped_messages));
+  Log(line.str());
+  if (config_.training.metrics_path.empty()) return Status::OK();
+  return AppendJsonLine(config_.training.metrics_path, line);
+}
+
+Status GossipService::SaveCheckpoint() { return store_->SaveCheckpoint(node_->Checkpoint()); }
+
+Status GossipService::Run(const std::atomic<bool>* stop) {
+  started_at_ = env_->NowSeconds();
+  const uint64_t max_steps = static_cast<uint64_t>(config_.gossip.max_steps);
+  while (!stop->load()) {
+    node_->OnTimer();
+    Flush();
+    if (node_->TickDue()) {
+      FM_RETURN_IF_ERROR(TrainAndStep());
+      Flush();
+      DropClientsNotInView();
+      if (max_steps > 0 && node_->step() >= max_steps) break;
+    }
+    const double wait_s = node_->NextTimerAt() - env_->NowSeconds();
+    const int wait_ms = static_cast<int>(std::clamp(std::ceil(wait_s * 1000.0), 0.0, 50.0));
+    FM_RETURN_IF_ERROR(Serve(wait_ms));
+  }
+  // A last evaluation (unless this step just had one) and checkpoint: a restart resumes
+  // from exactly here.
+  if (node_->step() % static_cast<uint64_t>(config_.gossip.eval_every) != 0 || node_->step() == 0) {
+    FM_RETURN_IF_ERROR(Evaluate());
+  }
+  FM_RETURN_IF_ERROR(SaveCheckpoint());
+  Log("stopped at step " + std::to_string(node_->step()));
+  return Status::OK();
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,90 @@
+// GossipService: `fedmesh-node` in serverless mode ([gossip] listen set). It drives a
+// GossipNode (gossip/gossip_node.h) over ZeroMQ with the wall clock: one ROUTER socket
+// (CurveZMQ server, ZAP allowlist of the federation's sites) receives from every peer; one
+// DEALER per live peer (CurveZMQ client, checking the peer's key) sends to it. A peer is
+// named by the key its connection authenticated with, mapped to its site id through the
+// allowlist, so a message can only ever speak for the site whose key sent it.
+//
+// Loop: every [gossip] period_ms it trains local_steps SGD steps on its partition, then
+// takes a gossip step (the protocol mixes with neighbours); between steps it serves
+// messages and membership timers. Every eval_every steps it evaluates on the test set and
+// writes a JSON metrics line; every checkpoint_every steps (and on stop) it saves model,
+// protocol state, sequence numbers and peers to its SQLite store, from which a restart
+// resumes. A node without a checkpoint first pulls a current model from a neighbour.
+// Thread-safety: Run blocks the calling thread; stop it through the flag.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/env.h"
+#include "core/status.h"
+#include "core/trainer.h"
+#include "crypto/identity.h"
+#include "gossip/gossip_node.h"
+#include "node/config/node_config.h"
+#include "node/site_model.h"
+#include "node/zmq/zmq_client.h"
+#include "node/zmq/zmq_server.h"
+#include "storage/node_store.h"
+
+namespace fedmesh {
+
+struct GossipServiceStats {
+  uint64_t steps = 0;
+  double test_accuracy = -1;  // last evaluation; -1 before the first
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t dropped_messages = 0;
+};
+
+class GossipService {
+ public:
+  // Reads keys, allowlist and data, opens the store (resuming from its checkpoint), binds
+  // the listen endpoint. Errors name the file or key at fault.
+  static Result<std::unique_ptr<GossipService>> Create(
+      const NodeConfig& config, Env* env, std::function<void(const std::string&)> log);
+  ~GossipService();
+
+  // Runs until *stop is set or [gossip] max_steps steps were taken; then evaluates,
+  // checkpoints and returns. A non-OK Status only for a broken transport or store.
+  Status Run(const std::atomic<bool>* stop);
+
+  // The endpoint actually bound (the real port for "tcp://127.0.0.1:*").
+  const std::string& bound_endpoint() const { return bound_; }
+  const GossipServiceStats& stats() const { return stats_; }
+
+ private:
+  GossipService(NodeConfig config, Env* env, Identity identity,
+                std::function<void(const std::string&)> log);
+  Status Serve(int timeout_ms);
+  void Flush();
+  ZmqClient* ClientFor(const std::string& id);
+  void DropClientsNotInView();
+  Status TrainAndStep();
+  Status Evaluate();
+  Status SaveCheckpoint();
+  void Log(const std::string& line) const;
+
+  NodeConfig config_;
+  Env* env_;
+  Identity identity_;
+  std::function<void(const std::string&)> log_;
+  SiteModel site_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<NodeStore> store_;
+  std::unique_ptr<ZmqServer> server_;
+  std::map<std::string, std::unique_ptr<ZmqClient>> clients_;
+  uint64_t closed_client_bytes_ = 0;  // bytes_sent of clients already closed
+  std::unique_ptr<GossipNode> node_;
+  std::string bound_;
+  double started_at_ = 0;
+  GossipServiceStats stats_;
+  uint64_t refused_inputs_ = 0;  // frames the transport could not decode, unknown keys
+};
+
+}  // namespace fedmesh

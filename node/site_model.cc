@@ -1,0 +1,41 @@
+#include "node/site_model.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/data/data_source.h"
+#include "core/data/partition.h"
+#include "core/model_zoo.h"
+
+namespace fedmesh {
+
+Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test) {
+  SiteModel site;
+  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(t.data, DataSplit::kTrain));
+  FM_RETURN_IF_ERROR(ValidatePartitionSpec(t.partition, full.size()));
+  FM_ASSIGN_OR_RETURN(auto indices,
+                      PartitionFor(full.labels, full.num_classes, t.partition, t.index));
+  site.train = full.Subset(indices);
+  full = Dataset();
+  if (site.train.size() == 0) {
+    return Status::FailedPrecondition("partition " + std::to_string(t.index) + " of " +
+                                      std::to_string(t.partition.num_partitions) +
+                                      " holds no samples; use fewer partitions");
+  }
+  if (with_test) {
+    FM_ASSIGN_OR_RETURN(site.test, LoadDataSource(t.data, DataSplit::kTest));
+  }
+  // Every site builds the same architecture: num_classes comes from the dataset (Subset
+  // keeps the full set's count; csv sites should set [data] num_classes explicitly).
+  ModelSpec spec = t.model;
+  spec.input_shape = site.train.sample_shape;
+  spec.num_classes = std::max(site.train.num_classes, with_test ? site.test.num_classes : 0);
+  FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));
+  FM_ASSIGN_OR_RETURN(site.model, BuildModel(spec, site.backend.get()));
+  site.model->InitParams(t.seed);
+  FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.train));
+  if (with_test) FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.test));
+  return site;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,30 @@
+// SiteModel: what every training mode of a site starts from: its partition of the data
+// (loaded once; nothing of it ever leaves the node), the backend, and the model built for
+// that data and initialised from the configured seed, so that every site of a federation
+// builds the same architecture and, with the same seed, the same initial weights. The
+// federated client and the gossip service both start here. Thread-safety: a value.
+#pragma once
+
+#include <memory>
+
+#include "core/backend.h"
+#include "core/data/dataset.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "node/local_training.h"
+
+namespace fedmesh {
+
+struct SiteModel {
+  Dataset train;
+  Dataset test;  // empty unless requested
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+};
+
+// Loads partition `t.index` of t.data, builds t.model on t.device and initialises it
+// with t.seed. With `with_test`, also loads the test split (for metrics). Errors name the
+// data source; FailedPrecondition for an empty partition.
+Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test);
+
+}  // namespace fedmesh

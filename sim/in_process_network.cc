@@ -1,0 +1,104 @@
+#include "sim/in_process_network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/check.h"
+
+namespace fedmesh {
+
+InProcessNetwork::InProcessNetwork(VirtualClockEnv& env, LinkModel link, uint64_t seed,
+                                   wire::WireLimits limits)
+    : env_(env), link_(link), rng_(seed), limits_(limits) {
+  FM_CHECK(std::isfinite(link_.latency_s) && link_.latency_s >= 0);
+  FM_CHECK(std::isfinite(link_.bandwidth_bytes_per_s) && link_.bandwidth_bytes_per_s >= 0);
+  FM_CHECK(link_.loss >= 0 && link_.loss <= 1);
+}
+
+Status InProcessNetwork::Send(const std::string& from, const std::string& to,
+                              const wire::Message& message) {
+  if (IsDown(from)) return Status::Unavailable(from + " is down and cannot send");
+  auto frames = wire::Encode(message, limits_);
+  if (!frames.ok()) return frames.status();
+  uint64_t bytes = 0;
+  for (const auto& f : *frames) bytes += f.size();
+  sent_[from] += bytes;
+  total_bytes_ += bytes;
+  if (IsDown(to) || (link_.loss > 0 && rng_.Uniform() < link_.loss)) {
+    ++dropped_;
+    return Status::OK();
+  }
+  double arrival = env_.NowSeconds() + link_.latency_s;
+  if (link_.bandwidth_bytes_per_s > 0) {
+    arrival += static_cast<double>(bytes) / link_.bandwidth_bytes_per_s;
+  }
+  double& last = link_last_arrival_[{from, to}];
+  arrival = std::max(arrival, last);
+  last = arrival;
+  auto shared = std::make_shared<std::vector<wire::Frame>>(std::move(*frames));
+  ScheduleAt(arrival, [this, from, to, shared, bytes] { Deliver(from, to, *shared, bytes); });
+  return Status::OK();
+}
+
+void InProcessNetwork::Deliver(const std::string& from, const std::string& to,
+                               const std::vector<wire::Frame>& frames, uint64_t bytes) {
+  if (IsDown(to)) {
+    ++dropped_;
+    return;
+  }
+  auto message = wire::Decode(frames, limits_);
+  FM_CHECK(message.ok());  // Encode produced it with the same limits
+  received_[to] += bytes;
+  if (handler_) handler_(from, to, std::move(*message));
+}
+
+void InProcessNetwork::ScheduleAt(double t, std::function<void()> fn) {
+  FM_CHECK(std::isfinite(t));
+  events_.push(Event{std::max(t, env_.NowSeconds()), next_order_++, std::move(fn)});
+}
+
+uint64_t InProcessNetwork::RunUntil(double t) {
+  uint64_t n = 0;
+  while (!events_.empty() && events_.top().time <= t) {
+    Event e = events_.top();
+    events_.pop();
+    env_.AdvanceTo(e.time);
+    e.fn();
+    ++n;
+  }
+  if (t > env_.NowSeconds()) env_.AdvanceTo(t);
+  return n;
+}
+
+uint64_t InProcessNetwork::RunAll(uint64_t max_events) {
+  uint64_t n = 0;
+  while (!events_.empty() && n < max_events) {
+    Event e = events_.top();
+    events_.pop();
+    env_.AdvanceTo(e.time);
+    e.fn();
+    ++n;
+  }
+  return n;
+}
+
+void InProcessNetwork::SetDown(const std::string& node, bool down) {
+  if (down) {
+    down_.insert(node);
+  } else {
+    down_.erase(node);
+  }
+}
+
+uint64_t InProcessNetwork::bytes_sent(const std::string& node) const {
+  auto it = sent_.find(node);
+  return it == sent_.end() ? 0 : it->second;
+}
+
+uint64_t InProcessNetwork::bytes_received(const std::string& node) const {
+  auto it = received_.find(node);
+  return it == received_.end() ? 0 : it->second;
+}
+
+}  // namespace fedmesh
