@@ -234,7 +234,10 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
     std::cout << "[ info ] site-" << i << " best accuracy after the kill " << best << "\n";
     EXPECT_GE(best, 0.75) << "site-" << i;
     EXPECT_GE(JsonNumber(last, "test_accuracy").value_or(0), 0.70) << last;
-    EXPECT_EQ(JsonNumber(last, "peers_alive").value_or(-1), 3) << last;  // the dead left the view
+    // The two killed sites left every view (3 = the other survivors; 2 when a survivor that
+    // finished a few seconds earlier was already declared dead too).
+    EXPECT_LE(JsonNumber(last, "peers_alive").value_or(-1), 3) << last;
+    EXPECT_GE(JsonNumber(last, "peers_alive").value_or(-1), 2) << last;
     EXPECT_GT(JsonNumber(last, "bytes_sent").value_or(0), 0) << last;
     EXPECT_GT(JsonNumber(last, "bytes_received").value_or(0), 0) << last;
     auto store = NodeStore::Open((dir_ / "run" / ("site-" + std::to_string(i) + ".db")).string());
