@@ -38,6 +38,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using fedmesh::testing::ChildProcess;
+using fedmesh::testing::JsonNumber;
+using fedmesh::testing::SplitLines;
 using fedmesh::testing::Clock;
 using fedmesh::testing::ReadWholeFile;
 using fedmesh::testing::WaitUntil;
@@ -50,19 +52,6 @@ const fs::path kExampleDir = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "fashio
 bool HaveFashionMnist() {
   static const bool have = LoadFashionMnist(DataSplit::kTest).ok();
   return have;
-}
-
-// The numeric value of "key" in one JSON line; nullopt when absent.
-std::optional<double> JsonNumber(const std::string& line, const std::string& key) {
-  const std::string pat = "\"" + key + "\"";
-  size_t at = line.find(pat);
-  if (at == std::string::npos) return std::nullopt;
-  at += pat.size();
-  while (at < line.size() && (line[at] == ' ' || line[at] == ':')) ++at;
-  char* end = nullptr;
-  const double v = std::strtod(line.c_str() + at, &end);
-  if (end == line.c_str() + at) return std::nullopt;
-  return v;
 }
 
 class FederationTest : public ::testing::Test {
@@ -186,18 +175,7 @@ class FederationTest : public ::testing::Test {
 
   fs::path MetricsPath() const { return dir_ / "run" / "aggregator-metrics.jsonl"; }
 
-  std::vector<std::string> MetricsLines() const {
-    std::vector<std::string> lines;
-    std::string all = ReadWholeFile(MetricsPath());
-    size_t start = 0;
-    while (start < all.size()) {
-      size_t end = all.find('\n', start);
-      if (end == std::string::npos) end = all.size();
-      if (end > start) lines.push_back(all.substr(start, end - start));
-      start = end + 1;
-    }
-    return lines;
-  }
+  std::vector<std::string> MetricsLines() const { return SplitLines(ReadWholeFile(MetricsPath())); }
 
   // Checks that the metrics file has exactly rounds 1..total, in order.
   void ExpectRounds(const std::vector<std::string>& lines, int total) {

@@ -28,6 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using fedmesh::testing::ChildProcess;
+using fedmesh::testing::JsonNumber;
+using fedmesh::testing::SplitLines;
 using fedmesh::testing::ReadWholeFile;
 using fedmesh::testing::WaitUntil;
 using std::chrono::seconds;
@@ -38,28 +40,6 @@ const fs::path kExample = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "gossip" /
 bool HaveFashionMnist() {
   static const bool have = LoadFashionMnist(DataSplit::kTest).ok();
   return have;
-}
-
-std::optional<double> JsonNumber(const std::string& line, const std::string& key) {
-  const std::string pat = "\"" + key + "\":";
-  const size_t at = line.find(pat);
-  if (at == std::string::npos) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(line.c_str() + at + pat.size(), &end);
-  if (end == line.c_str() + at + pat.size()) return std::nullopt;
-  return v;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    if (end > start) out.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
 }
 
 class GossipTest : public ::testing::Test {
@@ -137,7 +117,7 @@ class GossipTest : public ::testing::Test {
   }
 
   std::vector<std::string> Metrics(int i) const {
-    return Lines(ReadWholeFile(dir_ / "run" / ("site-" + std::to_string(i) + "-metrics.jsonl")));
+    return SplitLines(ReadWholeFile(dir_ / "run" / ("site-" + std::to_string(i) + "-metrics.jsonl")));
   }
 
   fs::path dir_;
@@ -210,7 +190,7 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
     }
   }
   ASSERT_TRUE(intruder->WaitExit(seconds(120)).has_value());
-  const auto intruder_lines = Lines(ReadWholeFile(dir_ / "run" / "intruder-metrics.jsonl"));
+  const auto intruder_lines = SplitLines(ReadWholeFile(dir_ / "run" / "intruder-metrics.jsonl"));
   ASSERT_FALSE(intruder_lines.empty()) << intruder->Log();
   for (const auto& line : intruder_lines) {
     EXPECT_EQ(JsonNumber(line, "peers_alive").value_or(-1), 0) << "intruder: " << line;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,32 @@ inline std::string ReadWholeFile(const std::filesystem::path& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The numeric value of "key" in one flat JSON line (metrics files); nullopt when absent.
+inline std::optional<double> JsonNumber(const std::string& line, const std::string& key) {
+  const std::string pat = "\"" + key + "\"";
+  size_t at = line.find(pat);
+  if (at == std::string::npos) return std::nullopt;
+  at += pat.size();
+  while (at < line.size() && (line[at] == ' ' || line[at] == ':')) ++at;
+  char* end = nullptr;
+  const double v = std::strtod(line.c_str() + at, &end);
+  if (end == line.c_str() + at) return std::nullopt;
+  return v;
+}
+
+// The non-empty lines of `text` (a JSON-lines file read whole).
+inline std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 // Polls `pred` every 10 ms until it is true or `timeout` passed. Returns pred's last value.
