@@ -317,7 +317,10 @@ std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
 
 std::vector<RoundEngine::Output> RoundEngine::OnDisconnect(const std::string& node_id) {
   FM_CHECK(started_);
-  if (auto it = nodes_.find(node_id); it != nodes_.end()) it->second.connected = false;
+  if (auto it = nodes_.find(node_id); it != nodes_.end() && it->second.connected) {
+    it->second.connected = false;
+    --connected_;
+  }
   return {};
 }
 
@@ -333,6 +336,7 @@ void RoundEngine::HandleRegister(const std::string& from, const wire::Message& m
   NodeInfo& node = nodes_[from];
   node.num_examples = r.num_examples;
   node.capabilities = r.capabilities;
+  if (!node.connected) ++connected_;
   node.connected = true;
 
   wire::Message ack{OutHeader(), wire::RegisterAck{from, options_.heartbeat_interval_ms}};
@@ -448,14 +452,16 @@ void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCa
 // ---- Rounds ------------------------------------------------------------------------------
 
 void RoundEngine::TryOpenRound(std::vector<Output>& out) {
+  const int needed = std::max(options_.min_clients, options_.min_available_clients);
+  // Counted first: listing a million registered nodes at every registration would be
+  // quadratic while the engine waits for them.
+  if (connected_ < static_cast<size_t>(needed)) {
+    phase_ = Phase::kWaitingForNodes;
+    return;
+  }
   std::vector<std::string> candidates;
   for (const auto& [id, node] : nodes_) {
     if (node.connected) candidates.push_back(id);  // sorted: std::map order
-  }
-  const int needed = std::max(options_.min_clients, options_.min_available_clients);
-  if (candidates.size() < static_cast<size_t>(needed)) {
-    phase_ = Phase::kWaitingForNodes;
-    return;
   }
   // Partial Fisher-Yates: the first k positions become a uniform sample without
   // replacement. Candidates are sorted first, so the draw depends only on the rng state and
@@ -620,10 +626,7 @@ bool RoundEngine::connected(const std::string& node_id) const {
   return it != nodes_.end() && it->second.connected;
 }
 
-size_t RoundEngine::connected_count() const {
-  return std::count_if(nodes_.begin(), nodes_.end(),
-                       [](const auto& kv) { return kv.second.connected; });
-}
+size_t RoundEngine::connected_count() const { return connected_; }
 
 uint64_t RoundEngine::rejected_total() const {
   uint64_t total = 0;

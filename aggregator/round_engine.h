@@ -332,6 +332,7 @@ class RoundEngine {
   double round_started_s_ = 0.0;
   std::optional<wire::FitTask> fit_task_;  // the open attempt's task, built once
   std::map<std::string, NodeInfo> nodes_;  // every node that ever registered
+  size_t connected_ = 0;                   // of nodes_, those connected
   codec::Chain downlink_chain_;  // parsed options_.downlink_codec
 
   uint64_t next_message_id_ = 1;

@@ -35,4 +35,18 @@ class SystemEnv final : public Env {
   Rng rng_;
 };
 
+// Time from another Env (or none: always 0), randomness from its own seeded Rng: for work
+// whose random choices must be a pure function of a seed (a node's round of training)
+// while the clock stays the caller's.
+class SeededEnv final : public Env {
+ public:
+  SeededEnv(const Env* clock, uint64_t seed) : clock_(clock), rng_(seed) {}
+  double NowSeconds() const override { return clock_ != nullptr ? clock_->NowSeconds() : 0.0; }
+  Rng& rng() override { return rng_; }
+
+ private:
+  const Env* clock_;
+  Rng rng_;
+};
+
 }  // namespace fedmesh

@@ -15,6 +15,7 @@
 #include "core/trainer.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/key_files.h"
+#include "node/fit_task_runner.h"
 #include "node/site_model.h"
 
 namespace fedmesh {
@@ -119,7 +120,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
 
   FM_ASSIGN_OR_RETURN(c->default_chain_, codec::Chain::Parse(config.codec_chain));
   FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(c->default_chain_, config.error_feedback));
-  c->feedback_.emplace(std::move(feedback));
+  c->carry_.feedback.emplace(std::move(feedback));
 
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
   FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
@@ -133,7 +134,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
           std::to_string(n) + "; the model settings changed: move the old db file away");
     }
     FM_RETURN_IF_ERROR(c->model_->SetParams(checkpoint->model));
-    c->velocity_ = std::move(checkpoint->velocity);
+    c->carry_.velocity = std::move(checkpoint->velocity);
     std::vector<float> residual, dgc_velocity;
     if (auto it = checkpoint->tensors.find(kResidualTensor); it != checkpoint->tensors.end()) {
       residual = std::move(it->second);
@@ -150,7 +151,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
                                           "; move the old db file away");
       }
     }
-    FM_RETURN_IF_ERROR(c->feedback_->Restore(std::move(residual), std::move(dgc_velocity))
+    FM_RETURN_IF_ERROR(c->carry_.feedback->Restore(std::move(residual), std::move(dgc_velocity))
                            .WithContext("checkpoint in " + config.db_path));
     c->model_version_ = checkpoint->model_version;
     c->last_round_served_ = checkpoint->last_round_served;
@@ -163,7 +164,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
          "/" + std::to_string(t.partition.num_partitions) + " = " +
          std::to_string(c->train_.size()) + " samples; update codec " +
          c->default_chain_.name() + ", error feedback " +
-         std::string(codec::FeedbackModeName(c->feedback_->mode())));
+         std::string(codec::FeedbackModeName(c->carry_.feedback->mode())));
   return c;
 }
 
@@ -171,34 +172,21 @@ void FederatedClient::Log(const std::string& line) const {
   if (log_) log_(line);
 }
 
-const std::vector<float>& FederatedClient::residual() const { return feedback_->residual(); }
+const std::vector<float>& FederatedClient::residual() const { return carry_.feedback->residual(); }
 
-Result<wire::TensorPayload> FederatedClient::EncodeUpdate(const codec::Chain& chain,
-                                                          std::span<const float> delta) {
-  if (!(feedback_->chain() == chain)) {
-    // A prescribed chain differs from the last one: what the old chain left behind is still
-    // owed to the aggregator, so the state carries over.
-    FM_ASSIGN_OR_RETURN(auto next, codec::ErrorFeedback::Create(chain, config_.error_feedback));
-    FM_RETURN_IF_ERROR(next.Restore(feedback_->residual(), feedback_->velocity()));
-    feedback_.emplace(std::move(next));
-  }
-  std::vector<uint8_t> bytes;
-  FM_RETURN_IF_ERROR(feedback_->Encode(delta, env_->rng().NextU64(), &bytes));
-  return codec::MakePayload(chain, delta.size(), std::move(bytes));
-}
 
 Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& last,
                                            uint64_t bytes_raw, uint64_t bytes, double wall_s) {
   const std::string& path = config_.training.metrics_path;
   if (path.empty()) return Status::OK();
   double residual_sq = 0.0;
-  for (float r : feedback_->residual()) residual_sq += static_cast<double>(r) * r;
+  for (float r : carry_.feedback->residual()) residual_sq += static_cast<double>(r) * r;
   JsonLine line;
   line.Add("node", identity_.name())
       .Add("round", static_cast<int64_t>(round))
       .Add("train_loss", static_cast<double>(last.mean_loss))
       .Add("num_examples", static_cast<int64_t>(train_.size()))
-      .Add("codec", feedback_->chain().name())
+      .Add("codec", carry_.feedback->chain().name())
       .Add("bytes_up_raw", static_cast<int64_t>(bytes_raw))
       .Add("bytes_up", static_cast<int64_t>(bytes))
       .Add("compression_ratio", bytes > 0 ? static_cast<double>(bytes_raw) / bytes : 0.0)
@@ -325,69 +313,32 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
   }
-  codec::Chain chain = default_chain_;
-  if (!task.update_codec.empty()) {
-    auto prescribed = codec::Chain::Parse(task.update_codec);
-    if (!prescribed.ok()) return refuse("update codec: " + prescribed.status().message());
-    chain = std::move(*prescribed);
-  }
-  const size_t n = model_->num_params();
-  // Size first: it bounds what decoding allocates.
-  if (task.global_model.element_count != n) {
-    return refuse("global model has " + std::to_string(task.global_model.element_count) +
-                  " values but this node's model has " + std::to_string(n) +
-                  " parameters; check that [model] matches the aggregator's");
-  }
-  // Any chain; decoding guarantees finite values.
-  auto global = codec::DecodePayload(task.global_model);
-  if (!global.ok()) return refuse("global model: " + global.status().message());
   if (task.deadline_unix_ms != 0 && NowUnixMs() >= static_cast<int64_t>(task.deadline_unix_ms)) {
     return refuse("its deadline has already passed");
   }
-  TrainerOptions topt = config_.training.trainer;
-  topt.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
-  topt.sgd.lr = static_cast<float>(task.learning_rate);
-  topt.sgd.momentum = static_cast<float>(task.momentum);
-  topt.sgd.prox_mu = static_cast<float>(task.prox_mu);
-  if (task.local_epochs < 1) return refuse("local_epochs must be >= 1");
-  if (Status s = ValidateTrainerOptions(topt); !s.ok()) return refuse(s.message());
   if (last_round_served_ && task.round <= *last_round_served_) {
     Log(round + " was served before (checkpoint says " + std::to_string(*last_round_served_) +
         "); training it again, the aggregator drops duplicates");
   }
-
-  FM_RETURN_IF_ERROR(model_->SetParams(*global));
-  Trainer trainer(model_.get(), topt, env_);
-  if (topt.sgd.momentum > 0 && velocity_.size() == n) {
-    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(velocity_));
-  }
-  if (topt.sgd.prox_mu > 0) FM_RETURN_IF_ERROR(trainer.optimizer().SetProxAnchor(*global));
-
+  FitContext ctx;
+  ctx.model = model_.get();
+  ctx.train = &train_;
+  ctx.trainer = config_.training.trainer;
+  ctx.default_chain = &default_chain_;
+  ctx.feedback = config_.error_feedback;
+  ctx.node_id = identity_.name();
+  ctx.seed = config_.training.seed;
+  ctx.clock = env_;
+  ctx.stop = [stop] { return stop->load(); };
   const auto t0 = Clock::now();
-  EpochStats last;
-  for (uint32_t e = 0; e < task.local_epochs; ++e) {
-    if (stop->load()) {
-      Log("stopped during " + round + "; no result sent");
-      return Status::OK();
-    }
-    FM_ASSIGN_OR_RETURN(last, trainer.TrainEpoch(train_));
+  FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, task, carry_));
+  if (!fit.refused.empty()) return refuse(fit.refused);
+  if (fit.stopped) {
+    Log("stopped during " + round + "; no result sent");
+    return Status::OK();
   }
-  if (!std::isfinite(last.mean_loss)) return refuse("training diverged (non-finite loss)");
-  std::vector<float> delta = model_->GetParams();
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(delta[i])) return refuse("training diverged (non-finite weights)");
-    delta[i] -= (*global)[i];  // the update is the change to the model received
-  }
-  auto update = EncodeUpdate(chain, delta);
-  if (!update.ok()) return refuse("encoding the update failed: " + update.status().message());
-
-  wire::FitResult r;
-  r.round = task.round;
-  r.num_examples = train_.size();
-  r.train_loss = last.mean_loss;
-  r.update = std::move(*update);
-  r.bytes_before_codec = 4 * static_cast<uint64_t>(n);
-  r.bytes_after_codec = r.update.bytes.size();
+  const EpochStats& last = fit.last_epoch;
+  wire::FitResult r = std::move(fit.result);
   const uint64_t bytes_raw = r.bytes_before_codec, bytes_sent = r.bytes_after_codec;
   model_version_ = m.header.model_version;
   wire::Message out{OutHeader(task.round), std::move(r)};
@@ -404,22 +355,21 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
                 "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent %llu bytes "
                 "(%s, %.1fx smaller than float32)",
                 round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s,
-                static_cast<unsigned long long>(bytes_sent), chain.name().c_str(),
+                static_cast<unsigned long long>(bytes_sent), fit.chain_name.c_str(),
                 static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
   Log(line);
   if (Status ms = AppendRoundMetrics(task.round, last, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
     Log("metrics line not written: " + ms.message());
   }
 
-  velocity_ = trainer.optimizer().GetVelocity();
   last_round_served_ = task.round;
   NodeCheckpoint cp;
   cp.model_version = model_version_;
-  cp.model = std::move(*global);
-  cp.velocity = velocity_;
+  cp.model = std::move(fit.global);
+  cp.velocity = carry_.velocity;
   cp.last_round_served = last_round_served_;
-  if (!feedback_->residual().empty()) cp.tensors[kResidualTensor] = feedback_->residual();
-  if (!feedback_->velocity().empty()) cp.tensors[kDgcVelocityTensor] = feedback_->velocity();
+  if (!carry_.feedback->residual().empty()) cp.tensors[kResidualTensor] = carry_.feedback->residual();
+  if (!carry_.feedback->velocity().empty()) cp.tensors[kDgcVelocityTensor] = carry_.feedback->velocity();
   if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
     return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
   }

@@ -48,6 +48,7 @@
 #include "core/status.h"
 #include "core/wire/messages.h"
 #include "crypto/identity.h"
+#include "node/fit_task_runner.h"
 #include "node/config/node_config.h"
 #include "node/zmq/zmq_client.h"
 #include "storage/node_store.h"
@@ -118,9 +119,6 @@ class FederatedClient {
   // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only
   // a transport or store failure is an error.
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
-  // Encodes `delta` with `chain` through the error feedback (rebuilt when the chain
-  // changes, keeping its state).
-  Result<wire::TensorPayload> EncodeUpdate(const codec::Chain& chain, std::span<const float> delta);
   // One JSON line per round served to [node] metrics, when set.
   Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
                             uint64_t bytes, double wall_s);
@@ -136,9 +134,8 @@ class FederatedClient {
   std::unique_ptr<Model> model_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ZmqClient> transport_;  // made by Run
-  std::vector<float> velocity_;  // carried across rounds and restarts
   codec::Chain default_chain_;   // [codec] chain
-  std::optional<codec::ErrorFeedback> feedback_;  // carried across rounds and restarts
+  FitCarry carry_;               // velocity and error feedback, across rounds and restarts
   uint64_t model_version_ = 0;
   std::optional<uint64_t> last_round_served_;
   uint64_t next_message_id_ = 1;

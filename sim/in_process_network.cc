@@ -29,10 +29,19 @@ Status InProcessNetwork::Send(const std::string& from, const std::string& to,
     ++dropped_;
     return Status::OK();
   }
-  double arrival = env_.NowSeconds() + link_.latency_s;
-  if (link_.bandwidth_bytes_per_s > 0) {
-    arrival += static_cast<double>(bytes) / link_.bandwidth_bytes_per_s;
+  double latency = link_.latency_s;
+  double bandwidth = link_.bandwidth_bytes_per_s;
+  auto narrow = [&bandwidth](double b) {
+    if (b > 0 && (bandwidth == 0 || b < bandwidth)) bandwidth = b;
+  };
+  if (node_links_) {
+    const NodeLink a = node_links_(from), b = node_links_(to);
+    latency += a.latency_s + b.latency_s;
+    narrow(a.up_bytes_per_s);
+    narrow(b.down_bytes_per_s);
   }
+  double arrival = env_.NowSeconds() + latency;
+  if (bandwidth > 0) arrival += static_cast<double>(bytes) / bandwidth;
   double& last = link_last_arrival_[{from, to}];
   arrival = std::max(arrival, last);
   last = arrival;

@@ -35,6 +35,16 @@ struct LinkModel {
   double loss = 0.0;
 };
 
+// One node's own access link, on top of the LinkModel: extra one-way latency and its
+// upload / download rates (0 = not limited by this node). A message from A to B takes
+//   link.latency_s + A.latency_s + B.latency_s + bytes / min(link bandwidth, A.up, B.down)
+// (zeros left out of the min), the usual last-mile model of federated simulators.
+struct NodeLink {
+  double latency_s = 0.0;
+  double up_bytes_per_s = 0.0;
+  double down_bytes_per_s = 0.0;
+};
+
 class InProcessNetwork {
  public:
   // `from`, `to`, and the decoded message, at its arrival time (env.NowSeconds()).
@@ -46,6 +56,12 @@ class InProcessNetwork {
                    wire::WireLimits limits = {});
 
   void SetHandler(Handler handler) { handler_ = std::move(handler); }
+  // Gives each node its own access link, asked for at every Send (a function rather than a
+  // table, so a million simulated clients cost nothing until they talk). Default: none.
+  // REQUIRES: the function returns finite, non-negative values.
+  void SetNodeLinks(std::function<NodeLink(const std::string& node)> links) {
+    node_links_ = std::move(links);
+  }
 
   // Encodes `message` and schedules its arrival at `to`. The encoding error, if any (the
   // message would be refused by a real receiver); Unavailable when `from` is down. A message
@@ -92,6 +108,7 @@ class InProcessNetwork {
   Rng rng_;
   wire::WireLimits limits_;
   Handler handler_;
+  std::function<NodeLink(const std::string&)> node_links_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   uint64_t next_order_ = 0;
   std::set<std::string> down_;

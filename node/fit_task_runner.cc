@@ -1,0 +1,109 @@
+#include "node/fit_task_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/codec/payload.h"
+#include "core/rng.h"
+
+namespace fedmesh {
+
+uint64_t FitSeed(uint64_t seed, std::string_view node_id, uint64_t round) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the id, then SplitMix rounds
+  for (char c : node_id) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return SplitMix64(SplitMix64(seed ^ 0x6669747365656400ull) ^ SplitMix64(h) ^
+                    SplitMix64(round + 0x9E3779B97F4A7C15ull));
+}
+
+namespace {
+
+FitOutcome Refuse(std::string why) {
+  FitOutcome o;
+  o.refused = std::move(why);
+  return o;
+}
+
+}  // namespace
+
+Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, FitCarry& carry) {
+  codec::Chain chain = *ctx.default_chain;
+  if (!task.update_codec.empty()) {
+    auto prescribed = codec::Chain::Parse(task.update_codec);
+    if (!prescribed.ok()) return Refuse("update codec: " + prescribed.status().message());
+    chain = std::move(*prescribed);
+  }
+  Model& model = *ctx.model;
+  const size_t n = model.num_params();
+  // Size first: it bounds what decoding allocates.
+  if (task.global_model.element_count != n) {
+    return Refuse("global model has " + std::to_string(task.global_model.element_count) +
+                  " values but this node's model has " + std::to_string(n) +
+                  " parameters; check that [model] matches the aggregator's");
+  }
+  // Any chain; decoding guarantees finite values.
+  auto global = codec::DecodePayload(task.global_model);
+  if (!global.ok()) return Refuse("global model: " + global.status().message());
+  TrainerOptions topt = ctx.trainer;
+  topt.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
+  topt.sgd.lr = static_cast<float>(task.learning_rate);
+  topt.sgd.momentum = static_cast<float>(task.momentum);
+  topt.sgd.prox_mu = static_cast<float>(task.prox_mu);
+  if (task.local_epochs < 1) return Refuse("local_epochs must be >= 1");
+  if (Status s = ValidateTrainerOptions(topt); !s.ok()) return Refuse(s.message());
+
+  SeededEnv env(ctx.clock, FitSeed(ctx.seed, ctx.node_id, task.round));
+  FM_RETURN_IF_ERROR(model.SetParams(*global));
+  Trainer trainer(&model, topt, &env);
+  if (topt.sgd.momentum > 0 && carry.velocity.size() == n) {
+    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(carry.velocity));
+  }
+  if (topt.sgd.prox_mu > 0) FM_RETURN_IF_ERROR(trainer.optimizer().SetProxAnchor(*global));
+
+  FitOutcome out;
+  for (uint32_t e = 0; e < task.local_epochs; ++e) {
+    if (ctx.stop && ctx.stop()) {
+      out.stopped = true;
+      return out;
+    }
+    FM_ASSIGN_OR_RETURN(out.last_epoch, trainer.TrainEpoch(*ctx.train));
+  }
+  if (!std::isfinite(out.last_epoch.mean_loss)) return Refuse("training diverged (non-finite loss)");
+  std::vector<float> delta = model.GetParams();
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(delta[i])) return Refuse("training diverged (non-finite weights)");
+    delta[i] -= (*global)[i];  // the update is the change to the model received
+  }
+  if (ctx.corrupt) ctx.corrupt(delta);
+
+  // Error feedback: rebuilt when the chain changes. What the old chain left behind is still
+  // owed to the aggregator, so its state carries over.
+  std::optional<codec::ErrorFeedback> feedback = carry.feedback;
+  if (!feedback || !(feedback->chain() == chain)) {
+    auto next = codec::ErrorFeedback::Create(chain, ctx.feedback);
+    if (!next.ok()) return Refuse("error feedback: " + next.status().message());
+    if (feedback) {
+      if (Status s = next->Restore(feedback->residual(), feedback->velocity()); !s.ok()) {
+        return Refuse("error feedback: " + s.message());
+      }
+    }
+    feedback.emplace(std::move(*next));
+  }
+  std::vector<uint8_t> bytes;
+  if (Status s = feedback->Encode(delta, env.rng().NextU64(), &bytes); !s.ok()) {
+    return Refuse("encoding the update failed: " + s.message());
+  }
+
+  out.result.round = task.round;
+  out.result.num_examples = ctx.train->size();
+  out.result.train_loss = out.last_epoch.mean_loss;
+  out.result.update = codec::MakePayload(chain, delta.size(), std::move(bytes));
+  out.result.bytes_before_codec = 4 * static_cast<uint64_t>(n);
+  out.result.bytes_after_codec = out.result.update.bytes.size();
+  out.global = std::move(*global);
+  out.chain_name = chain.name();
+  carry.feedback = std::move(feedback);
+  carry.velocity = trainer.optimizer().GetVelocity();
+  return out;
+}
+
+}  // namespace fedmesh

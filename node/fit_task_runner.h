@@ -1,0 +1,76 @@
+// RunFitTask: what a node does with one FitTask, without any I/O: decode the global model
+// (any codec chain), train local_epochs on the node's data with the task's settings, and
+// encode the change (local weights - global model) with the prescribed or the node's own
+// codec chain through error feedback. fedmesh-node's FederatedClient wraps it with ZeroMQ,
+// the wall clock and a checkpoint; fedmesh-sim calls the very same function for each
+// virtual client, so simulated and real federations train identically.
+//
+// Randomness is a pure function of (seed, node id, round): the batch order and the codec's
+// seed come from FitSeed, not from a stream that other events (retries, earlier rounds)
+// advance. A restarted node that re-trains a round therefore sends the same update, and a
+// simulator with the same ids and seed reproduces a real run.
+// Thread-safety: one call at a time per FitCarry and Model; different (carry, model) pairs
+// may run on different threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/codec/codec.h"
+#include "core/codec/error_feedback.h"
+#include "core/data/dataset.h"
+#include "core/env.h"
+#include "core/model.h"
+#include "core/status.h"
+#include "core/trainer.h"
+#include "core/wire/messages.h"
+
+namespace fedmesh {
+
+// What a node carries from one task to the next: the optimizer's momentum buffer and the
+// codec's error feedback (created on first use with the chain the task needs).
+struct FitCarry {
+  std::vector<float> velocity;
+  std::optional<codec::ErrorFeedback> feedback;
+};
+
+// The node's fixed side of every task.
+struct FitContext {
+  Model* model = nullptr;             // training workspace; its weights are overwritten
+  const Dataset* train = nullptr;     // the node's private data
+  TrainerOptions trainer;             // eval batch and weight decay; the task sets the rest
+  const codec::Chain* default_chain = nullptr;  // used when the task prescribes none
+  codec::ErrorFeedbackOptions feedback;
+  std::string node_id;
+  uint64_t seed = 0;                  // the node's [train] seed
+  const Env* clock = nullptr;         // for samples/s only; may be null
+  // Applied to the change before encoding. Empty for real nodes; the simulator's
+  // Byzantine clients (sim/) corrupt their update here.
+  std::function<void(std::vector<float>& delta)> corrupt;
+  // Checked between epochs: true abandons the task (FitOutcome::stopped).
+  std::function<bool()> stop;
+};
+
+struct FitOutcome {
+  // Non-empty: the task was refused (a sentence saying why) and nothing else is set.
+  std::string refused;
+  bool stopped = false;          // abandoned because stop() became true
+  wire::FitResult result;        // round, num_examples, train_loss, update, byte counts
+  EpochStats last_epoch;
+  std::vector<float> global;     // the decoded global model the node trained from
+  std::string chain_name;        // the chain the update was encoded with
+};
+
+// The seed of (node, round): mixes all three so nodes and rounds get independent streams.
+uint64_t FitSeed(uint64_t seed, std::string_view node_id, uint64_t round);
+
+// Serves `task`. A bad task (size or codec mismatch, invalid settings, divergence) is a
+// refusal in FitOutcome::refused; an error Status means the model or trainer failed
+// (internal). `carry` changes only when a result is produced.
+Result<FitOutcome> RunFitTask(const FitContext& context, const wire::FitTask& task,
+                              FitCarry& carry);
+
+}  // namespace fedmesh

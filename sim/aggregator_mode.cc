@@ -1,0 +1,364 @@
+// Aggregator mode: fedmesh-aggregator's RoundEngine and Strategy, fedmesh-node's RunFitTask,
+// the real wire codec, in virtual time over the InProcessNetwork.
+//
+// Clients register at t = 0 (the engine opens round 1 when all have). A FitTask reaching a
+// client starts its training job; the job's result is sent at arrival + compute time
+// (local_epochs * samples / the client's speed). Jobs are run lazily, all pending ones at
+// once on the workers, when the first of them is due: every client of a round trains in
+// parallel, and since a job depends only on its task and the client's own state, the run
+// is the same whatever the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <variant>
+
+#include "aggregator/round_engine.h"
+#include "aggregator/strategy.h"
+#include "core/codec/codec.h"
+#include "core/rng.h"
+#include "node/fit_task_runner.h"
+#include "sim/client_traits.h"
+#include "sim/in_process_network.h"
+#include "sim/sim_modes.h"
+#include "sim/virtual_clock_env.h"
+
+namespace fedmesh::sim_internal {
+namespace {
+
+constexpr char kAggregator[] = "aggregator";
+constexpr char kFederation[] = "fedmesh-sim";
+constexpr uint64_t kDropoutSalt = 0x64726f706f7574ull;
+
+uint64_t ClientIndex(const std::string& id) { return std::stoull(id.substr(1)); }
+
+// Replaces `delta` by what a Byzantine client sends instead.
+void ApplyAttack(const SimOptions& o, uint64_t seed, std::vector<float>& delta) {
+  switch (o.attack) {
+    case Attack::kSignFlip:
+      for (float& v : delta) v = static_cast<float>(-o.attack_scale * v);
+      break;
+    case Attack::kScaled:
+      for (float& v : delta) v = static_cast<float>(o.attack_scale * v);
+      break;
+    case Attack::kNoise: {
+      double sq = 0;
+      for (float v : delta) sq += static_cast<double>(v) * v;
+      const double sd = o.attack_scale * std::sqrt(sq / static_cast<double>(std::max<size_t>(1, delta.size())));
+      Rng rng(seed);
+      for (float& v : delta) v = static_cast<float>(rng.Normal(0.0, sd));
+      break;
+    }
+  }
+}
+
+class AggregatorSim {
+ public:
+  explicit AggregatorSim(SimContext& ctx)
+      : ctx_(ctx),
+        o_(ctx.options),
+        env_(o_.seed),
+        net_(env_, LinkModel{0.0, 0.0, o_.message_loss}, SplitMix64(o_.seed ^ 0x6e6574ull)) {}
+
+  Result<std::vector<float>> Run();
+
+ private:
+  struct Job {
+    uint64_t client = 0;
+    wire::FitTask task;
+    uint64_t model_version = 0;
+    bool attack = false;
+    bool done = false;
+    Result<FitOutcome> outcome = Status::Internal("not run");
+  };
+  using Outputs = std::vector<RoundEngine::Output>;
+
+  Status Init();
+  void Handle(Outputs outputs);
+  void OnClientMessage(const std::string& id, wire::Message message);
+  void OnJobDue(const std::shared_ptr<Job>& job);
+  void RunPending();  // every job not yet run, on the workers
+  // Applies the crash schedule's events of every round up to `round`: crashes go down
+  // (before that round's FitTasks go out), rejoins register again.
+  void ApplySchedule(uint64_t round);
+  void Rejoin(uint64_t client);
+  // Applies the schedule up to the next round with a rejoin; false when none is left.
+  bool ApplyNextRejoin();
+  void CloseRoundMetrics(const RoundEngine::RoundClosed& closed);
+  Status SendFromClient(uint64_t client, wire::Body body, uint64_t round, uint64_t version);
+  void Fail(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  SimContext& ctx_;
+  const SimOptions& o_;
+  VirtualClockEnv env_;
+  InProcessNetwork net_;
+  std::optional<RoundEngine> engine_;
+  codec::Chain chain_;
+  std::vector<std::shared_ptr<Job>> pending_;
+  std::map<uint64_t, std::shared_ptr<Job>> busy_;  // client -> its unfinished job
+  std::map<uint64_t, FitCarry> carries_;           // only clients with state to carry
+  uint64_t next_message_id_ = 1;
+  uint64_t scheduled_round_ = 0;  // the crash schedule is applied up to this round
+  bool finished_ = false;
+  Status status_;
+  // This round's accounting, since the last RoundClosed.
+  uint64_t mark_total_ = 0, mark_down_ = 0;
+  uint64_t silent_ = 0;  // selected clients that dropped out or were offline
+};
+
+Status AggregatorSim::Init() {
+  RoundEngineOptions eo;
+  eo.federation_id = kFederation;
+  eo.aggregator_id = kAggregator;
+  eo.total_rounds = o_.rounds;
+  eo.clients_per_round = static_cast<int>(o_.clients_per_round);
+  eo.min_clients =
+      static_cast<int>(o_.min_clients > 0 ? o_.min_clients : (o_.clients_per_round + 1) / 2);
+  // Clients register in a seeded random order and round 1 opens as soon as
+  // clients_per_round have: its selection is a uniform sample, like every later round's.
+  // Later rounds, as on a real aggregator, wait until that many are connected.
+  eo.min_available_clients = static_cast<int>(o_.clients_per_round);
+  eo.timeout_s = o_.round_timeout_s;
+  eo.max_retries = 3;
+  eo.local_epochs = o_.local_epochs;
+  eo.batch_size = o_.trainer.batch_size;
+  eo.learning_rate = o_.trainer.sgd.lr;
+  eo.momentum = o_.trainer.sgd.momentum;
+  eo.update_codec = o_.codec;
+  eo.downlink_codec = o_.downlink;
+  StrategyOptions so;
+  so.prox_mu = o_.prox_mu;
+  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, so));
+  FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
+  Evaluator evaluator = [this](std::span<const float> global) {
+    // The round being closed is the engine's current one.
+    EvalResult r{std::nan(""), std::nan("")};
+    if (!IsEvalRound(o_, engine_->round())) return r;
+    auto e = Evaluate(ctx_, global);
+    if (!e.ok()) {
+      Fail(e.status());
+      return r;
+    }
+    return EvalResult{e->accuracy, e->loss};
+  };
+  FM_ASSIGN_OR_RETURN(auto engine, RoundEngine::Create(eo, &env_, std::move(strategy),
+                                                       ctx_.initial, std::move(evaluator)));
+  engine_.emplace(std::move(engine));
+  net_.SetNodeLinks([this](const std::string& node) {
+    return node == kAggregator ? NodeLink{} : TraitsOf(o_, ClientIndex(node)).link;
+  });
+  net_.SetHandler([this](const std::string& from, const std::string& to, wire::Message m) {
+    if (finished_ || !status_.ok()) return;
+    if (to == kAggregator) {
+      Handle(engine_->OnMessage(from, m));
+    } else {
+      OnClientMessage(to, std::move(m));
+    }
+  });
+  return Status::OK();
+}
+
+Result<std::vector<float>> AggregatorSim::Run() {
+  FM_RETURN_IF_ERROR(Init());
+  Handle(engine_->Start());
+  // Registration: instantaneous at t = 0, straight into the engine (a million RegisterAcks
+  // through the network would only cost time; they carry nothing the clients use).
+  std::vector<uint32_t> order(o_.clients);
+  for (uint32_t c = 0; c < order.size(); ++c) order[c] = c;
+  Rng(SplitMix64(o_.seed ^ 0x7265676973746572ull)).Shuffle(order);
+  for (uint32_t c : order) {
+    if (!status_.ok()) break;
+    const std::string id = SimClientId(c);
+    wire::Register r;
+    r.node_id = id;
+    r.num_examples = ctx_.data.SizeOf(c);
+    wire::Message m{wire::Header{kFederation, id, 0, 0, next_message_id_++}, std::move(r)};
+    Handle(engine_->OnMessage(id, m));
+  }
+  while (!finished_ && status_.ok()) {
+    if (net_.RunAll(1) > 0) continue;
+    // Nothing left to happen: the engine waits for clients (too few connected). The
+    // schedule's next rejoin, if any, happens now rather than never.
+    if (!ApplyNextRejoin()) break;
+  }
+  FM_RETURN_IF_ERROR(status_);
+  if (!finished_) return Status::Internal("the simulation ran out of events before the last round");
+  return engine_->global();
+}
+
+void AggregatorSim::Handle(Outputs outputs) {
+  for (auto& out : outputs) {
+    if (!status_.ok()) return;
+    if (auto* send = std::get_if<RoundEngine::Send>(&out)) {
+      if (std::holds_alternative<wire::RegisterAck>(send->message.body)) continue;
+      if (Status s = net_.Send(kAggregator, send->to, send->message); !s.ok()) Fail(s);
+    } else if (auto* timer = std::get_if<RoundEngine::SetTimer>(&out)) {
+      net_.ScheduleAt(timer->at_seconds, [this] {
+        if (!finished_ && status_.ok()) Handle(engine_->OnTimer(env_.NowSeconds()));
+      });
+    } else if (auto* closed = std::get_if<RoundEngine::RoundClosed>(&out)) {
+      CloseRoundMetrics(*closed);
+      ApplySchedule(closed->round + 1);
+    } else if (auto* fin = std::get_if<RoundEngine::Finished>(&out)) {
+      finished_ = true;
+      if (!fin->status.ok()) Fail(fin->status.WithContext("the federation failed"));
+    }
+  }
+}
+
+void AggregatorSim::ApplySchedule(uint64_t round) {
+  for (; scheduled_round_ < round;) {
+    const uint64_t r = ++scheduled_round_;
+    for (const CrashEvent& c : o_.crashes) {
+      if (c.round == r) {
+        const std::string id = SimClientId(c.client);
+        net_.SetDown(id, true);
+        // The aggregator's transport notices the lost connection (heartbeats).
+        Handle(engine_->OnDisconnect(id));
+      } else if (c.rounds_down > 0 && c.round + c.rounds_down == r) {
+        Rejoin(c.client);
+      }
+    }
+  }
+}
+
+void AggregatorSim::Rejoin(uint64_t client) {
+  net_.SetDown(SimClientId(client), false);
+  wire::Register reg;
+  reg.node_id = SimClientId(client);
+  reg.num_examples = ctx_.data.SizeOf(client);
+  if (Status s = SendFromClient(client, std::move(reg), 0, 0); !s.ok()) Fail(s);
+}
+
+bool AggregatorSim::ApplyNextRejoin() {
+  uint64_t next = UINT64_MAX;
+  for (const CrashEvent& c : o_.crashes) {
+    if (c.rounds_down > 0 && c.round + c.rounds_down > scheduled_round_) {
+      next = std::min(next, c.round + c.rounds_down);
+    }
+  }
+  if (next == UINT64_MAX) return false;
+  ApplySchedule(next);
+  return true;
+}
+
+Status AggregatorSim::SendFromClient(uint64_t client, wire::Body body, uint64_t round,
+                                     uint64_t version) {
+  const std::string id = SimClientId(client);
+  wire::Message m{wire::Header{kFederation, id, round, version, next_message_id_++},
+                  std::move(body)};
+  return net_.Send(id, kAggregator, m);
+}
+
+void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message) {
+  auto* task = std::get_if<wire::FitTask>(&message.body);
+  if (task == nullptr) return;  // Rejects and acks change nothing on a simulated client
+  const uint64_t c = ClientIndex(id);
+  const ClientTraits traits = TraitsOf(o_, c);
+  if (ClientCoin(o_.seed, c, task->round, kDropoutSalt) < o_.dropout ||
+      !IsAvailable(o_, traits, task->round)) {
+    ++silent_;  // drops out: never answers this task
+    return;
+  }
+  if (busy_.contains(c)) RunPending();  // its carry must not be used twice at once
+  auto job = std::make_shared<Job>();
+  job->client = c;
+  job->task = std::move(*task);
+  job->model_version = message.header.model_version;
+  job->attack = traits.byzantine;
+  pending_.push_back(job);
+  busy_[c] = job;
+  const double compute_s = static_cast<double>(o_.local_epochs) *
+                           static_cast<double>(ctx_.data.SizeOf(c)) / traits.samples_per_s;
+  net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnJobDue(job); });
+}
+
+void AggregatorSim::RunPending() {
+  if (pending_.empty()) return;
+  std::vector<std::shared_ptr<Job>> jobs;
+  jobs.swap(pending_);
+  std::vector<FitCarry> carries(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (auto it = carries_.find(jobs[j]->client); it != carries_.end()) {
+      carries[j] = std::move(it->second);
+      carries_.erase(it);
+    }
+  }
+  Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
+    Job& job = *jobs[j];
+    const Dataset data = ctx_.data.DataOf(job.client);
+    FitContext fc;
+    fc.model = &model;
+    fc.train = &data;
+    fc.trainer = o_.trainer;
+    fc.default_chain = &chain_;
+    fc.feedback = o_.error_feedback;
+    fc.node_id = SimClientId(job.client);
+    fc.seed = o_.seed;
+    if (job.attack) {
+      const uint64_t seed = FitSeed(o_.seed ^ 0x617474ull, fc.node_id, job.task.round);
+      fc.corrupt = [this, seed](std::vector<float>& delta) { ApplyAttack(o_, seed, delta); };
+    }
+    job.outcome = RunFitTask(fc, job.task, carries[j]);
+    job.done = true;
+    return Status::OK();
+  });
+  if (!s.ok()) Fail(s);
+  ctx_.client_updates += jobs.size();
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const FitCarry& carry = carries[j];
+    const bool has_state = !carry.velocity.empty() ||
+                           (carry.feedback && (!carry.feedback->residual().empty() ||
+                                               !carry.feedback->velocity().empty()));
+    if (has_state) carries_[jobs[j]->client] = std::move(carries[j]);
+  }
+}
+
+void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
+  if (!job->done) RunPending();
+  busy_.erase(job->client);
+  if (finished_ || !status_.ok()) return;
+  if (!job->outcome.ok()) {
+    Fail(job->outcome.status().WithContext("training " + SimClientId(job->client)));
+    return;
+  }
+  FitOutcome& out = *job->outcome;
+  if (!out.refused.empty()) return;  // logged by a real node; the round goes on without it
+  if (Status s = SendFromClient(job->client, std::move(out.result), job->task.round,
+                                job->model_version);
+      !s.ok() && !net_.IsDown(SimClientId(job->client))) {
+    Fail(s);
+  }
+}
+
+void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
+  const uint64_t total = net_.total_bytes_sent(), down = net_.bytes_sent(kAggregator);
+  SimRoundMetrics m;
+  m.round = closed.round;
+  m.sim_time_s = env_.NowSeconds();
+  if (closed.metrics.test_accuracy && std::isfinite(*closed.metrics.test_accuracy)) {
+    m.test_accuracy = closed.metrics.test_accuracy;
+    m.test_loss = closed.metrics.test_loss;
+  }
+  m.participants = closed.metrics.received;
+  m.dropped = closed.metrics.selected - std::min(closed.metrics.selected, closed.metrics.received);
+  m.bytes_down = down - mark_down_;
+  m.bytes_up = (total - mark_total_) - m.bytes_down;
+  mark_total_ = total;
+  mark_down_ = down;
+  silent_ = 0;
+  if (Status s = ctx_.report(m); !s.ok()) Fail(s);
+}
+
+}  // namespace
+
+Result<std::vector<float>> RunAggregatorMode(SimContext& ctx) {
+  AggregatorSim sim(ctx);
+  return sim.Run();
+}
+
+}  // namespace fedmesh::sim_internal

@@ -1,0 +1,202 @@
+#include "sim/sim_config.h"
+
+#include "aggregator/strategy.h"
+#include "core/model_zoo.h"
+#include "node/config/config_loader.h"
+
+namespace fedmesh {
+
+const ConfigSchema& SimConfigSchema() {
+  static const ConfigSchema* schema = [] {
+    auto* s = new ConfigSchema;
+    s->name = "fedmesh-sim";
+    s->description =
+        "One simulated experiment: many virtual clients on this machine, in virtual time, "
+        "running the same round engine, strategies, codecs and gossip protocols as the "
+        "binaries. The [sim] keys say what is run; the other sections tune it.";
+    s->keys = {
+        StringKey("sim", "mode", "aggregator",
+                  "aggregator (round engine + strategy), gossip (no server), local (each "
+                  "client alone: the baseline) or central (all data pooled: the upper bound)")
+            .Choices({"aggregator", "gossip", "local", "central"}),
+        IntKey("sim", "clients", 100, "Registered virtual clients; only those training hold a model")
+            .Min(1)
+            .Max(10000000),
+        IntKey("sim", "clients_per_round", 10,
+               "aggregator: clients selected per round; local: clients simulated")
+            .Min(1)
+            .Max(10000000),
+        IntKey("sim", "rounds", 50, "Rounds (gossip: steps of local training + one gossip step)")
+            .Min(1)
+            .Max(1000000),
+        StringKey("sim", "model", "mlp", "Model architecture").Choices(KnownModelNames()),
+        StringKey("sim", "partition", "dirichlet", "How the training data is split among clients")
+            .Choices({"iid", "dirichlet", "shards", "quantity"}),
+        FloatKey("sim", "alpha", 0.5, "dirichlet: label concentration; 0.1 = few classes per client, 100 = near IID")
+            .Min(0, true),
+        StringKey("sim", "strategy", "fedavg", "aggregator: the aggregation strategy")
+            .Choices([] {
+              std::vector<std::string> v;
+              for (auto n : KnownStrategyNames()) v.emplace_back(n);
+              return v;
+            }()),
+        StringKey("sim", "protocol", "dpsgd", "gossip: pushpull, dpsgd, choco or pushsum")
+            .Choices({"pushpull", "dpsgd", "choco", "pushsum"}),
+        StringKey("sim", "topology", "exponential",
+                  "gossip: random, ring, exponential or one_peer_exponential")
+            .Choices({"random", "ring", "exponential", "one_peer_exponential"}),
+        StringKey("sim", "codec", "none",
+                  "Codec chain of updates (aggregator) or gossiped models (gossip), e.g. "
+                  "topk:0.01|int8 (docs/codecs.md)"),
+        FloatKey("sim", "dropout", 0.0,
+                 "Probability that a selected client trains but never answers, per round")
+            .Min(0)
+            .Max(1),
+        IntKey("sim", "seed", 0, "Seed of everything: model init, split, selection, client traits, faults").Min(0),
+        IntKey("sim", "threads", 0, "Training workers (one model workspace each); 0 = all cores")
+            .Min(0)
+            .Max(4096),
+        StringKey("sim", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
+        StringKey("data", "dataset", "fashion-mnist", "Data source (fashion-mnist or csv:PATH)")
+            .Path(PathKind::kDataSource),
+        IntKey("data", "shards", 0,
+               "Partitions of the training data; client c trains on shard c mod shards. "
+               "0 = one per client (needs clients <= training samples)")
+            .Min(0)
+            .Max(10000000),
+        IntKey("data", "test_samples", 0, "Test samples evaluated; 0 = the whole test split").Min(0),
+        IntKey("eval", "every", 1, "Rounds between test evaluations (the last round always)")
+            .Min(1)
+            .Max(1000000),
+        IntKey("eval", "clients", 10, "gossip and local: clients whose models are evaluated (mean)")
+            .Min(1)
+            .Max(100000),
+        IntKey("train", "epochs", 1, "Local passes over a client's data per round").Min(1).Max(1000),
+        IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
+        FloatKey("train", "lr", 0.05, "SGD learning rate").Min(0, true),
+        FloatKey("train", "momentum", 0.0, "Heavy-ball momentum, kept per client across rounds")
+            .Min(0)
+            .Max(1, true),
+        FloatKey("rounds", "prox_mu", 0.01, "fedprox: proximal coefficient mu").Min(0, true),
+        IntKey("rounds", "min_clients", 0,
+               "Fewest answers a round closes with at its deadline; 0 = half of clients_per_round")
+            .Min(0),
+        FloatKey("rounds", "timeout_s", 600.0, "Virtual seconds from a round's opening to its deadline")
+            .Min(0, true),
+        StringKey("rounds", "downlink", "none",
+                  "Codec chain of the global model sent to clients (none, fp16, bf16, int8, qsgd:N)"),
+        StringKey("rounds", "error_feedback", "auto",
+                  "Error feedback on clients: auto, off, residual or dgc")
+            .Choices({"auto", "off", "residual", "dgc"}),
+        IntKey("gossip", "fanout", 1, "Peers per step for random topology and pushsum").Min(1).Max(1024),
+        FloatKey("gossip", "choco_gamma", 0.2, "choco: consensus step size").Min(0, true).Max(1),
+        FloatKey("clients", "compute_speed", 2000.0, "Median local training speed, samples per second")
+            .Min(0, true),
+        FloatKey("clients", "compute_sigma", 0.5, "Log-normal sigma of the speeds").Min(0),
+        FloatKey("clients", "stragglers", 0.0, "Fraction of clients that are straggler_slowdown times slower")
+            .Min(0)
+            .Max(1),
+        FloatKey("clients", "straggler_slowdown", 10.0, "How much slower a straggler is").Min(1),
+        FloatKey("clients", "up_mbps", 10.0, "Median uplink, megabits per second").Min(0, true),
+        FloatKey("clients", "down_mbps", 50.0, "Median downlink, megabits per second").Min(0, true),
+        FloatKey("clients", "bandwidth_sigma", 0.5, "Log-normal sigma of the link rates").Min(0),
+        FloatKey("clients", "latency_ms", 50.0, "Median one-way access latency, milliseconds").Min(0),
+        FloatKey("clients", "availability", 1.0,
+                 "Fraction of every availability_period rounds a client is online (a window "
+                 "at a random phase); a selected client outside it does not answer")
+            .Min(0, true)
+            .Max(1),
+        IntKey("clients", "availability_period", 24, "Rounds in one availability cycle").Min(1).Max(1000000),
+        FloatKey("faults", "message_loss", 0.0, "Probability that any one message is lost").Min(0).Max(1),
+        StringListKey("faults", "crash", {},
+                      "Crash-and-rejoin schedule: \"INDEX@ROUND\" (down from that round on) or "
+                      "\"INDEX@ROUND:ROUNDS_DOWN\" (registers again ROUNDS_DOWN rounds later)"),
+        FloatKey("faults", "byzantine", 0.0, "Fraction of clients that send corrupted updates")
+            .Min(0)
+            .Max(1),
+        StringKey("faults", "attack", "signflip",
+                  "What a Byzantine client sends: signflip (-scale x its update), scaled "
+                  "(scale x), noise (Gaussian, scale x its update's RMS)")
+            .Choices({"signflip", "scaled", "noise"}),
+        FloatKey("faults", "attack_scale", 10.0, "The attack's scale").Min(0),
+    };
+    return s;
+  }();
+  return *schema;
+}
+
+Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(SimConfigSchema(), path, overrides));
+  SimOptions o;
+  auto u64 = [&](std::string_view s, std::string_view k) { return static_cast<uint64_t>(v.GetInt(s, k)); };
+  o.mode = ParseSimMode(v.GetString("sim", "mode")).value();
+  o.clients = u64("sim", "clients");
+  o.clients_per_round = static_cast<uint32_t>(v.GetInt("sim", "clients_per_round"));
+  o.rounds = static_cast<uint32_t>(v.GetInt("sim", "rounds"));
+  o.model.name = v.GetString("sim", "model");
+  o.partition = v.GetString("sim", "partition");
+  o.alpha = v.GetFloat("sim", "alpha");
+  o.strategy = v.GetString("sim", "strategy");
+  o.protocol = v.GetString("sim", "protocol");
+  o.topology = v.GetString("sim", "topology");
+  o.codec = v.GetString("sim", "codec");
+  o.dropout = v.GetFloat("sim", "dropout");
+  o.seed = u64("sim", "seed");
+  o.threads = static_cast<int>(v.GetInt("sim", "threads"));
+  o.metrics_path = v.GetString("sim", "metrics");
+  o.dataset = v.GetString("data", "dataset");
+  o.data_shards = u64("data", "shards");
+  o.test_samples = u64("data", "test_samples");
+  o.eval_every = static_cast<uint32_t>(v.GetInt("eval", "every"));
+  o.eval_clients = static_cast<uint32_t>(v.GetInt("eval", "clients"));
+  o.local_epochs = static_cast<int>(v.GetInt("train", "epochs"));
+  o.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
+  o.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
+  o.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
+  o.prox_mu = v.GetFloat("rounds", "prox_mu");
+  o.min_clients = static_cast<uint32_t>(v.GetInt("rounds", "min_clients"));
+  o.round_timeout_s = v.GetFloat("rounds", "timeout_s");
+  o.downlink = v.GetString("rounds", "downlink");
+  o.error_feedback.mode = codec::ParseFeedbackMode(v.GetString("rounds", "error_feedback")).value();
+  o.fanout = static_cast<uint32_t>(v.GetInt("gossip", "fanout"));
+  o.choco_gamma = v.GetFloat("gossip", "choco_gamma");
+  o.compute_speed = v.GetFloat("clients", "compute_speed");
+  o.compute_sigma = v.GetFloat("clients", "compute_sigma");
+  o.stragglers = v.GetFloat("clients", "stragglers");
+  o.straggler_slowdown = v.GetFloat("clients", "straggler_slowdown");
+  o.up_mbps = v.GetFloat("clients", "up_mbps");
+  o.down_mbps = v.GetFloat("clients", "down_mbps");
+  o.bandwidth_sigma = v.GetFloat("clients", "bandwidth_sigma");
+  o.latency_ms = v.GetFloat("clients", "latency_ms");
+  o.availability = v.GetFloat("clients", "availability");
+  o.availability_period = static_cast<uint32_t>(v.GetInt("clients", "availability_period"));
+  o.message_loss = v.GetFloat("faults", "message_loss");
+  for (const std::string& text : v.GetStringList("faults", "crash")) {
+    auto e = ParseCrashEvent(text);
+    FM_RETURN_IF_ERROR(AttributeToKey(e.status(), v, {{"", "faults", "crash"}}));
+    o.crashes.push_back(*e);
+  }
+  o.byzantine = v.GetFloat("faults", "byzantine");
+  o.attack = ParseAttack(v.GetString("faults", "attack")).value();
+  o.attack_scale = v.GetFloat("faults", "attack_scale");
+
+  // The messages of Validate name these fields.
+  static const std::vector<FieldKey> kFields = {
+      {"clients_per_round", "sim", "clients_per_round"},
+      {"clients must", "sim", "clients"},
+      {"data_shards", "data", "shards"},
+      {"data shards", "data", "shards"},
+      {"min_clients", "rounds", "min_clients"},
+      {"crash of client", "faults", "crash"},
+      {"gossip mode", "sim", "clients"},
+      {"codec", "sim", "codec"},
+      {"downlink", "rounds", "downlink"},
+      {"choco", "sim", "protocol"},
+      {"topology", "sim", "topology"},
+      {"", "sim", "mode"},
+  };
+  FM_RETURN_IF_ERROR(AttributeToKey(Validate(o), v, kFields));
+  return o;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,50 @@
+#include "sim/sim_data.h"
+
+#include <algorithm>
+
+#include "core/data/data_source.h"
+#include "core/data/partition.h"
+
+namespace fedmesh {
+
+ModelSpec SimData::Spec(const ModelSpec& model) const {
+  ModelSpec spec = model;
+  spec.input_shape = train.sample_shape;
+  spec.num_classes = std::max(train.num_classes, test.num_classes);
+  return spec;
+}
+
+Result<SimData> LoadSimData(const SimOptions& o) {
+  SimData d;
+  DataSourceSpec source;
+  source.train = o.dataset;
+  FM_ASSIGN_OR_RETURN(d.train, LoadDataSource(source, DataSplit::kTrain));
+  FM_ASSIGN_OR_RETURN(d.test, LoadDataSource(source, DataSplit::kTest));
+  if (o.test_samples > 0 && o.test_samples < d.test.size()) {
+    std::vector<uint32_t> first(o.test_samples);
+    for (uint32_t i = 0; i < first.size(); ++i) first[i] = i;
+    d.test = d.test.Subset(first);
+  }
+  for (size_t start = 0; start < d.test.size(); start += SimData::kTestChunk) {
+    std::vector<uint32_t> idx;
+    for (size_t i = start; i < std::min(d.test.size(), start + SimData::kTestChunk); ++i) {
+      idx.push_back(static_cast<uint32_t>(i));
+    }
+    d.test_chunks.push_back(d.test.Subset(idx));
+  }
+  PartitionSpec p;
+  p.scheme = o.partition;
+  p.alpha = o.alpha;
+  p.num_partitions = static_cast<int>(o.data_shards == 0 ? o.clients : o.data_shards);
+  p.seed = o.seed;
+  if (Status s = ValidatePartitionSpec(p, d.train.size()); !s.ok()) {
+    return Status::InvalidArgument(
+        s.message() + " (" + std::to_string(p.num_partitions) + " data shards of " +
+        std::to_string(d.train.size()) +
+        " samples: set data_shards so that clients share partitions)");
+  }
+  FM_ASSIGN_OR_RETURN(d.shards, PartitionAll(d.train.labels, d.train.num_classes, p));
+  return d;
+}
+
+}  // namespace fedmesh

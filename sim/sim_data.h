@@ -1,0 +1,42 @@
+// SimData: the dataset of a simulation, loaded once: the training split cut into
+// data_shards partitions (any partitioner of core/data/partition.h, seeded with the
+// simulation's seed) and the test split. Client c trains on shard c mod data_shards, so a
+// million clients can share the 60,000 Fashion-MNIST images; with data_shards = clients
+// (the default) every client has its own partition, exactly as PartitionFor gives it to a
+// real node. Thread-safety: const after LoadSimData; read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "core/model_zoo.h"
+#include "core/status.h"
+#include "sim/sim_options.h"
+
+namespace fedmesh {
+
+struct SimData {
+  Dataset train;
+  Dataset test;
+  // The test set cut into chunks of kTestChunk samples: evaluated in parallel, one chunk
+  // per job, and summed in chunk order, so results do not depend on the thread count.
+  std::vector<Dataset> test_chunks;
+  static constexpr size_t kTestChunk = 1000;
+  std::vector<std::vector<uint32_t>> shards;  // indices into train, ascending
+
+  const std::vector<uint32_t>& ShardOf(uint64_t client) const {
+    return shards[client % shards.size()];
+  }
+  uint64_t SizeOf(uint64_t client) const { return ShardOf(client).size(); }
+  // The samples of client `client`, copied (what a node holds).
+  Dataset DataOf(uint64_t client) const { return train.Subset(ShardOf(client)); }
+  // The model spec with the data's input shape and class count filled in.
+  ModelSpec Spec(const ModelSpec& model) const;
+};
+
+// Loads options.dataset (train and test; test trimmed to test_samples) and partitions it.
+// Errors name the dataset or the partition setting.
+Result<SimData> LoadSimData(const SimOptions& options);
+
+}  // namespace fedmesh

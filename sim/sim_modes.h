@@ -1,0 +1,46 @@
+// The four simulation modes behind RunSimulation (sim/simulation.h), each in its own file:
+// aggregator_mode.cc, gossip_mode.cc, baseline_modes.cc (local and central). They share a
+// SimContext and report each round through it. Internal to sim/.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/model.h"
+#include "core/status.h"
+#include "core/trainer.h"
+#include "sim/sim_data.h"
+#include "sim/simulation.h"
+#include "sim/workspaces.h"
+
+namespace fedmesh::sim_internal {
+
+struct SimContext {
+  const SimOptions& options;
+  const SimData& data;
+  ModelSpec spec;                 // with the data's shapes
+  Workspaces& workers;
+  std::vector<float> initial;     // the model every mode starts from (seed-initialised)
+  // Called once per round, in order; writes the metrics line and the progress line.
+  std::function<Status(const SimRoundMetrics&)> report;
+  uint64_t client_updates = 0;    // local trainings run (modes add to it)
+};
+
+Result<std::vector<float>> RunAggregatorMode(SimContext& ctx);
+Result<std::vector<float>> RunGossipMode(SimContext& ctx);
+Result<std::vector<float>> RunLocalMode(SimContext& ctx);
+Result<std::vector<float>> RunCentralMode(SimContext& ctx);
+
+// Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk.
+Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params);
+// Whether `round` (1-based) is evaluated: every eval_every rounds and the last.
+bool IsEvalRound(const SimOptions& options, uint64_t round);
+// Local training of one client for one round outside the round engine (gossip, local):
+// local_epochs over its data from `params` (updated in place), with the client's momentum
+// buffer, batch order from FitSeed(seed, id, round).
+Status TrainClient(const SimContext& ctx, Model& model, uint64_t client, uint64_t round,
+                   std::vector<float>& params, std::vector<float>& velocity,
+                   double* mean_loss = nullptr);
+
+}  // namespace fedmesh::sim_internal

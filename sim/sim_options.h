@@ -1,0 +1,115 @@
+// SimOptions: one fedmesh-sim experiment, as the simulator (sim/simulation.h) runs it.
+// fedmesh-sim fills it from a TOML config (sim/sim_config.h, keys in docs/config.md); tests
+// fill it directly. Every default below is the config key's default.
+// Thread-safety: a value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/codec/error_feedback.h"
+#include "core/model_zoo.h"
+#include "core/status.h"
+#include "core/trainer.h"
+
+namespace fedmesh {
+
+enum class SimMode { kAggregator, kGossip, kLocal, kCentral };
+// "aggregator", "gossip", "local", "central".
+Result<SimMode> ParseSimMode(std::string_view name);
+std::string_view SimModeName(SimMode mode);
+
+// What a Byzantine client does to its update (local change) before encoding it.
+enum class Attack { kSignFlip, kScaled, kNoise };
+Result<Attack> ParseAttack(std::string_view name);  // "signflip", "scaled", "noise"
+
+// A scheduled crash: client `client` (its index) goes down as round `round` opens (after
+// its selection: a selected client is silent that round) and registers again as round
+// `round + rounds_down` opens, selectable from the round after; rounds_down 0 = never.
+// When too few clients are connected for any round to open, the next rejoin happens at
+// once. Gossip mode: the client is down in rounds [round, round + rounds_down).
+struct CrashEvent {
+  uint64_t client = 0;
+  uint64_t round = 1;
+  uint64_t rounds_down = 0;
+};
+// "INDEX@ROUND" or "INDEX@ROUND:ROUNDS_DOWN", e.g. "3@5:2". InvalidArgument otherwise.
+Result<CrashEvent> ParseCrashEvent(std::string_view text);
+
+struct SimOptions {
+  SimMode mode = SimMode::kAggregator;
+  // Registered virtual clients, 1..10,000,000. Only those training in a round hold a model.
+  uint64_t clients = 100;
+  // aggregator: selected per round; local: clients simulated (the first ones). >= 1.
+  uint32_t clients_per_round = 10;
+  uint32_t rounds = 50;  // >= 1
+  uint64_t seed = 0;     // model init, selection, partition, client traits, faults
+  // Training workers (each with its own model workspace); 0 = all cores.
+  int threads = 0;
+  std::string metrics_path;  // JSON lines, one per round; empty = none
+
+  // Data: client c trains on partition (c mod data_shards) of `dataset`.
+  std::string dataset = "fashion-mnist";
+  std::string partition = "dirichlet";  // iid | dirichlet | shards | quantity
+  double alpha = 0.5;
+  uint64_t data_shards = 0;  // 0 = clients (one partition each); must be <= train samples
+  // Test samples used for evaluation; 0 = the whole test split.
+  uint64_t test_samples = 0;
+  uint32_t eval_every = 1;  // rounds between evaluations (and the last round always)
+  // gossip and local modes: how many clients' models are evaluated (the first ones); the
+  // metrics report their mean. >= 1.
+  uint32_t eval_clients = 10;
+
+  ModelSpec model;  // mlp by default
+  // Local training: epochs per round, batch, lr, momentum (in every FitTask).
+  int local_epochs = 1;
+  TrainerOptions trainer = [] {
+    TrainerOptions t;
+    t.sgd.lr = 0.05f;
+    return t;
+  }();
+
+  // aggregator mode: the round engine's settings.
+  std::string strategy = "fedavg";  // any MakeStrategy name
+  double prox_mu = 0.01;            // fedprox only
+  // Fewest answers a round closes with at its deadline; 0 = ceil(0.5 * clients_per_round).
+  uint32_t min_clients = 0;
+  double round_timeout_s = 600.0;  // virtual seconds from a round's opening to its deadline
+  std::string codec = "none";      // update chain (aggregator) / payload chain (gossip)
+  std::string downlink = "none";   // aggregator: the global model's chain in FitTasks
+  codec::ErrorFeedbackOptions error_feedback;
+
+  // gossip mode.
+  std::string protocol = "dpsgd";
+  std::string topology = "exponential";
+  uint32_t fanout = 1;
+  double choco_gamma = 0.2;
+
+  // Client heterogeneity: log-normal around each median, drawn per client from the seed.
+  double compute_speed = 2000.0;   // samples per second of local training, median
+  double compute_sigma = 0.5;
+  double stragglers = 0.0;         // fraction of clients that are straggler_slowdown x slower
+  double straggler_slowdown = 10.0;
+  double up_mbps = 10.0;           // uplink megabits per second, median
+  double down_mbps = 50.0;         // downlink, median
+  double bandwidth_sigma = 0.5;
+  double latency_ms = 50.0;        // one-way access latency, median (log-normal sigma 0.5)
+  // Each client is online for `availability` of every `availability_period` rounds (a
+  // window at a random phase); a selected client outside its window does not answer.
+  double availability = 1.0;
+  uint32_t availability_period = 24;
+
+  // Faults.
+  double dropout = 0.0;       // per selected client and round: trains but never answers
+  double message_loss = 0.0;  // per message
+  std::vector<CrashEvent> crashes;
+  double byzantine = 0.0;     // fraction of clients that attack
+  Attack attack = Attack::kSignFlip;
+  double attack_scale = 10.0;
+};
+
+// InvalidArgument naming the field and what to change.
+Status Validate(const SimOptions& options);
+
+}  // namespace fedmesh

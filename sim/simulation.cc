@@ -1,0 +1,175 @@
+#include "sim/simulation.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "core/json_line.h"
+#include "node/fit_task_runner.h"
+#include "sim/sim_modes.h"
+
+namespace fedmesh {
+
+std::string SimClientId(uint64_t index) {
+  char id[16];
+  std::snprintf(id, sizeof id, "c%07llu", static_cast<unsigned long long>(index));
+  return id;
+}
+
+JsonLine SimRoundMetrics::ToJson() const {
+  JsonLine j;
+  j.Add("round", static_cast<int64_t>(round)).Add("sim_time_s", sim_time_s);
+  if (test_accuracy) j.Add("test_accuracy", *test_accuracy);
+  if (test_loss) j.Add("test_loss", *test_loss);
+  j.Add("participants", static_cast<int64_t>(participants))
+      .Add("dropped", static_cast<int64_t>(dropped))
+      .Add("bytes_up", static_cast<int64_t>(bytes_up))
+      .Add("bytes_down", static_cast<int64_t>(bytes_down));
+  if (consensus_distance) j.Add("consensus_distance", *consensus_distance);
+  return j;
+}
+
+namespace sim_internal {
+
+bool IsEvalRound(const SimOptions& o, uint64_t round) {
+  return round % o.eval_every == 0 || round == o.rounds;
+}
+
+Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params) {
+  const auto& chunks = ctx.data.test_chunks;
+  std::vector<EvalStats> parts(chunks.size());
+  FM_RETURN_IF_ERROR(ctx.workers.Run(chunks.size(), [&](size_t j, Model& model) -> Status {
+    FM_RETURN_IF_ERROR(model.SetParams(params));
+    SeededEnv env(nullptr, 0);
+    Trainer trainer(&model, ctx.options.trainer, &env);
+    FM_ASSIGN_OR_RETURN(parts[j], trainer.Evaluate(chunks[j]));
+    return Status::OK();
+  }));
+  EvalStats total;
+  double loss = 0, correct = 0;
+  for (const EvalStats& p : parts) {
+    loss += p.loss * static_cast<double>(p.samples);
+    correct += p.accuracy * static_cast<double>(p.samples);
+    total.samples += p.samples;
+  }
+  if (total.samples > 0) {
+    total.loss = loss / static_cast<double>(total.samples);
+    total.accuracy = correct / static_cast<double>(total.samples);
+  }
+  return total;
+}
+
+Status TrainClient(const SimContext& ctx, Model& model, uint64_t client, uint64_t round,
+                   std::vector<float>& params, std::vector<float>& velocity, double* mean_loss) {
+  const SimOptions& o = ctx.options;
+  const Dataset data = ctx.data.DataOf(client);
+  FM_RETURN_IF_ERROR(model.SetParams(params));
+  SeededEnv env(nullptr, FitSeed(o.seed, SimClientId(client), round));
+  Trainer trainer(&model, o.trainer, &env);
+  if (o.trainer.sgd.momentum > 0 && velocity.size() == params.size()) {
+    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(velocity));
+  }
+  EpochStats last;
+  for (int e = 0; e < o.local_epochs; ++e) {
+    FM_ASSIGN_OR_RETURN(last, trainer.TrainEpoch(data));
+  }
+  if (mean_loss != nullptr) *mean_loss = last.mean_loss;
+  std::vector<float> next = model.GetParams();
+  for (float v : next) {
+    if (!std::isfinite(v)) {
+      return Status::FailedPrecondition(SimClientId(client) + " diverged in round " +
+                                        std::to_string(round) + ": lower [train] lr");
+    }
+  }
+  params = std::move(next);
+  if (o.trainer.sgd.momentum > 0) velocity = trainer.optimizer().GetVelocity();
+  return Status::OK();
+}
+
+}  // namespace sim_internal
+
+namespace {
+
+uint64_t PeakRssBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+std::string Megabytes(uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MB", static_cast<double>(bytes) / 1e6);
+  return b;
+}
+
+}  // namespace
+
+Result<SimReport> RunSimulation(const SimOptions& options,
+                                const std::function<void(const std::string&)>& progress) {
+  FM_RETURN_IF_ERROR(Validate(options));
+  const auto t0 = std::chrono::steady_clock::now();
+  FM_ASSIGN_OR_RETURN(SimData data, LoadSimData(options));
+  const ModelSpec spec = data.Spec(options.model);
+  FM_ASSIGN_OR_RETURN(Workspaces workers, Workspaces::Create(spec, options.threads));
+  // The initial model: what fedmesh-aggregator's [model] seed gives.
+  std::vector<float> initial;
+  {
+    auto backend = MakeCpuBackend(1);
+    FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get()));
+    model->InitParams(options.seed);
+    initial = model->GetParams();
+  }
+  if (!options.metrics_path.empty()) {
+    std::ofstream truncate(options.metrics_path, std::ios::trunc);
+    if (!truncate) return Status::InvalidArgument("cannot write metrics file '" + options.metrics_path + "'");
+  }
+
+  SimReport report;
+  sim_internal::SimContext ctx{options, data, spec, workers, std::move(initial), {}, 0};
+  ctx.report = [&](const SimRoundMetrics& m) -> Status {
+    report.rounds.push_back(m);
+    if (!options.metrics_path.empty()) {
+      FM_RETURN_IF_ERROR(AppendJsonLine(options.metrics_path, m.ToJson()));
+    }
+    if (progress) {
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      char line[256];
+      std::snprintf(line, sizeof line, "round %llu/%u  sim %.1f s  acc %s  participants %llu  dropped %llu  up %s  down %s  wall %.1f s",
+                    static_cast<unsigned long long>(m.round), options.rounds, m.sim_time_s,
+                    m.test_accuracy ? std::to_string(*m.test_accuracy).substr(0, 6).c_str() : "-",
+                    static_cast<unsigned long long>(m.participants),
+                    static_cast<unsigned long long>(m.dropped), Megabytes(m.bytes_up).c_str(),
+                    Megabytes(m.bytes_down).c_str(), wall);
+      std::string text = line;
+      if (m.consensus_distance) {
+        char b[48];
+        std::snprintf(b, sizeof b, "  consensus %.3e", *m.consensus_distance);
+        text += b;
+      }
+      progress(text);
+    }
+    return Status::OK();
+  };
+  Result<std::vector<float>> final_model = Status::Internal("no mode ran");
+  switch (options.mode) {
+    case SimMode::kAggregator: final_model = sim_internal::RunAggregatorMode(ctx); break;
+    case SimMode::kGossip: final_model = sim_internal::RunGossipMode(ctx); break;
+    case SimMode::kLocal: final_model = sim_internal::RunLocalMode(ctx); break;
+    case SimMode::kCentral: final_model = sim_internal::RunCentralMode(ctx); break;
+  }
+  FM_RETURN_IF_ERROR(final_model.status());
+  report.final_model = std::move(*final_model);
+  report.client_updates = ctx.client_updates;
+  report.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report.peak_rss_bytes = PeakRssBytes();
+  return report;
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,62 @@
+// RunSimulation: one fedmesh-sim experiment in virtual time, on one machine, with the real
+// protocol code (DESIGN.md, "Simulation"):
+//   aggregator  the RoundEngine and Strategy of fedmesh-aggregator, the RunFitTask of
+//               fedmesh-node for every selected client, messages encoded with the real wire
+//               codec and carried by the InProcessNetwork (per-client links)
+//   gossip      every client an Averager (gossip/averager.h) stepping after each round of
+//               local training; messages through the same network
+//   local       each of the first clients_per_round clients trains alone (the baseline)
+//   central     all clients' data pooled, one model (the upper bound)
+// Virtual time advances by each client's compute time (samples / its speed) and the
+// transfer time of the actual encoded bytes over its link. Training of the clients busy at
+// the same time runs on `threads` workers, one model workspace each; results depend only
+// on (seed, client, round), so a run is identical line for line whatever the thread count.
+// Thread-safety: RunSimulation blocks; it uses its own workers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json_line.h"
+#include "core/status.h"
+#include "sim/sim_options.h"
+
+namespace fedmesh {
+
+// One line of the metrics file.
+struct SimRoundMetrics {
+  uint64_t round = 0;
+  double sim_time_s = 0.0;                 // virtual seconds since the start
+  std::optional<double> test_accuracy;     // empty in rounds not evaluated
+  std::optional<double> test_loss;
+  uint64_t participants = 0;               // updates aggregated / clients that trained
+  uint64_t dropped = 0;                    // selected clients that did not contribute
+  uint64_t bytes_up = 0;                   // encoded bytes clients sent this round
+  uint64_t bytes_down = 0;                 // encoded bytes clients received this round
+  std::optional<double> consensus_distance;  // gossip: mean ||x_i - mean x||^2
+  JsonLine ToJson() const;                 // one line, fixed field order
+};
+
+struct SimReport {
+  std::vector<SimRoundMetrics> rounds;
+  std::vector<float> final_model;  // aggregator / central: the global model; gossip: the
+                                   // average of the live clients'; local: client 0's
+  double wall_seconds = 0.0;
+  uint64_t client_updates = 0;     // local trainings run
+  uint64_t peak_rss_bytes = 0;     // of this process at the end (VmHWM)
+};
+
+// Runs `options` (Validate first). `progress` gets one human-readable line per round (may
+// be empty). Writes options.metrics_path when set. Errors: InvalidArgument for bad options,
+// NotFound / DataLoss from the dataset, Internal when a protocol core fails.
+Result<SimReport> RunSimulation(const SimOptions& options,
+                                const std::function<void(const std::string&)>& progress = {});
+
+// The id of client `index` in messages and metrics: "c" and 7 digits ("c0000042"), so ids
+// sort like indices (the round engine aggregates in id order).
+std::string SimClientId(uint64_t index);
+
+}  // namespace fedmesh
