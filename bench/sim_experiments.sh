@@ -2,8 +2,8 @@
 # The fedmesh-sim experiments of issues 5 and 6 (see bench/RESULTS.md): each runs
 # build/bin/fedmesh-sim and prints one markdown table row: final and best test accuracy,
 # bytes sent (clients up, and all bytes), simulated and wall time.
-# Usage: bench/sim_experiments.sh [table...]   tables: gossip16 strategies compression
-#        dropout baselines byzantine (default: all). Env: THREADS=2, ROUNDS=50, OUT=dir.
+# Usage: bench/sim_experiments.sh [table...]   tables: gossip16 choco strategies
+#        compression dropout baselines byzantine (default: all but byzantine). Env: THREADS=2, ROUNDS=50, OUT=dir.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sim="$root/build/bin/fedmesh-sim"
@@ -44,7 +44,7 @@ header() {
 }
 
 tables=("$@")
-[[ ${#tables[@]} -gt 0 ]] || tables=(gossip16 strategies compression dropout baselines)
+[[ ${#tables[@]} -gt 0 ]] || tables=(gossip16 choco strategies compression dropout baselines)
 common=(--set sim.rounds="$rounds" --set eval.every=5)
 for t in "${tables[@]}"; do
   case $t in
@@ -58,6 +58,16 @@ for t in "${tables[@]}"; do
       run dpsgd-16-fp16 "${common[@]}" "${g[@]}" --set sim.mode=gossip --set sim.protocol=dpsgd --set sim.codec=fp16
       run choco-16-topk0.01int8 "${common[@]}" "${g[@]}" --set sim.mode=gossip --set sim.protocol=choco --set 'sim.codec=topk:0.01|int8'
       run choco-16-topk0.1int8 "${common[@]}" "${g[@]}" --set sim.mode=gossip --set sim.protocol=choco --set 'sim.codec=topk:0.1|int8'
+      ;;
+    choco)  # CHOCO's consensus step size against the top-k ratio, 16 nodes as in gossip16
+      header "16 nodes, Dirichlet(0.5), CHOCO consensus step size sweep"
+      g=(--set sim.clients=16 --set sim.clients_per_round=16 --set train.epochs=1 --set train.lr=0.1 --set eval.clients=16)
+      for gamma in 0.1 0.05 0.02; do
+        run "choco-16-topk0.01int8-gamma$gamma" "${common[@]}" "${g[@]}" --set sim.mode=gossip --set sim.protocol=choco \
+            --set 'sim.codec=topk:0.01|int8' --set gossip.choco_gamma=$gamma
+      done
+      run "choco-16-topk0.1int8-gamma0.1" "${common[@]}" "${g[@]}" --set sim.mode=gossip --set sim.protocol=choco \
+          --set 'sim.codec=topk:0.1|int8' --set gossip.choco_gamma=0.1
       ;;
     strategies)  # issue 6: FedAvg vs FedProx vs gossip, 100 clients, three skews
       for a in 0.1 0.5 100; do

@@ -20,6 +20,7 @@
 #include "core/codec/codec.h"
 #include "core/rng.h"
 #include "node/fit_task_runner.h"
+#include "sim/client_state_store.h"
 #include "sim/client_traits.h"
 #include "sim/in_process_network.h"
 #include "sim/sim_modes.h"
@@ -80,6 +81,8 @@ class AggregatorSim {
   void OnClientMessage(const std::string& id, wire::Message message);
   void OnJobDue(const std::shared_ptr<Job>& job);
   void RunPending();  // every job not yet run, on the workers
+  // The client's carried state from the store (empty when it has none).
+  Result<FitCarry> TakeCarry(uint64_t client);
   // Applies the crash schedule's events of every round up to `round`: crashes go down
   // (before that round's FitTasks go out), rejoins register again.
   void ApplySchedule(uint64_t round);
@@ -100,14 +103,13 @@ class AggregatorSim {
   codec::Chain chain_;
   std::vector<std::shared_ptr<Job>> pending_;
   std::map<uint64_t, std::shared_ptr<Job>> busy_;  // client -> its unfinished job
-  std::map<uint64_t, FitCarry> carries_;           // only clients with state to carry
+  std::unique_ptr<ClientStateStore> states_;       // only clients with state to carry
   uint64_t next_message_id_ = 1;
   uint64_t scheduled_round_ = 0;  // the crash schedule is applied up to this round
   bool finished_ = false;
   Status status_;
   // This round's accounting, since the last RoundClosed.
   uint64_t mark_total_ = 0, mark_down_ = 0;
-  uint64_t silent_ = 0;  // selected clients that dropped out or were offline
 };
 
 Status AggregatorSim::Init() {
@@ -134,6 +136,10 @@ Status AggregatorSim::Init() {
   so.prox_mu = o_.prox_mu;
   FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, so));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
+  ClientStateStoreOptions so_state;
+  so_state.memory_budget_bytes = static_cast<size_t>(o_.state_memory_mb) << 20;
+  so_state.spill_path = o_.state_spill_path;
+  FM_ASSIGN_OR_RETURN(states_, ClientStateStore::Create(so_state));
   Evaluator evaluator = [this](std::span<const float> global) {
     // The round being closed is the engine's current one.
     EvalResult r{std::nan(""), std::nan("")};
@@ -261,8 +267,7 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   const ClientTraits traits = TraitsOf(o_, c);
   if (ClientCoin(o_.seed, c, task->round, kDropoutSalt) < o_.dropout ||
       !IsAvailable(o_, traits, task->round)) {
-    ++silent_;  // drops out: never answers this task
-    return;
+    return;  // drops out: never answers this task (counted as dropped at the close)
   }
   if (busy_.contains(c)) RunPending();  // its carry must not be used twice at once
   auto job = std::make_shared<Job>();
@@ -283,10 +288,12 @@ void AggregatorSim::RunPending() {
   jobs.swap(pending_);
   std::vector<FitCarry> carries(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (auto it = carries_.find(jobs[j]->client); it != carries_.end()) {
-      carries[j] = std::move(it->second);
-      carries_.erase(it);
+    auto carry = TakeCarry(jobs[j]->client);
+    if (!carry.ok()) {
+      Fail(carry.status());
+      return;
     }
+    carries[j] = std::move(*carry);
   }
   Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
     Job& job = *jobs[j];
@@ -310,12 +317,26 @@ void AggregatorSim::RunPending() {
   if (!s.ok()) Fail(s);
   ctx_.client_updates += jobs.size();
   for (size_t j = 0; j < jobs.size(); ++j) {
-    const FitCarry& carry = carries[j];
-    const bool has_state = !carry.velocity.empty() ||
-                           (carry.feedback && (!carry.feedback->residual().empty() ||
-                                               !carry.feedback->velocity().empty()));
-    if (has_state) carries_[jobs[j]->client] = std::move(carries[j]);
+    ClientState state;
+    state.velocity = std::move(carries[j].velocity);
+    if (carries[j].feedback) {
+      state.residual = carries[j].feedback->residual();
+      state.dgc_velocity = carries[j].feedback->velocity();
+    }
+    if (Status put = states_->Put(jobs[j]->client, std::move(state)); !put.ok()) Fail(put);
   }
+}
+
+Result<FitCarry> AggregatorSim::TakeCarry(uint64_t client) {
+  FM_ASSIGN_OR_RETURN(ClientState state, states_->Take(client));
+  FitCarry carry;
+  carry.velocity = std::move(state.velocity);
+  if (!state.residual.empty() || !state.dgc_velocity.empty()) {
+    FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(chain_, o_.error_feedback));
+    FM_RETURN_IF_ERROR(feedback.Restore(std::move(state.residual), std::move(state.dgc_velocity)));
+    carry.feedback.emplace(std::move(feedback));
+  }
+  return carry;
 }
 
 void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
@@ -350,7 +371,6 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   m.bytes_up = (total - mark_total_) - m.bytes_down;
   mark_total_ = total;
   mark_down_ = down;
-  silent_ = 0;
   if (Status s = ctx_.report(m); !s.ok()) Fail(s);
 }
 

@@ -17,9 +17,12 @@ int main(int argc, char** argv) {
   std::string config_path, plot_dir;
   std::vector<std::string> overrides;
   bool quiet = false;
+  int threads = -1;
   app.add_option("--config", config_path, "Experiment config (TOML); without it, the defaults");
   app.add_option("--set", overrides, "Override a key: section.key=value (repeatable)");
   app.add_option("--plot", plot_dir, "Write PNG plots (gnuplot) into this directory");
+  app.add_option("--threads", threads, "Training workers; same as --set sim.threads=N (0 = all cores)")
+      ->check(CLI::Range(0, 4096));
   app.add_flag("--quiet", quiet, "No progress lines");
   try {
     app.parse(argc, argv);
@@ -27,6 +30,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (threads >= 0) overrides.push_back("sim.threads=" + std::to_string(threads));
   auto options = fedmesh::LoadSimConfig(config_path, overrides);
   if (!options.ok()) {
     std::fprintf(stderr, "fedmesh-sim: %s\n", options.status().message().c_str());

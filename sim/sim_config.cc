@@ -57,6 +57,14 @@ const ConfigSchema& SimConfigSchema() {
             .Min(0)
             .Max(4096),
         StringKey("sim", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
+        IntKey("sim", "state_memory_mb", 1024,
+               "Client state between selections (error-feedback residuals, momentum) kept in "
+               "memory up to this many MiB; the least recently used beyond it spill to SQLite")
+            .Min(0),
+        StringKey("sim", "state_spill", "",
+                  "SQLite scratch file for spilled client state; empty = a temporary file "
+                  "(deleted at the end either way)")
+            .Path(),
         StringKey("data", "dataset", "fashion-mnist", "Data source (fashion-mnist or csv:PATH)")
             .Path(PathKind::kDataSource),
         IntKey("data", "shards", 0,
@@ -144,6 +152,8 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.seed = u64("sim", "seed");
   o.threads = static_cast<int>(v.GetInt("sim", "threads"));
   o.metrics_path = v.GetString("sim", "metrics");
+  o.state_memory_mb = u64("sim", "state_memory_mb");
+  o.state_spill_path = v.GetString("sim", "state_spill");
   o.dataset = v.GetString("data", "dataset");
   o.data_shards = u64("data", "shards");
   o.test_samples = u64("data", "test_samples");

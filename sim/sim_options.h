@@ -48,6 +48,11 @@ struct SimOptions {
   // Training workers (each with its own model workspace); 0 = all cores.
   int threads = 0;
   std::string metrics_path;  // JSON lines, one per round; empty = none
+  // Per-client state between selections (error-feedback residuals, momentum buffers) kept in
+  // memory up to this many MiB; beyond it the least recently used go to a scratch SQLite
+  // file (sim/client_state_store.h) at state_spill_path (empty = a temporary file).
+  uint64_t state_memory_mb = 1024;
+  std::string state_spill_path;
 
   // Data: client c trains on partition (c mod data_shards) of `dataset`.
   std::string dataset = "fashion-mnist";

@@ -161,6 +161,9 @@ TEST_F(SimEquivalenceTest, CliRejectsBadConfigsWithExitTwo) {
   EXPECT_NE(ReadWholeFile(dir_ / "bad.log").find("clients_per_round"), std::string::npos);
   EXPECT_EQ(Run({kBin + "fedmesh-sim", "--set", "sim.unknown=1"}, "unknown.log"), 2);
   EXPECT_EQ(Run({kBin + "fedmesh-sim", "--config", "missing.toml"}, "missing.log"), 2);
+  EXPECT_EQ(Run({kBin + "fedmesh-sim", "--threads", "-3"}, "threads.log"), 2);
+  EXPECT_EQ(Run({kBin + "fedmesh-sim", "--set", "faults.crash=1@x"}, "crash.log"), 2);
+  EXPECT_NE(ReadWholeFile(dir_ / "crash.log").find("[faults] crash"), std::string::npos);
   std::ofstream(dir_ / "broken.toml") << "[sim\nclients = 5\n";
   EXPECT_EQ(Run({kBin + "fedmesh-sim", "--config", "broken.toml"}, "broken.log"), 2);
   EXPECT_NE(ReadWholeFile(dir_ / "broken.log").find("broken.toml"), std::string::npos);
@@ -170,7 +173,7 @@ TEST_F(SimEquivalenceTest, CliWritesMetricsAndPlots) {
   if (!fs::exists("/usr/bin/gnuplot")) GTEST_SKIP() << "gnuplot not installed (apt-get install gnuplot-nox)";
   ASSERT_EQ(Run({kBin + "fedmesh-sim", "--set", "sim.clients=10", "--set", "sim.clients_per_round=3",
                  "--set", "sim.rounds=3", "--set", "data.test_samples=500", "--set",
-                 "sim.metrics=m.jsonl", "--plot", "plots"},
+                 "sim.metrics=m.jsonl", "--threads", "1", "--plot", "plots"},
                 "sim.log"),
             0)
       << ReadWholeFile(dir_ / "sim.log");
