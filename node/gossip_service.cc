@@ -178,9 +178,19 @@ Status GossipService::Serve(int timeout_ms) {
   }
 }
 
+float GossipService::LearningRate(uint64_t step) const {
+  const GossipConfig& g = config_.gossip;
+  const float lr = config_.training.trainer.sgd.lr;
+  if (g.lr_decay != "cosine" || g.max_steps <= 0) return lr;
+  const double t = std::min(1.0, static_cast<double>(step) / static_cast<double>(g.max_steps));
+  const double low = g.lr_min_fraction * lr;
+  return static_cast<float>(low + (lr - low) * 0.5 * (1.0 + std::cos(M_PI * t)));
+}
+
 Status GossipService::TrainAndStep() {
   const std::span<float> x = node_->params();
   if (config_.gossip.local_steps > 0) {
+    trainer_->optimizer().set_lr(LearningRate(node_->step()));
     FM_RETURN_IF_ERROR(site_.model->SetParams(x));
     FM_ASSIGN_OR_RETURN(EpochStats st,
                         trainer_->TrainSteps(site_.train, config_.gossip.local_steps));

@@ -66,6 +66,8 @@ class GossipService {
   ZmqClient* ClientFor(const std::string& id);
   void DropClientsNotInView();
   Status TrainAndStep();
+  // [train] lr, or its cosine schedule ([gossip] lr_decay) at gossip step `step`.
+  float LearningRate(uint64_t step) const;
   Status Evaluate();
   Status SaveCheckpoint();
   void Log(const std::string& line) const;

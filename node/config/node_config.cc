@@ -73,6 +73,14 @@ const ConfigSchema& NodeConfigSchema() {
             .Max(1000000),
         IntKey("gossip", "max_steps", 0, "Stop after this many gossip steps; 0 = run until SIGTERM")
             .Min(0),
+        StringKey("gossip", "lr_decay", "none",
+                  "Learning-rate schedule over the gossip steps: none, or cosine from [train] lr "
+                  "down to lr_min_fraction x lr at max_steps (needs max_steps), which lets the "
+                  "sites settle on their consensus instead of each ending on its own data")
+            .Choices({"none", "cosine"}),
+        FloatKey("gossip", "lr_min_fraction", 0.1, "cosine: the final learning rate as a fraction of [train] lr")
+            .Min(0)
+            .Max(1),
         StringKey("data", "dataset", "fashion-mnist",
                   "Training data: fashion-mnist, or csv:PATH for a tabular site")
             .Path(PathKind::kDataSource),
@@ -190,7 +198,14 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.eval_every = v.GetInt("gossip", "eval_every");
   g.checkpoint_every = v.GetInt("gossip", "checkpoint_every");
   g.max_steps = v.GetInt("gossip", "max_steps");
+  g.lr_decay = v.GetString("gossip", "lr_decay");
+  g.lr_min_fraction = v.GetFloat("gossip", "lr_min_fraction");
   if (g.enabled()) {
+    if (g.lr_decay == "cosine" && g.max_steps == 0) {
+      return AttributeToKey(
+          Status::InvalidArgument("cosine needs [gossip] max_steps > 0 (the step it decays to)"), v,
+          {{"", "gossip", "lr_decay"}});
+    }
     for (const std::string& seed : g.seeds) {
       const size_t at = seed.find('@');
       if (at == 0 || at == std::string::npos || at + 1 == seed.size()) {

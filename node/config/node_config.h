@@ -33,6 +33,8 @@ struct GossipConfig {
   int64_t eval_every = 10;
   int64_t checkpoint_every = 10;
   int64_t max_steps = 0;
+  std::string lr_decay = "none";  // none | cosine (to lr_min_fraction * lr at max_steps)
+  double lr_min_fraction = 0.1;
   bool enabled() const { return !listen.empty(); }
 };
 

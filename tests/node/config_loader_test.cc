@@ -396,6 +396,15 @@ TEST(ConfigGossip, BadGossipValuesAndAMissingModeNameTheKey) {
   ASSERT_FALSE(seed.ok());
   EXPECT_THAT(seed.status().message(), HasSubstr("[gossip] seeds"));
   EXPECT_THAT(seed.status().message(), HasSubstr("is not site-id@endpoint"));
+  auto cosine = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.lr_decay=cosine"});
+  ASSERT_FALSE(cosine.ok());
+  EXPECT_THAT(cosine.status().message(), HasSubstr("[gossip] lr_decay: cosine needs [gossip] max_steps"));
+  auto decay = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.lr_decay=cosine",
+                                     "gossip.max_steps=100", "gossip.lr_min_fraction=0.2"});
+  ASSERT_TRUE(decay.ok()) << decay.status().ToString();
+  EXPECT_EQ(decay->gossip.lr_decay, "cosine");
+  EXPECT_DOUBLE_EQ(decay->gossip.lr_min_fraction, 0.2);
+  EXPECT_FALSE(LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.lr_decay=step"}).ok());
   auto proto = LoadNodeConfig(path, {"gossip.listen=tcp://127.0.0.1:*", "gossip.protocol=flood"});
   ASSERT_FALSE(proto.ok());
   EXPECT_THAT(proto.status().message(), HasSubstr("[gossip] protocol: must be one of"));

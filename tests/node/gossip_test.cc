@@ -127,13 +127,16 @@ class GossipTest : public ::testing::Test {
 TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
   for (int i = 1; i <= 6; ++i) ASSERT_TRUE(GenKey("site-" + std::to_string(i), true));
   ASSERT_TRUE(GenKey("intruder", false));  // a key outside the allowlist
-  // 400 gossip steps of 5 local SGD steps (batch 32, lr 0.03): about 7 passes over a
-  // site's data. Few, small local steps between mixes keep the label-skewed sites from
-  // drifting apart; models travel as fp16 (half the bytes, 2^-11 relative error).
+  // 400 gossip steps of 5 local SGD steps (batch 32, lr 0.05 decaying to 0.005 on a
+  // cosine): about 7 passes over a site's data. Few, small local steps between mixes keep
+  // the label-skewed sites from drifting apart, and the decay lets them end on their
+  // consensus rather than each on its own last steps; models travel as fp16 (half the
+  // bytes, 2^-11 relative error).
   const int kSteps = 400;
   const std::vector<std::string> sets = {"gossip.max_steps=" + std::to_string(kSteps),
                                          "gossip.local_steps=5", "gossip.period_ms=100",
-                                         "train.lr=0.03", "codec.chain=fp16"};
+                                         "train.lr=0.05", "gossip.lr_decay=cosine",
+                                         "codec.chain=fp16"};
   std::vector<ChildProcess*> sites(7, nullptr);
   std::string seeds;
   for (int i = 1; i <= 6; ++i) {
@@ -196,18 +199,16 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
     EXPECT_EQ(JsonNumber(line, "peers_alive").value_or(-1), 0) << "intruder: " << line;
   }
   std::vector<std::vector<float>> models;
-  double best_sum = 0;
   for (int i : survivors) {
     const auto lines = Metrics(i);
     ASSERT_FALSE(lines.empty());
     const std::string& last = lines.back();
     std::cout << "[ info ] site-" << i << ": " << last << "\n";
     EXPECT_EQ(JsonNumber(last, "step").value_or(-1), kSteps) << last;
-    // The best evaluation after the kill. The issue asks each survivor to reach 0.75; in 9
-    // of 10 local runs each did (0.75-0.80), but one site (partition 3, strongly
-    // label-skewed) sometimes plateaus at 0.73-0.74, because 1/4 of every mixed model is its
-    // own fresh local steps. So CI asserts what holds every time: the survivors' mean best
-    // >= 0.75, each best >= 0.72, each final >= 0.65 (iterates wobble a few points).
+    // Issue 5: each survivor reaches 0.75. Its final model is what it ends with; with the
+    // cosine decay the survivors end on their consensus (0.777-0.784 in local runs). Without
+    // it, one strongly label-skewed site sometimes ended at 0.73-0.74, a quarter of every
+    // mixed model being its own fresh local steps.
     double best = 0;
     for (const auto& line : lines) {
       if (JsonNumber(line, "step").value_or(0) > killed_at_step) {
@@ -215,9 +216,7 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
       }
     }
     std::cout << "[ info ] site-" << i << " best accuracy after the kill " << best << "\n";
-    EXPECT_GE(best, 0.72) << "site-" << i;
-    best_sum += best;
-    EXPECT_GE(JsonNumber(last, "test_accuracy").value_or(0), 0.65) << last;
+    EXPECT_GE(JsonNumber(last, "test_accuracy").value_or(0), 0.75) << last;
     // The two killed sites left every view (3 = the other survivors; 2 when a survivor that
     // finished a few seconds earlier was already declared dead too).
     EXPECT_LE(JsonNumber(last, "peers_alive").value_or(-1), 3) << last;
@@ -231,7 +230,6 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
     EXPECT_EQ((*cp)->model_version, static_cast<uint64_t>(kSteps));
     models.push_back((*cp)->model);
   }
-  EXPECT_GE(best_sum / static_cast<double>(survivors.size()), 0.75);
   // Consensus: the spread of the survivors' models around their mean, relative to the
   // models' own size. Each node's last local steps (lr 0.05 x 10 steps after the last mix)
   // move it by about 1% of the weights; models that had stopped mixing would differ by the
