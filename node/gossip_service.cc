@@ -124,10 +124,14 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
 }
 
 ZmqClient* GossipService::ClientFor(const std::string& id) {
-  auto it = clients_.find(id);
-  if (it != clients_.end()) return it->second.get();
   std::optional<Address> address = node_->AddressOf(id);
   if (!address) return nullptr;
+  auto it = clients_.find(id);
+  if (it != clients_.end()) {
+    if (it->second.endpoint == address->endpoint) return it->second.client.get();
+    closed_client_bytes_ += it->second.client->bytes_sent();
+    clients_.erase(it);
+  }
   ZmqClientOptions o;
   o.federation_id = config_.federation_id;
   o.node_id = config_.node_id;
@@ -136,7 +140,8 @@ ZmqClient* GossipService::ClientFor(const std::string& id) {
   auto client = ZmqClient::Create(o, &identity_);
   if (!client.ok()) return nullptr;
   if (!(*client)->Connect(address->endpoint, address->curve_public).ok()) return nullptr;
-  return clients_.emplace(id, std::move(*client)).first->second.get();
+  return clients_.emplace(id, PeerClient{address->endpoint, std::move(*client)})
+      .first->second.client.get();
 }
 
 void GossipService::DropClientsNotInView() {
@@ -146,7 +151,7 @@ void GossipService::DropClientsNotInView() {
       ++it;
     } else {
       // Closing drops what is queued for a dead peer, so its queue cannot grow unbounded.
-      closed_client_bytes_ += it->second->bytes_sent();
+      closed_client_bytes_ += it->second.client->bytes_sent();
       it = clients_.erase(it);
     }
   }
@@ -170,7 +175,12 @@ Status GossipService::Serve(int timeout_ms) {
         ++refused_inputs_;
         continue;
       }
+      const bool was_running = node_->running();
       (void)node_->OnMessage(*id, r->message);  // drops are counted by the node
+      if (!was_running && node_->running()) {
+        Log("joined: pulled the current model of " + *id + " at step " +
+            std::to_string(node_->step()));
+      }
       Flush();
     } else if (std::holds_alternative<RejectedInput>(*event)) {
       ++refused_inputs_;
@@ -212,7 +222,7 @@ Status GossipService::TrainAndStep() {
 Status GossipService::Evaluate() {
   stats_.bytes_received = server_->bytes_received();
   stats_.bytes_sent = closed_client_bytes_;
-  for (const auto& [id, c] : clients_) stats_.bytes_sent += c->bytes_sent();
+  for (const auto& [id, c] : clients_) stats_.bytes_sent += c.client->bytes_sent();
   stats_.dropped_messages = node_->drops().total() + refused_inputs_;
   JsonLine line;
   line.Add("node", config_.node_id)
@@ -239,7 +249,11 @@ Status GossipService::Run(const std::atomic<bool>* stop) {
   started_at_ = env_->NowSeconds();
   const uint64_t max_steps = static_cast<uint64_t>(config_.gossip.max_steps);
   while (!stop->load()) {
+    const bool was_running = node_->running();
     node_->OnTimer();
+    if (!was_running && node_->running()) {
+      Log("no neighbour answered the join pull: starting from this node's own model");
+    }
     Flush();
     if (node_->TickDue()) {
       FM_RETURN_IF_ERROR(TrainAndStep());

@@ -80,7 +80,13 @@ class GossipService {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ZmqServer> server_;
-  std::map<std::string, std::unique_ptr<ZmqClient>> clients_;
+  // One DEALER per live peer, with the endpoint it dialled: a peer that restarted on
+  // another port gets a fresh socket as soon as membership learns the new endpoint.
+  struct PeerClient {
+    std::string endpoint;
+    std::unique_ptr<ZmqClient> client;
+  };
+  std::map<std::string, PeerClient> clients_;
   uint64_t closed_client_bytes_ = 0;  // bytes_sent of clients already closed
   std::unique_ptr<GossipNode> node_;
   std::string bound_;

@@ -336,6 +336,13 @@ TEST(GossipAveraging, PushPullSurvivorsConvergeAfterAQuarterCrash) {
   ExpectSurvivorsConverge(Options(GossipProtocol::kPushPull), 1e4, 30);
 }
 
+TEST(GossipAveraging, DpsgdSurvivorsConvergeAfterAQuarterCrash) {
+  // Metropolis-Hastings weights are recomputed on the survivors' view; until the view
+  // drops the dead, a node mixes with the latest model of each neighbour (at most 2 steps
+  // old) and leaves a silent neighbour's weight with itself: nothing waits.
+  ExpectSurvivorsConverge(Options(GossipProtocol::kDpsgd), 1e4, 40);
+}
+
 TEST(GossipAveraging, ChocoSurvivorsConvergeAfterAQuarterCrash) {
   // Only 10% of each difference is sent, at 8 bits.
   // gamma 0.2: the default 0.5 diverges with a codec this coarse (measured on this run).
