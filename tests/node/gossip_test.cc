@@ -128,7 +128,7 @@ class GossipTest : public ::testing::Test {
 TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
   for (int i = 1; i <= 6; ++i) ASSERT_TRUE(GenKey("site-" + std::to_string(i), true));
   ASSERT_TRUE(GenKey("intruder", false));  // a key outside the allowlist
-  // 400 gossip steps of 5 local SGD steps (batch 32, lr 0.05 decaying to 0.005 on a
+  // 400 gossip steps of 5 local SGD steps (batch 32, lr 0.1 decaying to 0.01 on a
   // cosine): about 7 passes over a site's data. Few, small local steps between mixes keep
   // the label-skewed sites from drifting apart, and the decay lets them end on their
   // consensus rather than each on its own last steps; models travel as fp16 (half the
@@ -136,7 +136,7 @@ TEST_F(GossipTest, GossipSixSitesSurviveTwoKilledAndAgree) {
   const int kSteps = 400;
   const std::vector<std::string> sets = {"gossip.max_steps=" + std::to_string(kSteps),
                                          "gossip.local_steps=5", "gossip.period_ms=100",
-                                         "train.lr=0.05", "gossip.lr_decay=cosine",
+                                         "train.lr=0.1", "gossip.lr_decay=cosine",
                                          "codec.chain=fp16"};
   std::vector<ChildProcess*> sites(7, nullptr);
   std::string seeds;
