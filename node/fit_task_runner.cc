@@ -102,7 +102,13 @@ Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, 
   out.global = std::move(*global);
   out.chain_name = chain.name();
   carry.feedback = std::move(feedback);
-  carry.velocity = trainer.optimizer().GetVelocity();
+  // Without momentum the optimizer's buffer is all zeros: carrying it would cost a model's
+  // worth of memory (a simulator's million clients) or checkpoint space for nothing.
+  if (topt.sgd.momentum > 0) {
+    carry.velocity = trainer.optimizer().GetVelocity();
+  } else {
+    carry.velocity.clear();
+  }
   return out;
 }
 
