@@ -173,12 +173,14 @@ Result<std::vector<float>> AggregatorSim::Run() {
   Handle(engine_->Start());
   // Registration: instantaneous at t = 0, straight into the engine (a million RegisterAcks
   // through the network would only cost time; they carry nothing the clients use).
+  ApplySchedule(1);  // clients scheduled to be down from round 1 do not register
   std::vector<uint32_t> order(o_.clients);
   for (uint32_t c = 0; c < order.size(); ++c) order[c] = c;
   Rng(SplitMix64(o_.seed ^ 0x7265676973746572ull)).Shuffle(order);
   for (uint32_t c : order) {
     if (!status_.ok()) break;
     const std::string id = SimClientId(c);
+    if (net_.IsDown(id)) continue;
     wire::Register r;
     r.node_id = id;
     r.num_examples = ctx_.data.SizeOf(c);

@@ -28,7 +28,8 @@ Result<Attack> ParseAttack(std::string_view name);  // "signflip", "scaled", "no
 // its selection: a selected client is silent that round) and registers again as round
 // `round + rounds_down` opens, selectable from the round after; rounds_down 0 = never.
 // When too few clients are connected for any round to open, the next rejoin happens at
-// once. Gossip mode: the client is down in rounds [round, round + rounds_down).
+// once. A client down from round 1 registers only when it comes back. Gossip mode: the
+// client is down in rounds [round, round + rounds_down).
 struct CrashEvent {
   uint64_t client = 0;
   uint64_t round = 1;

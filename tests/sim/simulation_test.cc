@@ -185,6 +185,27 @@ TEST(Simulation, CrashedClientsAreDroppedAndRejoin) {
   EXPECT_GE(r->rounds[2].sim_time_s - r->rounds[1].sim_time_s, 59.0);
 }
 
+TEST(Simulation, ClientDownFromRoundOneRegistersOnlyWhenItRejoins) {
+  REQUIRE_DATA();
+  SimOptions o = Small();
+  o.clients = 4;
+  o.clients_per_round = 3;
+  o.rounds = 3;
+  o.min_clients = 3;  // a silent selected client would fail the round at its deadline
+  o.round_timeout_s = 30;
+  o.crashes = {CrashEvent{0, 1, 2}};  // down in rounds 1-2, registers as round 3 opens
+  auto r = RunSimulation(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rounds.size(), 3u);
+  // Never selected while down: every round closes with all three answers, before its
+  // deadline.
+  for (const auto& m : r->rounds) {
+    EXPECT_EQ(m.participants, 3u);
+    EXPECT_EQ(m.dropped, 0u);
+  }
+  EXPECT_LT(r->rounds.back().sim_time_s, 30.0);
+}
+
 TEST(Simulation, ARoundThatCannotOpenWaitsForTheNextRejoin) {
   REQUIRE_DATA();
   SimOptions o = Small();
