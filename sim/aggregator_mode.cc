@@ -30,8 +30,6 @@ namespace fedmesh::sim_internal {
 namespace {
 
 constexpr char kAggregator[] = "aggregator";
-constexpr char kFederation[] = "fedmesh-sim";
-constexpr uint64_t kDropoutSalt = 0x64726f706f7574ull;
 
 uint64_t ClientIndex(const std::string& id) { return std::stoull(id.substr(1)); }
 
@@ -61,7 +59,7 @@ class AggregatorSim {
       : ctx_(ctx),
         o_(ctx.options),
         env_(o_.seed),
-        net_(env_, LinkModel{0.0, 0.0, o_.message_loss}, SplitMix64(o_.seed ^ 0x6e6574ull)) {}
+        net_(env_, SimLinkModel(o_), SimNetworkSeed(o_)) {}
 
   Result<std::vector<float>> Run();
 
@@ -114,7 +112,7 @@ class AggregatorSim {
 
 Status AggregatorSim::Init() {
   RoundEngineOptions eo;
-  eo.federation_id = kFederation;
+  eo.federation_id = kSimFederation;
   eo.aggregator_id = kAggregator;
   eo.total_rounds = o_.rounds;
   eo.clients_per_round = static_cast<int>(o_.clients_per_round);
@@ -184,7 +182,7 @@ Result<std::vector<float>> AggregatorSim::Run() {
     wire::Register r;
     r.node_id = id;
     r.num_examples = ctx_.data.SizeOf(c);
-    wire::Message m{wire::Header{kFederation, id, 0, 0, next_message_id_++}, std::move(r)};
+    wire::Message m{wire::Header{kSimFederation, id, 0, 0, next_message_id_++}, std::move(r)};
     Handle(engine_->OnMessage(id, m));
   }
   while (!finished_ && status_.ok()) {
@@ -257,7 +255,7 @@ bool AggregatorSim::ApplyNextRejoin() {
 Status AggregatorSim::SendFromClient(uint64_t client, wire::Body body, uint64_t round,
                                      uint64_t version) {
   const std::string id = SimClientId(client);
-  wire::Message m{wire::Header{kFederation, id, round, version, next_message_id_++},
+  wire::Message m{wire::Header{kSimFederation, id, round, version, next_message_id_++},
                   std::move(body)};
   return net_.Send(id, kAggregator, m);
 }
@@ -267,7 +265,7 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   if (task == nullptr) return;  // Rejects and acks change nothing on a simulated client
   const uint64_t c = ClientIndex(id);
   const ClientTraits traits = TraitsOf(o_, c);
-  if (ClientCoin(o_.seed, c, task->round, kDropoutSalt) < o_.dropout ||
+  if (DropsOut(o_, c, task->round) ||
       !IsAvailable(o_, traits, task->round)) {
     return;  // drops out: never answers this task (counted as dropped at the close)
   }

@@ -38,4 +38,9 @@ double ClientCoin(uint64_t seed, uint64_t client, uint64_t round, uint64_t salt)
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
+bool DropsOut(const SimOptions& o, uint64_t client, uint64_t round) {
+  constexpr uint64_t kDropoutSalt = 0x64726f706f7574ull;
+  return o.dropout > 0 && ClientCoin(o.seed, client, round, kDropoutSalt) < o.dropout;
+}
+
 }  // namespace fedmesh

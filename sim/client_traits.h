@@ -30,4 +30,7 @@ bool IsAvailable(const SimOptions& options, const ClientTraits& traits, uint64_t
 // (dropout) that do not depend on the order events are processed in.
 double ClientCoin(uint64_t seed, uint64_t client, uint64_t round, uint64_t salt);
 
+// Whether `client` drops out of `round` ([sim] dropout): the same coin in every mode.
+bool DropsOut(const SimOptions& options, uint64_t client, uint64_t round);
+
 }  // namespace fedmesh

@@ -29,8 +29,6 @@
 namespace fedmesh::sim_internal {
 namespace {
 
-constexpr char kFederation[] = "fedmesh-sim";
-constexpr uint64_t kDropoutSalt = 0x64726f706f7574ull;
 
 class GossipSim {
  public:
@@ -38,7 +36,7 @@ class GossipSim {
       : ctx_(ctx),
         o_(ctx.options),
         env_(o_.seed),
-        net_(env_, LinkModel{0.0, 0.0, o_.message_loss}, SplitMix64(o_.seed ^ 0x6e6574ull)) {}
+        net_(env_, SimLinkModel(o_), SimNetworkSeed(o_)) {}
 
   Result<std::vector<float>> Run();
 
@@ -61,12 +59,7 @@ class GossipSim {
 };
 
 Status GossipSim::Init() {
-  AveragingOptions a;
-  FM_ASSIGN_OR_RETURN(a.protocol, ParseGossipProtocol(o_.protocol));
-  FM_ASSIGN_OR_RETURN(a.topology, ParseTopology(o_.topology));
-  a.fanout = o_.fanout;
-  a.codec = o_.codec;
-  a.choco_gamma = o_.choco_gamma;
+  FM_ASSIGN_OR_RETURN(const AveragingOptions a, AveragingOptionsFor(o_));
   const size_t n = o_.clients;
   for (size_t c = 0; c < n; ++c) {
     ids_.push_back(SimClientId(c));
@@ -101,7 +94,7 @@ bool GossipSim::IsUp(uint64_t c, uint64_t round) const {
       return false;
     }
   }
-  if (ClientCoin(o_.seed, c, round, kDropoutSalt) < o_.dropout) return false;
+  if (DropsOut(o_, c, round)) return false;
   return IsAvailable(o_, TraitsOf(o_, c), round);
 }
 
@@ -109,7 +102,7 @@ void GossipSim::Send(size_t i, std::vector<ModelSend> sends) {
   for (ModelSend& s : sends) {
     s.message.sequence = ++sequence_[i];
     wire::Message m;
-    m.header.federation_id = kFederation;
+    m.header.federation_id = kSimFederation;
     m.header.sender_id = ids_[i];
     m.header.message_id = s.message.sequence;
     m.body = std::move(s.message);

@@ -10,11 +10,21 @@
 #include "core/model.h"
 #include "core/status.h"
 #include "core/trainer.h"
+#include "core/rng.h"
+#include "sim/in_process_network.h"
 #include "sim/sim_data.h"
 #include "sim/simulation.h"
 #include "sim/workspaces.h"
 
 namespace fedmesh::sim_internal {
+
+// Header::federation_id of every simulated message.
+inline constexpr char kSimFederation[] = "fedmesh-sim";
+
+// The network every mode runs on: the [clients] links come from ClientTraits; the shared
+// link adds only the configured message loss.
+inline LinkModel SimLinkModel(const SimOptions& o) { return LinkModel{0.0, 0.0, o.message_loss}; }
+inline uint64_t SimNetworkSeed(const SimOptions& o) { return SplitMix64(o.seed ^ 0x6e6574ull); }
 
 struct SimContext {
   const SimOptions& options;

@@ -67,6 +67,16 @@ Result<CrashEvent> ParseCrashEvent(std::string_view text) {
   return e;
 }
 
+Result<AveragingOptions> AveragingOptionsFor(const SimOptions& o) {
+  AveragingOptions a;
+  FM_ASSIGN_OR_RETURN(a.protocol, ParseGossipProtocol(o.protocol));
+  FM_ASSIGN_OR_RETURN(a.topology, ParseTopology(o.topology));
+  a.fanout = o.fanout;
+  a.codec = o.codec;
+  a.choco_gamma = o.choco_gamma;
+  return a;
+}
+
 Status Validate(const SimOptions& o) {
   auto bad = [](const std::string& what) { return Status::InvalidArgument(what); };
   if (o.clients < 1 || o.clients > 10'000'000) {
@@ -103,12 +113,7 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.codec).status().WithContext("codec"));
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.downlink).status().WithContext("downlink"));
   if (o.mode == SimMode::kGossip) {
-    AveragingOptions a;
-    FM_ASSIGN_OR_RETURN(a.protocol, ParseGossipProtocol(o.protocol));
-    FM_ASSIGN_OR_RETURN(a.topology, ParseTopology(o.topology));
-    a.fanout = o.fanout;
-    a.codec = o.codec;
-    a.choco_gamma = o.choco_gamma;
+    FM_ASSIGN_OR_RETURN(AveragingOptions a, AveragingOptionsFor(o));
     FM_RETURN_IF_ERROR(Validate(a));
     if (o.clients > 100000) {
       return bad("gossip mode holds every client's model: clients must be <= 100000, got " +

@@ -12,6 +12,7 @@
 #include "core/model_zoo.h"
 #include "core/status.h"
 #include "core/trainer.h"
+#include "gossip/averager.h"
 
 namespace fedmesh {
 
@@ -117,5 +118,9 @@ struct SimOptions {
 
 // InvalidArgument naming the field and what to change.
 Status Validate(const SimOptions& options);
+
+// The gossip averaging settings of `options` (protocol, topology, fanout, codec, choco
+// gamma); InvalidArgument for an unknown protocol or topology. Not yet Validate'd.
+Result<AveragingOptions> AveragingOptionsFor(const SimOptions& options);
 
 }  // namespace fedmesh
