@@ -1,12 +1,16 @@
 // D-PSGD gossip averaging: each step a node mixes the latest model each neighbour pushed,
 // x <- w_ii x + sum_j w_ij x_j, with the Metropolis-Hastings row of the step at which they
 // were pushed, then pushes x to the neighbours of this step. A neighbour whose latest model
-// is more than kMaxStaleness steps old (dead, or far behind) contributes its weight to
-// self, so the row stays stochastic and no step waits. With synchronised steps and delivery
-// within a period every model is fresh and this is exactly x(t+1) = W x(t). Real processes
-// are not synchronised: a neighbour's push often lands just after our step, and forgetting
-// it then (mixing with self instead) was measured to let label-skewed sites drift apart by
-// several accuracy points; reusing a model one or two steps old keeps them mixed.
+// arrived more than kMaxStaleness of OUR steps ago (dead, or cut off) contributes its weight
+// to self, so the row stays stochastic and no step waits. With synchronised steps and
+// delivery within a period every model is fresh and this is exactly x(t+1) = W x(t). Real
+// processes are not synchronised: a neighbour's push often lands just after our step, and
+// forgetting it then (mixing with self instead) was measured to let label-skewed sites drift
+// apart by several accuracy points; reusing a model one or two steps old keeps them mixed.
+// Age is counted in the receiver's own steps, never by comparing step numbers across nodes:
+// two live sites whose counters differ by a constant offset (they joined at different
+// times) would otherwise see each other as permanently stale on one side only, the mixing
+// turns one-way, and the sites drift apart (CI once ended a 6-site run at 0.67 that way).
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -24,7 +28,8 @@ class DpsgdAverager final : public Averager {
 
  private:
   struct Received {
-    uint64_t step;
+    uint64_t step;         // the sender's step: orders one sender's models
+    uint64_t received_at;  // our step when it arrived: its age
     std::vector<float> x;
   };
 
@@ -55,7 +60,7 @@ class DpsgdAverager final : public Averager {
     double self_weight = row_.self_weight;
     for (size_t k = 0; k < row_.peers.size(); ++k) {
       auto it = received_.find(row_.peers[k]);
-      if (it == received_.end() || it->second.step + kMaxStaleness < step_) {
+      if (it == received_.end() || it->second.received_at + kMaxStaleness < step_) {
         self_weight += row_.peer_weights[k];  // silent neighbour: no waiting
         continue;
       }
@@ -78,7 +83,7 @@ class DpsgdAverager final : public Averager {
     auto it = received_.find(from);
     // The latest model of each neighbour counts: an older one arriving late is dropped.
     if (it == received_.end() || it->second.step <= message.step) {
-      received_[from] = Received{message.step, std::move(x)};
+      received_[from] = Received{message.step, step_, std::move(x)};
     }
     return std::vector<ModelSend>{};
   }

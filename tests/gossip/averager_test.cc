@@ -290,6 +290,41 @@ TEST(Averager, DpsgdMixesWithMetropolisHastingsAndDoesNotWait) {
   EXPECT_FLOAT_EQ(n[0]->params()[0], (2 * 0.0f + 1.0f) / 3.0f);
 }
 
+// Live neighbours whose step counters differ by a constant (one joined or resumed later)
+// still mix both ways: a model's age is counted in the receiver's own steps. Comparing step
+// numbers across nodes made the one ahead treat the other as permanently stale, the mixing
+// one-way, and label-skewed sites drifted apart (a CI run of the 6-site gossip test).
+TEST(Averager, DpsgdMixesBothWaysWhenStepCountersAreOffset) {
+  const std::vector<std::string> view = {"a", "b"};
+  TestEnv env(9);
+  auto a = Make(GossipProtocol::kDpsgd, "a", {0.0f}, env);
+  auto b = Make(GossipProtocol::kDpsgd, "b", {4.0f}, env);
+  Averager::State ahead = b->Snapshot();
+  ahead.step = 10;
+  ASSERT_TRUE(b->Restore(ahead).ok());
+  auto exchange = [&] {
+    const auto from_a = a->OnTick(view);
+    const auto from_b = b->OnTick(view);
+    for (const auto& s : from_a) Deliver(*b, "a", s, view);
+    for (const auto& s : from_b) Deliver(*a, "b", s, view);
+  };
+  exchange();  // first pushes; nothing to mix yet
+  exchange();  // each mixes the other's model with weight 1/2
+  EXPECT_FLOAT_EQ(a->params()[0], 2.0f);
+  EXPECT_FLOAT_EQ(b->params()[0], 2.0f);
+  // A neighbour that falls silent is left out after kMaxStaleness of the receiver's steps.
+  // b keeps a's last model (2) for the two steps after the one it arrived in, then mixes
+  // with itself alone.
+  b->params()[0] = 6.0f;
+  b->OnTick(view);
+  EXPECT_FLOAT_EQ(b->params()[0], 4.0f);
+  b->OnTick(view);
+  b->OnTick(view);
+  EXPECT_FLOAT_EQ(b->params()[0], 2.5f);
+  b->OnTick(view);
+  EXPECT_FLOAT_EQ(b->params()[0], 2.5f) << "a stale model was still mixed";
+}
+
 TEST(Averager, PullRequestServesAJoiningNode) {
   TestEnv env(8);
   const std::vector<float> xa = Random(5, 100);
