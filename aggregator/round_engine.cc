@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "aggregator/weighted_average.h"
 #include "core/check.h"
 #include "core/codec/payload.h"
 #include "core/wire/wire_codec.h"
@@ -38,14 +39,6 @@ std::string Str(const T& v) {
   std::ostringstream os;
   os << v;
   return os.str();
-}
-
-// Index of the first NaN or infinity, or values.size().
-size_t FirstNonFinite(std::span<const float> values) {
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) return i;
-  }
-  return values.size();
 }
 
 }  // namespace
@@ -231,6 +224,8 @@ Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
     }
   }
 
+  FM_RETURN_IF_ERROR(strategy->RestoreState(state.strategy_state, state.global.size())
+                         .WithContext("restored state"));
   RoundEngine e(std::move(options), env, std::move(strategy), std::move(state.global),
                 std::move(evaluator));
   e.round_ = state.round;
@@ -555,7 +550,7 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
     metrics.test_accuracy = eval.accuracy;
     metrics.test_loss = eval.loss;
   }
-  out.push_back(RoundClosed{round_, model_version_, metrics, global_});
+  out.push_back(RoundClosed{round_, model_version_, metrics, global_, strategy_->SaveState()});
 
   selected_.clear();
   earlier_selected_.clear();

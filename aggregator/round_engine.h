@@ -193,6 +193,9 @@ class RoundEngine {
     uint64_t model_version = 0;
     RoundMetrics metrics;
     std::vector<float> global;
+    // Strategy::SaveState() after this round (a server optimiser's moments; empty for
+    // stateless strategies): commit it with `global`, Restore needs it.
+    std::vector<float> strategy_state;
   };
   // The attempt timed out with fewer than min_clients updates; its updates are discarded
   // (storage drops them) and the same round number is retried with a fresh selection.
@@ -229,6 +232,8 @@ class RoundEngine {
     std::vector<std::string> selected;
     // Updates accepted in that attempt; each from a selected node, at most one per node.
     std::vector<RestoredUpdate> accepted;
+    // The strategy state committed with `global` (RoundClosed::strategy_state).
+    std::vector<float> strategy_state;
   };
 
   // A new federation at round 1, model version 0. REQUIRES: env outlives the engine.

@@ -1,12 +1,13 @@
 // Strategy: how the aggregator turns the clients' updates of one round into the next global
 // model. The round engine (aggregator/round_engine.h) sees only this interface; each
-// strategy (FedAvg, FedProx, later FedAvgM, FedAdam, robust ones) implements it and
+// strategy (FedAvg, FedProx; the server optimisers in aggregator/server_optimizer.h; the
+// robust aggregators in aggregator/robust_aggregation.h) implements it and
 // MakeStrategy builds one by its configured name. A strategy also says what it needs the
 // nodes to do differently (FedProx: the proximal term, sent as FitTask::prox_mu).
 // Updates reach a strategy already validated by the engine (selected node, right round,
 // right size, finite), but Aggregate still returns a Status rather than trusting that.
 // Thread-safety: a Strategy is used by one thread of control (the engine's owner); the
-// stateless ones below may be shared, stateful future ones (server momentum) may not.
+// stateless ones may be shared, the server optimisers (which keep moments) may not.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,39 @@ struct ClientUpdate {
 };
 
 // Settings every strategy factory understands; a strategy ignores those it does not use.
+// Config: [rounds] prox_mu and the [strategy] table (node/config/strategy_config.h).
 struct StrategyOptions {
   // FedProx's proximal coefficient mu: each node minimises f(w) + mu/2 ||w - w_global||^2.
   // Default: 0.01 (the middle of the range the FedProx paper sweeps, {0.001 .. 1}).
   // Must be finite and > 0 for "fedprox"; ignored by "fedavg".
   double prox_mu = 0.01;
+
+  // ---- Server optimisers (aggregator/server_optimizer.h) on the pseudo-gradient
+  // delta = (example-weighted mean of the clients' models) - global.
+  // Server step size eta. 0 = the strategy's default: 1.0 for fedavgm (with momentum 0 it
+  // is exactly FedAvg), 0.01 for fedadam, fedyogi and fedadagrad (Reddi et al. 2021 find
+  // 10^-2 .. 10^-1.5 best with tau = 1e-3). Must be finite and >= 0.
+  double server_lr = 0.0;
+  // fedavgm's server momentum beta (Hsu et al. 2019): v <- beta v + delta,
+  // w <- w + eta v. In [0, 1). Default: 0.9.
+  double server_momentum = 0.9;
+  // Adaptive optimisers' first and second moment decay rates, in [0, 1). Defaults: 0.9,
+  // 0.99 (Reddi et al.; beta2 is unused by fedadagrad).
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  // Adaptivity tau: w <- w + eta m / (sqrt(v) + tau); v starts at tau^2. > 0. Default 1e-3.
+  double tau = 1e-3;
+
+  // ---- Robust aggregators (aggregator/robust_aggregation.h); they ignore num_examples.
+  // trimmed_mean: the fraction of the updates dropped at EACH end of every coordinate,
+  // in [0, 0.5). Default: 0.1.
+  double trim_fraction = 0.1;
+  // krum, multikrum: the fraction f/n of the round's updates assumed Byzantine, in
+  // [0, 0.5). f = floor(fraction * n), lowered when needed so that n >= 2f + 3 (Krum's
+  // condition) holds whenever n >= 3. Default: 0.2.
+  double byzantine_fraction = 0.2;
+  // multikrum: how many of the best-scored updates are averaged; 0 = n - f. Default: 0.
+  uint32_t multikrum_select = 0;
 };
 
 class Strategy {
@@ -52,6 +81,19 @@ class Strategy {
 
   // The proximal coefficient nodes must apply (FitTask::prox_mu); 0 = plain local SGD.
   virtual double prox_mu() const { return 0.0; }
+
+  // State carried from round to round (a server optimiser's moments), flattened, for the
+  // aggregator store to commit with each global model; empty for stateless strategies.
+  virtual std::vector<float> SaveState() const { return {}; }
+  // Restores what SaveState returned after a restart, for a model of `model_size` values.
+  // InvalidArgument (state unchanged) when `state` does not fit this strategy and model; a
+  // stateless strategy accepts only an empty state.
+  virtual Status RestoreState(std::span<const float> state, size_t /*model_size*/) {
+    if (state.empty()) return Status::OK();
+    return Status::InvalidArgument("strategy " + std::string(name()) +
+                                   " keeps no state, but " + std::to_string(state.size()) +
+                                   " values were given to restore");
+  }
 };
 
 // FedAvg (McMahan et al. 2017): the new global model is the average of the clients' local
@@ -78,10 +120,23 @@ class FedProx final : public FedAvg {
   double prox_mu_;
 };
 
+// The checks every strategy makes before it aggregates: `new_global` has the model's size,
+// there is at least one update, and every update has the model's size and only finite
+// values. InvalidArgument naming the update (and the index of a bad value) otherwise.
+Status CheckRoundUpdates(std::span<const float> global, const std::vector<ClientUpdate>& updates,
+                         std::span<const float> new_global);
+
+// FedAvg's arithmetic: the num_examples-weighted mean of the updates' params into `out`
+// (which may be `global`'s buffer). CheckRoundUpdates' errors, and InvalidArgument when
+// every num_examples is 0; `out` is untouched on error.
+Status ExampleWeightedMean(std::span<const float> global, const std::vector<ClientUpdate>& updates,
+                           std::span<float> out);
+
 // The names MakeStrategy accepts, in the order its error message lists them.
 std::vector<std::string_view> KnownStrategyNames();
 
-// Builds the strategy called `name` (case-insensitive: "fedavg", "fedprox").
+// Builds the strategy called `name` (case-insensitive: "fedavg", "fedprox", "fedavgm",
+// "fedadam", "fedyogi", "fedadagrad", "median", "trimmed_mean", "krum", "multikrum").
 // InvalidArgument naming the known strategies for an unknown name, or naming the option for
 // a bad option value.
 Result<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name,

@@ -15,9 +15,16 @@ namespace {
 // slice streams through once.
 constexpr size_t kBlock = 1024;
 
-// Index of the first NaN or infinity in `x`, or x.size() when all are finite. The common
-// all-finite case runs as a branch-free, vectorisable scan of the exponent bits; only a
-// block that contains a bad value is searched element by element.
+std::string FormatWeight(double w) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", w);
+  return buf;
+}
+
+}  // namespace
+
+// The common all-finite case runs as a branch-free, vectorisable scan of the exponent bits;
+// only a block that contains a bad value is searched element by element.
 size_t FirstNonFinite(std::span<const float> x) {
   constexpr uint32_t kExponent = 0x7f800000u;  // all ones: inf or NaN
   for (size_t begin = 0; begin < x.size(); begin += kBlock) {
@@ -38,18 +45,10 @@ size_t FirstNonFinite(std::span<const float> x) {
   return x.size();
 }
 
-std::string FormatWeight(double w) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", w);
-  return buf;
-}
-
-std::string Describe(float v) {
+std::string DescribeNonFinite(float v) {
   if (std::isnan(v)) return "NaN";
   return v > 0 ? "+inf" : "-inf";
 }
-
-}  // namespace
 
 Status WeightedAverage(const std::vector<std::span<const float>>& updates,
                        const std::vector<double>& weights, std::span<float> out) {
@@ -92,7 +91,7 @@ Status WeightedAverage(const std::vector<std::span<const float>>& updates,
   for (size_t i = 0; i < updates.size(); ++i) {
     if (first_bad[i] != updates[i].size()) {
       return Status::InvalidArgument("update " + std::to_string(i) + " has a non-finite value (" +
-                                     Describe(updates[i][first_bad[i]]) + ") at index " +
+                                     DescribeNonFinite(updates[i][first_bad[i]]) + ") at index " +
                                      std::to_string(first_bad[i]));
     }
   }

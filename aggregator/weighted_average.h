@@ -5,7 +5,9 @@
 // Thread-safety: a pure function; concurrent calls are safe when their outputs differ.
 #pragma once
 
+#include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -25,5 +27,10 @@ namespace fedmesh {
 // global model); any other overlap with an update gives an unspecified result.
 Status WeightedAverage(const std::vector<std::span<const float>>& updates,
                        const std::vector<double>& weights, std::span<float> out);
+
+// Index of the first NaN or infinity in `x`, or x.size() when all are finite.
+size_t FirstNonFinite(std::span<const float> x);
+// "NaN", "+inf" or "-inf": how an error message names a non-finite value.
+std::string DescribeNonFinite(float v);
 
 }  // namespace fedmesh

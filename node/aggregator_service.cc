@@ -139,6 +139,9 @@ Status AggregatorService::InitEngine() {
   RoundEngine::RestoredState state;
   state.model_version = latest->version;
   state.global = std::move(latest->params);
+  // The server optimiser's moments as committed with this model: the restart continues
+  // with the same momentum instead of a cold start.
+  FM_ASSIGN_OR_RETURN(state.strategy_state, store_->StrategyState(state.model_version));
   if (open) {
     state.round = open->round;
     state.attempt = open->attempt;
@@ -364,7 +367,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               m.bytes_down = bytes_down_;
               m.bytes_down_raw = bytes_down_raw_;
               m.wall_s = c.metrics.duration_s;
-              Status st = store_->CloseRound(c.round, c.model_version, c.global, m);
+              Status st = store_->CloseRound(c.round, c.model_version, c.global, m, c.strategy_state);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
               open_round_.reset();
               spdlog::info(

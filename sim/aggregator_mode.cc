@@ -130,9 +130,7 @@ Status AggregatorSim::Init() {
   eo.momentum = o_.trainer.sgd.momentum;
   eo.update_codec = o_.codec;
   eo.downlink_codec = o_.downlink;
-  StrategyOptions so;
-  so.prox_mu = o_.prox_mu;
-  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, so));
+  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, o_.strategy_options));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
   ClientStateStoreOptions so_state;
   so_state.memory_budget_bytes = static_cast<size_t>(o_.state_memory_mb) << 20;

@@ -3,6 +3,7 @@
 #include "aggregator/strategy.h"
 #include "core/model_zoo.h"
 #include "node/config/config_loader.h"
+#include "node/config/strategy_config.h"
 
 namespace fedmesh {
 
@@ -128,6 +129,7 @@ const ConfigSchema& SimConfigSchema() {
             .Choices({"signflip", "scaled", "noise"}),
         FloatKey("faults", "attack_scale", 10.0, "The attack's scale").Min(0),
     };
+    for (ConfigKey& k : StrategyConfigKeys()) s->keys.push_back(std::move(k));
     return s;
   }();
   return *schema;
@@ -163,7 +165,8 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   o.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   o.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
-  o.prox_mu = v.GetFloat("rounds", "prox_mu");
+  o.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
+  ReadStrategyOptions(v, &o.strategy_options);
   o.min_clients = static_cast<uint32_t>(v.GetInt("rounds", "min_clients"));
   o.round_timeout_s = v.GetFloat("rounds", "timeout_s");
   o.downlink = v.GetString("rounds", "downlink");
@@ -202,6 +205,10 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"codec", "sim", "codec"},
       {"downlink", "rounds", "downlink"},
       {"choco", "sim", "protocol"},
+      {"prox_mu", "rounds", "prox_mu"},
+      {"server_lr", "strategy", "server_lr"},
+      {"trim_fraction", "strategy", "trim_fraction"},
+      {"byzantine_fraction", "strategy", "byzantine_fraction"},
       {"topology", "sim", "topology"},
       {"", "sim", "mode"},
   };

@@ -99,9 +99,7 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
   if (o.mode == SimMode::kAggregator) {
-    StrategyOptions so;
-    so.prox_mu = o.prox_mu;
-    FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, so).status());
+    FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, o.strategy_options).status());
     if (o.min_clients > o.clients_per_round) {
       return bad("min_clients must be <= clients_per_round (" +
                  std::to_string(o.clients_per_round) + "), got " + std::to_string(o.min_clients));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/strategy.h"
 #include "core/codec/error_feedback.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
@@ -79,7 +80,7 @@ struct SimOptions {
 
   // aggregator mode: the round engine's settings.
   std::string strategy = "fedavg";  // any MakeStrategy name
-  double prox_mu = 0.01;            // fedprox only
+  StrategyOptions strategy_options;  // [rounds] prox_mu and the [strategy] table
   // Fewest answers a round closes with at its deadline; 0 = ceil(0.5 * clients_per_round).
   uint32_t min_clients = 0;
   double round_timeout_s = 600.0;  // virtual seconds from a round's opening to its deadline

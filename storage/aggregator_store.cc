@@ -79,6 +79,15 @@ CREATE TABLE nodes (
 ALTER TABLE round_metrics ADD COLUMN bytes_up_raw INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE round_metrics ADD COLUMN bytes_down_raw INTEGER NOT NULL DEFAULT 0;
 )sql",
+      // v3: the strategy's state (a server optimiser's moments) committed with each model.
+      R"sql(
+CREATE TABLE strategy_state (
+  model_version INTEGER PRIMARY KEY REFERENCES models (version),
+  num_values    INTEGER NOT NULL CHECK (num_values >= 0),
+  sha256        BLOB NOT NULL,
+  state         BLOB NOT NULL
+);
+)sql",
   };
   return kSteps;
 }
@@ -350,10 +359,22 @@ Result<std::optional<OpenRoundState>> AggregatorStore::LoadOpenRound() {
 }
 
 Status AggregatorStore::CloseRound(uint64_t round, uint64_t new_model_version,
-                                   std::span<const float> new_params, const RoundMetrics& metrics) {
+                                   std::span<const float> new_params, const RoundMetrics& metrics,
+                                   std::span<const float> strategy_state) {
   return db_->WithTransaction([&]() -> Status {
     FM_RETURN_IF_ERROR(RequireOpenRound(round, "close"));
     FM_RETURN_IF_ERROR(InsertModel(new_model_version, new_params));
+    if (!strategy_state.empty()) {
+      const Sha256Digest digest = HashFloats(strategy_state);
+      FM_ASSIGN_OR_RETURN(Statement insert,
+                          db_->Prepare("INSERT INTO strategy_state (model_version, num_values, "
+                                       "sha256, state) VALUES (?, ?, ?, zeroblob(?))"));
+      FM_RETURN_IF_ERROR(insert.BindAll(new_model_version, strategy_state.size(), digest,
+                                        strategy_state.size_bytes()));
+      FM_RETURN_IF_ERROR(insert.Run());
+      FM_RETURN_IF_ERROR(WriteFloatBlob(*db_, "strategy_state", "state",
+                                        static_cast<int64_t>(new_model_version), strategy_state));
+    }
     {
       FM_ASSIGN_OR_RETURN(Statement close,
                           db_->Prepare("UPDATE rounds SET state = 'closed', model_version = ? "
@@ -378,6 +399,26 @@ Status AggregatorStore::CloseRound(uint64_t round, uint64_t new_model_version,
     FM_RETURN_IF_ERROR(drop.BindAll(round));
     return drop.Run();
   });
+}
+
+Result<std::vector<float>> AggregatorStore::StrategyState(uint64_t model_version) {
+  std::vector<float> out;
+  Status s = db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement stmt, db_->Prepare("SELECT num_values, sha256 FROM "
+                                                     "strategy_state WHERE model_version = ?"));
+    FM_RETURN_IF_ERROR(stmt.BindAll(model_version));
+    FM_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return Status::OK();
+    const auto n = static_cast<uint64_t>(stmt.ColumnInt64(0));
+    const std::span<const uint8_t> sha = stmt.ColumnBlob(1);
+    FM_ASSIGN_OR_RETURN(out, ReadFloatBlob(*db_, "strategy_state", "state",
+                                           static_cast<int64_t>(model_version), n, sha,
+                                           "the strategy state of model version " +
+                                               Str(model_version)));
+    return Status::OK();
+  });
+  FM_RETURN_IF_ERROR(s);
+  return out;
 }
 
 Status AggregatorStore::RetryRound(uint64_t round, uint32_t attempt,

@@ -76,7 +76,7 @@ struct NodeRecord {
 
 class AggregatorStore {
  public:
-  // Opens or creates the store at `path` and brings its schema to version 1. A file of
+  // Opens or creates the store at `path` and brings its schema to version 3. A file of
   // another kind (a node store, a foreign database) or written by a newer fedmesh is
   // FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<AggregatorStore>> Open(const std::string& path);
@@ -109,8 +109,13 @@ class AggregatorStore {
   // SaveModel for the version rule), the round's metrics, marks the round closed, and drops
   // the params of its accepted updates (their node, example count and loss are kept).
   // All or nothing: on error the round is still open with its updates.
+  // `strategy_state` (a server optimiser's moments; empty for stateless strategies) is kept
+  // with the model version, in the same transaction.
   Status CloseRound(uint64_t round, uint64_t new_model_version, std::span<const float> new_params,
-                    const RoundMetrics& metrics);
+                    const RoundMetrics& metrics, std::span<const float> strategy_state = {});
+  // The strategy state committed with `model_version`: empty when none was (a stateless
+  // strategy, or a version saved with SaveModel); Corruption when its blob fails its check.
+  Result<std::vector<float>> StrategyState(uint64_t model_version);
   // Starts attempt `attempt` (> the current one) of the open round `round` with a new
   // selection and deadline, after the current attempt failed (quorum not reached by the
   // deadline). Nothing of the failed attempt is kept: its accepted updates, selection and

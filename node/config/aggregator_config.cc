@@ -1,6 +1,7 @@
 #include "node/config/aggregator_config.h"
 
 #include "node/config/config_loader.h"
+#include "node/config/strategy_config.h"
 
 namespace fedmesh {
 
@@ -68,6 +69,7 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
     };
+    for (ConfigKey& k : StrategyConfigKeys()) s->keys.push_back(std::move(k));
     return s;
   }();
   return *schema;
@@ -104,6 +106,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
 
   c.strategy = v.GetString("rounds", "strategy");
   c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
+  ReadStrategyOptions(v, &c.strategy_options);
   c.model.name = v.GetString("model", "name");
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
@@ -128,9 +131,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
       {"downlink_codec", "codec", "downlink"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(r), v, kRoundFields));
-  auto strategy = MakeStrategy(c.strategy, c.strategy_options);
-  FM_RETURN_IF_ERROR(AttributeToKey(strategy.status(), v,
-                                    {{"prox_mu", "rounds", "prox_mu"}, {"", "rounds", "strategy"}}));
+  FM_RETURN_IF_ERROR(MakeConfiguredStrategy(c.strategy, c.strategy_options, v,
+                                            {"", "rounds", "strategy"}, {"", "rounds", "prox_mu"})
+                         .status());
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateModelName(c.model.name), v, {{"", "model", "name"}}));
   return c;
 }

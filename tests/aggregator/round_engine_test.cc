@@ -100,9 +100,10 @@ class Harness {
 
   // Restored engine.
   explicit Harness(RoundEngine::RestoredState state, RoundEngineOptions options = TestOptions(),
-                   uint64_t seed = 1)
+                   uint64_t seed = 1, std::unique_ptr<Strategy> strategy = nullptr)
       : env(seed) {
-    auto e = RoundEngine::Restore(std::move(options), &env, std::make_unique<FedAvg>(), {},
+    if (!strategy) strategy = std::make_unique<FedAvg>();
+    auto e = RoundEngine::Restore(std::move(options), &env, std::move(strategy), {},
                                   std::move(state));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     engine.emplace(std::move(e).value());
@@ -906,6 +907,57 @@ TEST(RoundEngineRestoreTest, WithoutAnOpenAttemptWaitsAndSelectsAfresh) {
   EXPECT_EQ(opened[0].round, 2u);
   EXPECT_EQ(opened[0].attempt, 2u);
   EXPECT_EQ(opened[0].model_version, 1u);
+}
+
+// A server optimiser's moments leave with every RoundClosed and come back through
+// RestoredState: an engine restored after round 1 ends round 3 on exactly the model an
+// uninterrupted one does, and one restored without them does not.
+TEST(RoundEngineRestoreTest, ServerMomentumCarriesAcrossARestart) {
+  auto fedavgm = [] {
+    StrategyOptions o;
+    o.server_momentum = 0.9;
+    o.server_lr = 1.0;
+    return MakeStrategy("fedavgm", o).value();
+  };
+  auto run = [](Harness& h, uint64_t from_round) {
+    h.Register("a", 100, 1.0f);
+    h.Register("b", 300, -0.5f);
+    for (uint64_t r = from_round; r <= 3; ++r) {
+      h.Answer("a");
+      h.Answer("b");
+    }
+  };
+  Harness straight(WaitFor(2, TestOptions()), {0.0f, 2.0f}, 1, fedavgm());
+  run(straight, 1);
+  auto closed = straight.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 3u);
+  // Mean delta -0.125 per round; v = -0.125, -0.2375, -0.33875.
+  EXPECT_THAT(closed[0].strategy_state, ElementsAre(-0.125f, -0.125f));
+  EXPECT_FLOAT_EQ(closed[2].global[0], -0.125f - 0.2375f - 0.33875f);
+
+  RoundEngine::RestoredState after_one;
+  after_one.round = 2;
+  after_one.model_version = 1;
+  after_one.global = closed[0].global;
+  after_one.strategy_state = closed[0].strategy_state;
+  Harness resumed(after_one, WaitFor(2, TestOptions()), 1, fedavgm());
+  run(resumed, 2);
+  auto resumed_closed = resumed.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(resumed_closed.size(), 2u);
+  EXPECT_EQ(resumed_closed.back().global, closed.back().global);
+  EXPECT_EQ(resumed_closed.back().strategy_state, closed.back().strategy_state);
+
+  after_one.strategy_state.clear();  // what a restart that lost the moments would do
+  Harness cold(after_one, WaitFor(2, TestOptions()), 1, fedavgm());
+  run(cold, 2);
+  EXPECT_NE(cold.Events<RoundEngine::RoundClosed>().back().global, closed.back().global);
+
+  after_one.strategy_state = {1.0f, 2.0f, 3.0f};  // does not fit the model
+  auto bad = RoundEngine::Restore(WaitFor(2, TestOptions()), &straight.env, fedavgm(), {},
+                                  after_one);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("restored state"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("does not fit a model of 2"));
 }
 
 TEST(RoundEngineRestoreTest, RejectsAnInconsistentState) {

@@ -478,6 +478,47 @@ TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing required key [federation] id"));
 }
 
+// Issue 8: the [strategy] table reaches StrategyOptions; out-of-range values and unknown
+// keys name their key.
+TEST(ConfigAggregator, StrategyTableFillsTheOptionsAndBadValuesNameTheKey) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"([federation]
+id = "f"
+[rounds]
+strategy = "fedadam"
+[strategy]
+server_lr = 0.03
+beta1 = 0.8
+tau = 0.01
+trim_fraction = 0.25
+byzantine_fraction = 0.3
+multikrum_select = 4
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->strategy, "fedadam");
+  EXPECT_DOUBLE_EQ(r->strategy_options.server_lr, 0.03);
+  EXPECT_DOUBLE_EQ(r->strategy_options.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(r->strategy_options.beta2, 0.99);  // default
+  EXPECT_DOUBLE_EQ(r->strategy_options.tau, 0.01);
+  EXPECT_DOUBLE_EQ(r->strategy_options.trim_fraction, 0.25);
+  EXPECT_DOUBLE_EQ(r->strategy_options.byzantine_fraction, 0.3);
+  EXPECT_EQ(r->strategy_options.multikrum_select, 4u);
+
+  auto beta = LoadAggregatorConfig(path, {"strategy.beta2=1"});
+  ASSERT_FALSE(beta.ok());
+  EXPECT_THAT(beta.status().message(), HasSubstr("[strategy] beta2"));
+  auto trim = LoadAggregatorConfig(path, {"strategy.trim_fraction=0.5"});
+  ASSERT_FALSE(trim.ok());
+  EXPECT_THAT(trim.status().message(), HasSubstr("[strategy] trim_fraction"));
+  auto unknown = LoadAggregatorConfig(path, {"strategy.momentum=0.9"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("momentum"));
+  auto name = LoadAggregatorConfig(path, {"rounds.strategy=fedsgd"});
+  ASSERT_FALSE(name.ok());
+  EXPECT_THAT(name.status().message(), HasSubstr("[rounds] strategy"));
+}
+
 // Issue 4: [codec] keys are parsed into canonical chains, and a bad chain names its key.
 TEST(ConfigCodec, ChainsAreCanonicalAndBadOnesNameTheKey) {
   TempDir dir;

@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 2);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 3);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -456,6 +456,35 @@ TEST_F(AggregatorStoreTest, CloseRoundSavesModelDropsUpdateBlobsAndStoresMetrics
   EXPECT_EQ((*store->Metrics())[0].rejected, 2u);
 }
 
+TEST_F(AggregatorStoreTest, StrategyStateIsCommittedWithTheModelAndChecked) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->SaveModel(0, Params(0, 64)).ok());
+    ASSERT_TRUE(store->OpenRound(1, 1, {"a"}, 10.0).ok());
+    ASSERT_TRUE(store->CloseRound(1, 1, Params(1, 64), RoundMetrics{}).ok());  // stateless
+    ASSERT_TRUE(store->OpenRound(2, 1, {"a"}, 10.0).ok());
+    ASSERT_TRUE(store->CloseRound(2, 2, Params(2, 64), RoundMetrics{}, Params(7, 128)).ok());
+  }
+  auto store = Open();
+  auto none = store->StrategyState(1);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+  EXPECT_TRUE(store->StrategyState(0)->empty());
+  auto state = store->StrategyState(2);
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_TRUE(SameBits(*state, Params(7, 128)));
+  store.reset();
+
+  std::vector<uint8_t> bytes = RawBlob("SELECT state FROM strategy_state WHERE model_version = 2");
+  ASSERT_EQ(bytes.size(), 4u * 128);
+  bytes[100] ^= 0x10;
+  RawUpdateBlob("strategy_state", "state", "model_version = 2", bytes);
+  store = Open();
+  auto bad = store->StrategyState(2);
+  ASSERT_EQ(bad.status().code(), StatusCode::kCorruption) << bad.status().ToString();
+  EXPECT_THAT(bad.status().message(), HasSubstr("strategy state of model version 2"));
+}
+
 TEST_F(AggregatorStoreTest, FailedCloseLeavesTheRoundOpenWithItsUpdates) {
   auto store = Open();
   ASSERT_TRUE(store->SaveModel(4, Params(0, 16)).ok());
@@ -583,12 +612,12 @@ TEST_F(AggregatorStoreTest, MetricsListClosedRoundsInRoundOrderWithNaNForUnmeasu
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(3).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(4).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 3);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 4);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {

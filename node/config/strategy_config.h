@@ -1,0 +1,29 @@
+// The [strategy] config table: the options of the server optimisers and robust aggregators
+// (aggregator/strategy.h StrategyOptions), shared by fedmesh-aggregator and fedmesh-sim so
+// both spell, bound and document them the same way. [rounds] strategy picks the strategy
+// and [rounds] prox_mu stays with it; a strategy ignores the keys it does not use.
+// Thread-safety: pure functions over immutable values.
+#pragma once
+
+#include <vector>
+
+#include "aggregator/strategy.h"
+#include "core/status.h"
+#include "node/config/config_loader.h"
+#include "node/config/config_schema.h"
+
+namespace fedmesh {
+
+// The [strategy] keys, with StrategyOptions' defaults and ranges.
+std::vector<ConfigKey> StrategyConfigKeys();
+// Fills every StrategyOptions field but prox_mu from the [strategy] keys.
+void ReadStrategyOptions(const ConfigValues& values, StrategyOptions* options);
+// Builds the strategy `name` with `options`; MakeStrategy's errors are attributed to the
+// config key that caused them ([strategy] server_lr, ..., or `strategy_key` for the name,
+// `prox_mu_key` for mu).
+Result<std::unique_ptr<Strategy>> MakeConfiguredStrategy(const std::string& name,
+                                                         const StrategyOptions& options,
+                                                         const ConfigValues& values,
+                                                         FieldKey strategy_key, FieldKey prox_mu_key);
+
+}  // namespace fedmesh
