@@ -258,6 +258,10 @@ std::vector<RoundEngine::Output> RoundEngine::Start() {
     fit_task_ = BuildFitTask();
     out.push_back(SetTimer{deadline_s_});
     if (accepted_.size() == selected_.size()) CloseRound(out);
+  } else if (phase_ == Phase::kWaitingForNodes) {
+    if (Status can = strategy_->CanRunAnotherRound(); !can.ok()) {
+      Finish(Status::OK(), out, can.message());
+    }
   }
   return out;
 }
@@ -550,6 +554,7 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
     metrics.test_accuracy = eval.accuracy;
     metrics.test_loss = eval.loss;
   }
+  metrics.privacy = strategy_->privacy();
   out.push_back(RoundClosed{round_, model_version_, metrics, global_, strategy_->SaveState()});
 
   selected_.clear();
@@ -560,6 +565,10 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   attempt_ = 0;
   if (round_ >= options_.total_rounds) {
     Finish(Status::OK(), out);
+    return;
+  }
+  if (Status can = strategy_->CanRunAnotherRound(); !can.ok()) {
+    Finish(Status::OK(), out, can.message());
     return;
   }
   ++round_;
@@ -586,12 +595,12 @@ void RoundEngine::RetryOrGiveUp(std::vector<Output>& out) {
   TryOpenRound(out);
 }
 
-void RoundEngine::Finish(Status status, std::vector<Output>& out) {
+void RoundEngine::Finish(Status status, std::vector<Output>& out, std::string stopped_early) {
   phase_ = Phase::kFinished;
   selected_.clear();
   accepted_.clear();
   fit_task_.reset();
-  out.push_back(Finished{std::move(status), rounds_completed_});
+  out.push_back(Finished{std::move(status), rounds_completed_, std::move(stopped_early)});
 }
 
 // ---- Helpers -----------------------------------------------------------------------------

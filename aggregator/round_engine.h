@@ -186,6 +186,9 @@ class RoundEngine {
     uint64_t update_bytes_raw = 0;
     uint64_t update_bytes = 0;
     double compression_ratio = 0.0;
+    // Differential privacy spent after this round (Strategy::privacy()); empty when the
+    // strategy is not private.
+    std::optional<PrivacyReport> privacy;
   };
   // The round closed and `global` is model `model_version`: commit both in one transaction.
   struct RoundClosed {
@@ -210,6 +213,8 @@ class RoundEngine {
   struct Finished {
     Status status;
     uint64_t rounds_completed = 0;
+    // Why an OK federation ended before total_rounds (a privacy budget); empty otherwise.
+    std::string stopped_early;
   };
   using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
                               RoundClosed, RoundRetried, Finished>;
@@ -312,7 +317,7 @@ class RoundEngine {
   void TryOpenRound(std::vector<Output>& out);
   void CloseRound(std::vector<Output>& out);
   void RetryOrGiveUp(std::vector<Output>& out);
-  void Finish(Status status, std::vector<Output>& out);
+  void Finish(Status status, std::vector<Output>& out, std::string stopped_early = {});
   wire::FitTask BuildFitTask() const;
   void SendFitTask(const std::string& to, std::vector<Output>& out);
   wire::Header OutHeader();

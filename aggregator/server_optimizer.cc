@@ -35,8 +35,10 @@ Result<std::unique_ptr<ServerOptimizer>> ServerOptimizer::Create(ServerOptimizer
   if (!std::isfinite(o.tau) || o.tau <= 0) {
     return Status::InvalidArgument("tau must be finite and > 0 (got " + Num(o.tau) + ")");
   }
+  // fedavgm's default keeps the steady-state step eta / (1 - beta) at FedAvg's 1.
   const double eta = o.server_lr > 0 ? o.server_lr
-                                     : (kind == ServerOptimizerKind::kMomentum ? 1.0 : 0.01);
+                     : kind == ServerOptimizerKind::kMomentum ? 1.0 - o.server_momentum
+                                                              : 0.01;
   return std::unique_ptr<ServerOptimizer>(new ServerOptimizer(kind, o, eta));
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "aggregator/dp_aggregation.h"
 #include "aggregator/robust_aggregation.h"
 #include "aggregator/server_optimizer.h"
 #include "aggregator/weighted_average.h"
@@ -64,8 +65,11 @@ std::vector<std::string_view> KnownStrategyNames() {
           "fedadagrad", "median", "trimmed_mean", "krum", "multikrum"};
 }
 
-Result<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name,
-                                               const StrategyOptions& options) {
+namespace {
+
+// The strategy itself, before any privacy wrapper.
+Result<std::unique_ptr<Strategy>> MakeBaseStrategy(std::string_view name,
+                                                   const StrategyOptions& options) {
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "fedavg") return std::unique_ptr<Strategy>(std::make_unique<FedAvg>());
@@ -100,6 +104,15 @@ Result<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name,
   }
   return Status::InvalidArgument("unknown strategy \"" + std::string(name) +
                                  "\"; known strategies: " + known);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name,
+                                               const StrategyOptions& options) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, MakeBaseStrategy(name, options));
+  if (!options.dp.central) return strategy;
+  return CentralDpAggregation::Wrap(std::move(strategy), options.dp);
 }
 
 }  // namespace fedmesh

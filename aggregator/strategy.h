@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,59 @@ struct ClientUpdate {
   friend bool operator==(const ClientUpdate&, const ClientUpdate&) = default;
 };
 
+// Central differential privacy (DP-FedAvg, McMahan et al. 2018; aggregator/dp_aggregation.h):
+// the aggregator clips each client's update (its change to the global model) to L2 norm
+// `clip`, sums them, adds Gaussian noise of standard deviation noise_multiplier * clip to
+// the sum and divides by expected_clients; the configured strategy then applies that noised
+// mean (fedavg: as the new model; a server optimiser: as its delta). An RDP accountant
+// reports epsilon at `delta` after every round and stops the federation before a round
+// that would exceed epsilon_budget. Config: the [dp] table.
+struct DpOptions {
+  // Off by default: no clipping, no noise, no accounting.
+  bool central = false;
+  // Initial L2 bound of each update (the whole bound when adaptive_clip is off). > 0.
+  // Default: 1.0.
+  double clip = 1.0;
+  // z: the sum's noise standard deviation is z * clip. >= 0 (0: clipping only, and an
+  // infinite epsilon). Default: 1.0.
+  double noise_multiplier = 1.0;
+  // Adaptive clipping (Andrew et al. 2021): after each round the bound moves geometrically
+  // towards the target_quantile of the update norms, clip <- clip * exp(-clip_lr * (b - q))
+  // where b is the noised fraction of updates that were not clipped. Its count noise
+  // (sigma_b = expected_clients / 20) is paid for out of the same budget, so the update
+  // noise multiplier becomes (z^-2 - (2 sigma_b)^-2)^(-1/2): z must be < expected_clients
+  // / 10. Defaults: off, 0.5, 0.2.
+  bool adaptive_clip = false;
+  double target_quantile = 0.5;
+  double clip_lr = 0.2;
+  // The delta epsilon is reported for, in (0, 1). Default: 1e-5.
+  double delta = 1e-5;
+  // Stop before a round that would take epsilon above this; 0 = no budget. Default: 0.
+  double epsilon_budget = 0;
+  // m: the clients expected per round; the noised sum is divided by it whatever number
+  // answered (a data-independent denominator). Required > 0 when central; the aggregator
+  // and the simulator set it from clients_per_round.
+  uint32_t expected_clients = 0;
+  // Clients the round samples from: the accountant's sampling rate is q = expected_clients
+  // / population (the engine samples without replacement; the accountant assumes Poisson
+  // sampling at that rate, the usual approximation). 0 = expected_clients (q = 1, every
+  // site in every round, the cross-silo case). Default: 0.
+  uint64_t population = 0;
+  // The noise's ChaCha20 key: nullopt = the OS CSPRNG (always, on a real aggregator); a
+  // seed only in simulations, for reproducible runs.
+  std::optional<uint64_t> noise_seed;
+};
+
+// What a differentially private strategy has spent after the rounds it aggregated.
+struct PrivacyReport {
+  uint64_t rounds = 0;           // rounds aggregated (composed by the accountant)
+  double epsilon = 0;            // at `delta`; +inf with noise_multiplier 0
+  double delta = 0;
+  double clip_norm = 0;          // the bound the next round will use
+  double noise_multiplier = 0;   // z of the whole mechanism
+  double sampling_rate = 0;      // q
+};
+
 // Settings every strategy factory understands; a strategy ignores those it does not use.
 // Config: [rounds] prox_mu and the [strategy] table (node/config/strategy_config.h).
 struct StrategyOptions {
@@ -40,9 +94,10 @@ struct StrategyOptions {
 
   // ---- Server optimisers (aggregator/server_optimizer.h) on the pseudo-gradient
   // delta = (example-weighted mean of the clients' models) - global.
-  // Server step size eta. 0 = the strategy's default: 1.0 for fedavgm (with momentum 0 it
-  // is exactly FedAvg), 0.01 for fedadam, fedyogi and fedadagrad (Reddi et al. 2021 find
-  // 10^-2 .. 10^-1.5 best with tau = 1e-3). Must be finite and >= 0.
+  // Server step size eta. 0 = the strategy's default: 1 - server_momentum for fedavgm (a
+  // steady-state step eta / (1 - beta) of 1, FedAvg's; with momentum 0 it is exactly
+  // FedAvg), 0.01 for fedadam, fedyogi and fedadagrad (Reddi et al. 2021 find 10^-2 ..
+  // 10^-1.5 best with tau = 1e-3). Must be finite and >= 0.
   double server_lr = 0.0;
   // fedavgm's server momentum beta (Hsu et al. 2019): v <- beta v + delta,
   // w <- w + eta v. In [0, 1). Default: 0.9.
@@ -64,6 +119,9 @@ struct StrategyOptions {
   double byzantine_fraction = 0.2;
   // multikrum: how many of the best-scored updates are averaged; 0 = n - f. Default: 0.
   uint32_t multikrum_select = 0;
+
+  // Central differential privacy around the strategy (off by default).
+  DpOptions dp = {};
 };
 
 class Strategy {
@@ -81,6 +139,12 @@ class Strategy {
 
   // The proximal coefficient nodes must apply (FitTask::prox_mu); 0 = plain local SGD.
   virtual double prox_mu() const { return 0.0; }
+
+  // Privacy spent so far when the strategy is differentially private; nullopt otherwise.
+  virtual std::optional<PrivacyReport> privacy() const { return std::nullopt; }
+  // OK when another round may run; otherwise why not (a privacy budget that the next round
+  // would exceed). The engine then finishes the federation with that reason.
+  virtual Status CanRunAnotherRound() const { return Status::OK(); }
 
   // State carried from round to round (a server optimiser's moments), flattened, for the
   // aggregator store to commit with each global model; empty for stateless strategies.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The fedmesh-sim experiments of issues 5 and 6 (see bench/RESULTS.md): each runs
+# The fedmesh-sim experiments of issues 5, 6 and 8 (see bench/RESULTS.md): each runs
 # build/bin/fedmesh-sim and prints one markdown table row: final and best test accuracy,
 # bytes sent (clients up, and all bytes), simulated and wall time.
 # Usage: bench/sim_experiments.sh [table...]   tables: gossip16 choco strategies
-#        compression dropout baselines byzantine (default: all but byzantine). Env: THREADS=2, ROUNDS=50, OUT=dir.
+#        compression dropout baselines byzantine serveropt dp (default: all but the last three). Env: THREADS=2, ROUNDS=50, OUT=dir.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 sim="$root/build/bin/fedmesh-sim"
@@ -99,6 +99,34 @@ for t in "${tables[@]}"; do
       header "100 clients, Dirichlet(0.5), FedAvg, 20% Byzantine (sign flip x10)"
       run fedavg-clean --config "$root/examples/sim/fedavg.toml" "${common[@]}"
       run fedavg-byz0.2 --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set faults.byzantine=0.2
+      for s in median trimmed_mean krum multikrum; do
+        run "$s-byz0.2" --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set faults.byzantine=0.2 \
+            --set sim.strategy=$s --set strategy.trim_fraction=0.2 --set strategy.byzantine_fraction=0.2
+      done
+      run median-clean --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.strategy=median
+      ;;
+    serveropt)  # issue 8: server optimisers against FedAvg, same clients and local work
+      header "100 clients, Dirichlet(0.5), server optimisers (10 per round, 5 epochs)"
+      run fedavg --config "$root/examples/sim/fedavg.toml" "${common[@]}"
+      run fedavgm-lr1-m0.9 --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.strategy=fedavgm --set strategy.server_lr=1
+      run fedavgm-default-lr0.1-m0.9 --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.strategy=fedavgm
+      run fedavgm-lr0.3-m0.9 --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.strategy=fedavgm --set strategy.server_lr=0.3
+      for s in fedadam fedyogi fedadagrad; do
+        for lr in 0.01 0.03; do
+          run "$s-lr$lr" --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.strategy=$s --set strategy.server_lr=$lr
+        done
+      done
+      ;;
+    dp)  # issue 8: central DP-FedAvg, 1000 clients, 100 per round (q = 0.1), delta 1e-5
+      header "1000 clients, Dirichlet(0.5), 100 per round, 1 epoch: central DP (clip 1, epsilon at delta 1e-5 in the jsonl)"
+      d=(--config "$root/examples/sim/fedavg.toml" "${common[@]}" --set sim.clients=1000 --set sim.clients_per_round=100
+         --set train.epochs=1)
+      run dp-off "${d[@]}"
+      for z in 0.5 1.0; do
+        run "dp-z$z-clip1" "${d[@]}" --set dp.mode=central --set dp.noise_multiplier=$z --set dp.clip=1
+      done
+      run dp-z1.0-adaptive "${d[@]}" --set dp.mode=central --set dp.noise_multiplier=1.0 --set dp.clip=1 \
+          --set dp.adaptive_clip=true
       ;;
     *) echo "unknown table $t" >&2; exit 2 ;;
   esac

@@ -367,6 +367,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               m.bytes_down = bytes_down_;
               m.bytes_down_raw = bytes_down_raw_;
               m.wall_s = c.metrics.duration_s;
+              if (c.metrics.privacy) m.epsilon = c.metrics.privacy->epsilon;
               Status st = store_->CloseRound(c.round, c.model_version, c.global, m, c.strategy_state);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
               open_round_.reset();
@@ -384,7 +385,10 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
             [&](RoundEngine::Finished& f) -> Status {
               finished_ = true;
               finish_status_ = f.status;
-              if (f.status.ok()) {
+              if (f.status.ok() && !f.stopped_early.empty()) {
+                spdlog::warn("federation stopped after {} rounds: {}", f.rounds_completed,
+                             f.stopped_early);
+              } else if (f.status.ok()) {
                 spdlog::info("federation finished: {} rounds", f.rounds_completed);
               } else {
                 spdlog::error("federation failed after {} rounds: {}", f.rounds_completed,
@@ -419,6 +423,9 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
       .Add("bytes_down_raw", static_cast<int64_t>(m.bytes_down_raw))
       .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
       .Add("wall_s", m.wall_s);
+  if (const auto& p = c.metrics.privacy) {
+    line.Add("epsilon", p->epsilon).Add("delta", p->delta).Add("clip_norm", p->clip_norm);
+  }
   return AppendJsonLine(config_.metrics_path, line);
 }
 

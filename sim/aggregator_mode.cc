@@ -130,7 +130,7 @@ Status AggregatorSim::Init() {
   eo.momentum = o_.trainer.sgd.momentum;
   eo.update_codec = o_.codec;
   eo.downlink_codec = o_.downlink;
-  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, o_.strategy_options));
+  FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, StrategyOptionsFor(o_)));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
   ClientStateStoreOptions so_state;
   so_state.memory_budget_bytes = static_cast<size_t>(o_.state_memory_mb) << 20;
@@ -139,7 +139,10 @@ Status AggregatorSim::Init() {
   Evaluator evaluator = [this](std::span<const float> global) {
     // The round being closed is the engine's current one.
     EvalResult r{std::nan(""), std::nan("")};
-    if (!IsEvalRound(o_, engine_->round())) return r;
+    // A privacy budget that ends the run here makes this the last round: evaluate it.
+    if (!IsEvalRound(o_, engine_->round()) && engine_->strategy().CanRunAnotherRound().ok()) {
+      return r;
+    }
     auto e = Evaluate(ctx_, global);
     if (!e.ok()) {
       Fail(e.status());
@@ -210,6 +213,7 @@ void AggregatorSim::Handle(Outputs outputs) {
     } else if (auto* fin = std::get_if<RoundEngine::Finished>(&out)) {
       finished_ = true;
       if (!fin->status.ok()) Fail(fin->status.WithContext("the federation failed"));
+      ctx_.stopped_early = fin->stopped_early;
     }
   }
 }
@@ -362,6 +366,10 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   if (closed.metrics.test_accuracy && std::isfinite(*closed.metrics.test_accuracy)) {
     m.test_accuracy = closed.metrics.test_accuracy;
     m.test_loss = closed.metrics.test_loss;
+  }
+  if (closed.metrics.privacy) {
+    m.epsilon = closed.metrics.privacy->epsilon;
+    m.clip_norm = closed.metrics.privacy->clip_norm;
   }
   m.participants = closed.metrics.received;
   m.dropped = closed.metrics.selected - std::min(closed.metrics.selected, closed.metrics.received);

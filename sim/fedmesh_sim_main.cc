@@ -47,6 +47,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fedmesh-sim: %s\n", report.status().ToString().c_str());
     return report.status().code() == fedmesh::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  if (!report->stopped_early.empty()) {
+    std::fprintf(stderr, "fedmesh-sim: stopped after %zu rounds: %s\n", report->rounds.size(),
+                 report->stopped_early.c_str());
+  }
+  if (report->rounds.empty()) return 0;
   const auto& last = report->rounds.back();
   std::fprintf(stderr,
                "fedmesh-sim: done: %zu rounds, final test accuracy %s, %llu client updates in "

@@ -166,7 +166,8 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   o.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
   o.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
-  ReadStrategyOptions(v, &o.strategy_options);
+  ReadStrategyOptions(v, static_cast<uint32_t>(v.GetInt("sim", "clients_per_round")),
+                      &o.strategy_options);
   o.min_clients = static_cast<uint32_t>(v.GetInt("rounds", "min_clients"));
   o.round_timeout_s = v.GetFloat("rounds", "timeout_s");
   o.downlink = v.GetString("rounds", "downlink");

@@ -35,6 +35,7 @@ struct SimContext {
   // Called once per round, in order; writes the metrics line and the progress line.
   std::function<Status(const SimRoundMetrics&)> report;
   uint64_t client_updates = 0;    // local trainings run (modes add to it)
+  std::string stopped_early = {}; // why an aggregator run ended before its last round
 };
 
 Result<std::vector<float>> RunAggregatorMode(SimContext& ctx);

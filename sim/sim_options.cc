@@ -67,6 +67,14 @@ Result<CrashEvent> ParseCrashEvent(std::string_view text) {
   return e;
 }
 
+StrategyOptions StrategyOptionsFor(const SimOptions& o) {
+  StrategyOptions s = o.strategy_options;
+  if (s.dp.expected_clients == 0) s.dp.expected_clients = o.clients_per_round;
+  if (s.dp.population == 0) s.dp.population = o.clients;
+  if (!s.dp.noise_seed) s.dp.noise_seed = o.seed;
+  return s;
+}
+
 Result<AveragingOptions> AveragingOptionsFor(const SimOptions& o) {
   AveragingOptions a;
   FM_ASSIGN_OR_RETURN(a.protocol, ParseGossipProtocol(o.protocol));
@@ -99,7 +107,7 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
   if (o.mode == SimMode::kAggregator) {
-    FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, o.strategy_options).status());
+    FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, StrategyOptionsFor(o)).status());
     if (o.min_clients > o.clients_per_round) {
       return bad("min_clients must be <= clients_per_round (" +
                  std::to_string(o.clients_per_round) + "), got " + std::to_string(o.min_clients));

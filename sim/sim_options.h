@@ -123,5 +123,10 @@ Status Validate(const SimOptions& options);
 // The gossip averaging settings of `options` (protocol, topology, fanout, codec, choco
 // gamma); InvalidArgument for an unknown protocol or topology. Not yet Validate'd.
 Result<AveragingOptions> AveragingOptionsFor(const SimOptions& options);
+// The aggregator mode's strategy options: strategy_options with [dp]'s expected_clients and
+// population (when 0) set to clients_per_round and clients (sampling rate q =
+// clients_per_round / clients) and, for reproducible runs, its noise keyed from the seed (a
+// real aggregator draws its key from the OS).
+StrategyOptions StrategyOptionsFor(const SimOptions& options);
 
 }  // namespace fedmesh

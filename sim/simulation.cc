@@ -30,6 +30,8 @@ JsonLine SimRoundMetrics::ToJson() const {
       .Add("bytes_up", static_cast<int64_t>(bytes_up))
       .Add("bytes_down", static_cast<int64_t>(bytes_down));
   if (consensus_distance) j.Add("consensus_distance", *consensus_distance);
+  if (epsilon) j.Add("epsilon", *epsilon);
+  if (clip_norm) j.Add("clip_norm", *clip_norm);
   return j;
 }
 
@@ -167,6 +169,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   FM_RETURN_IF_ERROR(final_model.status());
   report.final_model = std::move(*final_model);
   report.client_updates = ctx.client_updates;
+  report.stopped_early = ctx.stopped_early;
   report.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.peak_rss_bytes = PeakRssBytes();
   return report;

@@ -37,6 +37,8 @@ struct SimRoundMetrics {
   uint64_t bytes_up = 0;                   // encoded bytes clients sent this round
   uint64_t bytes_down = 0;                 // encoded bytes clients received this round
   std::optional<double> consensus_distance;  // gossip: mean ||x_i - mean x||^2
+  std::optional<double> epsilon;           // [dp] central: privacy spent after this round
+  std::optional<double> clip_norm;         // [dp] central: the clip bound of the next round
   JsonLine ToJson() const;                 // one line, fixed field order
 };
 
@@ -47,6 +49,8 @@ struct SimReport {
   double wall_seconds = 0.0;
   uint64_t client_updates = 0;     // local trainings run
   uint64_t peak_rss_bytes = 0;     // of this process at the end (VmHWM)
+  // Why the run ended before options.rounds (a [dp] epsilon_budget); empty otherwise.
+  std::string stopped_early;
 };
 
 // Runs `options` (Validate first). `progress` gets one human-readable line per round (may

@@ -81,6 +81,7 @@ ALTER TABLE round_metrics ADD COLUMN bytes_down_raw INTEGER NOT NULL DEFAULT 0;
 )sql",
       // v3: the strategy's state (a server optimiser's moments) committed with each model.
       R"sql(
+ALTER TABLE round_metrics ADD COLUMN epsilon REAL;
 CREATE TABLE strategy_state (
   model_version INTEGER PRIMARY KEY REFERENCES models (version),
   num_values    INTEGER NOT NULL CHECK (num_values >= 0),
@@ -385,11 +386,11 @@ Status AggregatorStore::CloseRound(uint64_t round, uint64_t new_model_version,
     {
       FM_ASSIGN_OR_RETURN(
           Statement m, db_->Prepare("INSERT INTO round_metrics (round, test_accuracy, test_loss, "
-                                    "bytes_up, bytes_down, wall_s, bytes_up_raw, bytes_down_raw) "
-                                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+                                    "bytes_up, bytes_down, wall_s, bytes_up_raw, bytes_down_raw, "
+                                    "epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
       FM_RETURN_IF_ERROR(m.BindAll(round, metrics.test_accuracy, metrics.test_loss,
                                    metrics.bytes_up, metrics.bytes_down, metrics.wall_s,
-                                   metrics.bytes_up_raw, metrics.bytes_down_raw));
+                                   metrics.bytes_up_raw, metrics.bytes_down_raw, metrics.epsilon));
       FM_RETURN_IF_ERROR(m.Run());
     }
     // The blobs are freed (their pages go to SQLite's free list and hold the next round's
@@ -526,7 +527,7 @@ Result<std::vector<RoundMetrics>> AggregatorStore::Metrics() {
             "(SELECT count(*) FROM round_selection s WHERE s.round = r.round), "
             "(SELECT count(*) FROM updates u WHERE u.round = r.round), "
             "(SELECT coalesce(sum(j.count), 0) FROM rejections j WHERE j.round = r.round), "
-            "m.bytes_up, m.bytes_down, m.wall_s, m.bytes_up_raw, m.bytes_down_raw "
+            "m.bytes_up, m.bytes_down, m.wall_s, m.bytes_up_raw, m.bytes_down_raw, m.epsilon "
             "FROM rounds r JOIN round_metrics m ON m.round = r.round "
             "WHERE r.state = 'closed' ORDER BY r.round"));
     for (;;) {
@@ -546,6 +547,7 @@ Result<std::vector<RoundMetrics>> AggregatorStore::Metrics() {
       m.wall_s = q.ColumnDouble(10);
       m.bytes_up_raw = static_cast<uint64_t>(q.ColumnInt64(11));
       m.bytes_down_raw = static_cast<uint64_t>(q.ColumnInt64(12));
+      m.epsilon = NullableDouble(q, 13);
       out.push_back(m);
     }
     return Status::OK();

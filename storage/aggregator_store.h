@@ -47,7 +47,7 @@ struct OpenRoundState {
 };
 
 // What one closed round produced. On input to CloseRound only test_accuracy, test_loss,
-// bytes_up, bytes_down, bytes_up_raw, bytes_down_raw and wall_s are read: the other fields are facts the store keeps
+// bytes_up, bytes_down, bytes_up_raw, bytes_down_raw, wall_s and epsilon are read: the other fields are facts the store keeps
 // itself and fills in on output (see Metrics()).
 struct RoundMetrics {
   uint64_t round = 0;
@@ -65,6 +65,7 @@ struct RoundMetrics {
   uint64_t bytes_up_raw = 0;
   uint64_t bytes_down_raw = 0;
   double wall_s = 0;
+  double epsilon = std::numeric_limits<double>::quiet_NaN();  // NaN: not a private round
 };
 
 struct NodeRecord {

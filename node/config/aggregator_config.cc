@@ -106,7 +106,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
 
   c.strategy = v.GetString("rounds", "strategy");
   c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
-  ReadStrategyOptions(v, &c.strategy_options);
+  ReadStrategyOptions(v, static_cast<uint32_t>(r.clients_per_round), &c.strategy_options);
   c.model.name = v.GetString("model", "name");
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");

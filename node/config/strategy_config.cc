@@ -7,7 +7,7 @@ std::vector<ConfigKey> StrategyConfigKeys() {
   return {
       FloatKey("strategy", "server_lr", d.server_lr,
                "fedavgm, fedadam, fedyogi, fedadagrad: server step size; 0 = the strategy's "
-               "default (1.0 for fedavgm, 0.01 for the adaptive ones)")
+               "default (1 - server_momentum for fedavgm, 0.01 for the adaptive ones)")
           .Min(0),
       FloatKey("strategy", "server_momentum", d.server_momentum, "fedavgm: server momentum beta")
           .Min(0)
@@ -32,10 +32,37 @@ std::vector<ConfigKey> StrategyConfigKeys() {
              "multikrum: updates averaged; 0 = n - f")
           .Min(0)
           .Max(1000000),
+      StringKey("dp", "mode", "off",
+                "Differential privacy: off, or central (the aggregator clips every update and "
+                "adds Gaussian noise to their sum)")
+          .Choices({"off", "central"}),
+      FloatKey("dp", "clip", d.dp.clip, "L2 bound of each update's change to the model (initial "
+                                        "bound with adaptive_clip)")
+          .Min(0, true),
+      FloatKey("dp", "noise_multiplier", d.dp.noise_multiplier,
+               "z: the noise added to the sum has standard deviation z * clip")
+          .Min(0),
+      BoolKey("dp", "adaptive_clip", d.dp.adaptive_clip,
+              "Move the bound towards target_quantile of the update norms each round "
+              "(needs noise_multiplier < clients_per_round / 10)"),
+      FloatKey("dp", "target_quantile", d.dp.target_quantile,
+               "adaptive_clip: the fraction of updates meant to fit under the bound")
+          .Min(0, true)
+          .Max(1, true),
+      FloatKey("dp", "clip_lr", d.dp.clip_lr, "adaptive_clip: geometric step of the bound").Min(0, true),
+      FloatKey("dp", "delta", d.dp.delta, "The delta epsilon is reported for").Min(0, true).Max(1, true),
+      FloatKey("dp", "epsilon_budget", d.dp.epsilon_budget,
+               "Stop before a round that would take epsilon above this; 0 = no budget")
+          .Min(0),
+      IntKey("dp", "population", 0,
+             "Clients rounds sample from (sampling rate = clients_per_round / population); "
+             "0 = fedmesh-aggregator: clients_per_round (q = 1, the cautious bound), "
+             "fedmesh-sim: [sim] clients")
+          .Min(0),
   };
 }
 
-void ReadStrategyOptions(const ConfigValues& v, StrategyOptions* o) {
+void ReadStrategyOptions(const ConfigValues& v, uint32_t expected_clients, StrategyOptions* o) {
   o->server_lr = v.GetFloat("strategy", "server_lr");
   o->server_momentum = v.GetFloat("strategy", "server_momentum");
   o->beta1 = v.GetFloat("strategy", "beta1");
@@ -44,6 +71,17 @@ void ReadStrategyOptions(const ConfigValues& v, StrategyOptions* o) {
   o->trim_fraction = v.GetFloat("strategy", "trim_fraction");
   o->byzantine_fraction = v.GetFloat("strategy", "byzantine_fraction");
   o->multikrum_select = static_cast<uint32_t>(v.GetInt("strategy", "multikrum_select"));
+  DpOptions& dp = o->dp;
+  dp.central = v.GetString("dp", "mode") == "central";
+  dp.clip = v.GetFloat("dp", "clip");
+  dp.noise_multiplier = v.GetFloat("dp", "noise_multiplier");
+  dp.adaptive_clip = v.GetBool("dp", "adaptive_clip");
+  dp.target_quantile = v.GetFloat("dp", "target_quantile");
+  dp.clip_lr = v.GetFloat("dp", "clip_lr");
+  dp.delta = v.GetFloat("dp", "delta");
+  dp.epsilon_budget = v.GetFloat("dp", "epsilon_budget");
+  dp.population = static_cast<uint64_t>(v.GetInt("dp", "population"));
+  dp.expected_clients = expected_clients;
 }
 
 Result<std::unique_ptr<Strategy>> MakeConfiguredStrategy(const std::string& name,
@@ -63,6 +101,10 @@ Result<std::unique_ptr<Strategy>> MakeConfiguredStrategy(const std::string& name
                          {"tau", "strategy", "tau"},
                          {"trim_fraction", "strategy", "trim_fraction"},
                          {"byzantine_fraction", "strategy", "byzantine_fraction"},
+                         {"dp: population", "dp", "population"},
+                         {"dp: adaptive_clip", "dp", "noise_multiplier"},
+                         {"dp: noise_multiplier", "dp", "noise_multiplier"},
+                         {"dp: central DP hands", "rounds", "strategy"},
                          strategy_key});
 }
 

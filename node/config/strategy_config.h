@@ -14,10 +14,12 @@
 
 namespace fedmesh {
 
-// The [strategy] keys, with StrategyOptions' defaults and ranges.
+// The [strategy] and [dp] keys, with StrategyOptions' defaults and ranges.
 std::vector<ConfigKey> StrategyConfigKeys();
-// Fills every StrategyOptions field but prox_mu from the [strategy] keys.
-void ReadStrategyOptions(const ConfigValues& values, StrategyOptions* options);
+// Fills every StrategyOptions field but prox_mu from the [strategy] and [dp] keys;
+// `expected_clients` (clients_per_round) becomes dp.expected_clients.
+void ReadStrategyOptions(const ConfigValues& values, uint32_t expected_clients,
+                         StrategyOptions* options);
 // Builds the strategy `name` with `options`; MakeStrategy's errors are attributed to the
 // config key that caused them ([strategy] server_lr, ..., or `strategy_key` for the name,
 // `prox_mu_key` for mu).

@@ -20,6 +20,7 @@
 #include "core/codec/payload.h"
 #include "core/env.h"
 #include "core/wire/wire_codec.h"
+#include "crypto/dp/rdp_accountant.h"
 
 namespace fedmesh {
 namespace {
@@ -958,6 +959,43 @@ TEST(RoundEngineRestoreTest, ServerMomentumCarriesAcrossARestart) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("restored state"));
   EXPECT_THAT(bad.status().message(), HasSubstr("does not fit a model of 2"));
+}
+
+// Issue 8: a private strategy's epsilon is in every round's metrics, and the engine ends the
+// federation (OK, with the reason) before the round that would exceed the budget.
+TEST(RoundEngineTest, PrivacyBudgetEndsTheFederationEarly) {
+  auto reference = RdpAccountant::Create().value();
+  std::vector<double> eps;
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(reference.Compose(1.0, 2.0).ok());
+    eps.push_back(reference.Epsilon(1e-5)->epsilon);
+  }
+  StrategyOptions so;
+  so.dp.central = true;
+  so.dp.noise_multiplier = 2.0;
+  so.dp.expected_clients = 2;
+  so.dp.epsilon_budget = (eps[1] + eps[2]) / 2;
+  RoundEngineOptions o = WaitFor(2, TestOptions());
+  o.total_rounds = 10;
+  Harness h(o, {0.0f, 0.0f}, 1, MakeStrategy("fedavg", so).value());
+  h.Register("a", 10, 0.5f);
+  h.Register("b", 10, 0.5f);
+  for (int r = 0; r < 2; ++r) {
+    h.Answer("a");
+    h.Answer("b");
+  }
+  auto closed = h.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(closed[r].metrics.privacy.has_value());
+    EXPECT_DOUBLE_EQ(closed[r].metrics.privacy->epsilon, eps[r]);
+  }
+  auto finished = h.Events<RoundEngine::Finished>();
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_TRUE(finished[0].status.ok());
+  EXPECT_EQ(finished[0].rounds_completed, 2u);
+  EXPECT_THAT(finished[0].stopped_early, HasSubstr("privacy budget"));
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kFinished);
 }
 
 TEST(RoundEngineRestoreTest, RejectsAnInconsistentState) {

@@ -77,7 +77,7 @@ TEST(ServerOptimizer, DefaultStepSizes) {
   auto m = ServerOptimizer::Create(ServerOptimizerKind::kMomentum, {});
   auto a = ServerOptimizer::Create(ServerOptimizerKind::kAdam, {});
   ASSERT_TRUE(m.ok() && a.ok());
-  EXPECT_EQ((*m)->server_lr(), 1.0);
+  EXPECT_NEAR((*m)->server_lr(), 0.1, 1e-15);  // 1 - momentum 0.9
   EXPECT_EQ((*a)->server_lr(), 0.01);
 }
 

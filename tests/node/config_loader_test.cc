@@ -519,6 +519,53 @@ multikrum_select = 4
   EXPECT_THAT(name.status().message(), HasSubstr("[rounds] strategy"));
 }
 
+// Issue 8: the [dp] table reaches DpOptions (expected_clients from clients_per_round), and
+// DP settings the strategy refuses name the key to change.
+TEST(ConfigAggregator, DpTableFillsTheOptionsAndBadSettingsNameTheKey) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"([federation]
+id = "f"
+[rounds]
+clients_per_round = 40
+[dp]
+mode = "central"
+clip = 0.5
+noise_multiplier = 1.2
+delta = 1e-6
+epsilon_budget = 8
+population = 400
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const DpOptions& dp = r->strategy_options.dp;
+  EXPECT_TRUE(dp.central);
+  EXPECT_DOUBLE_EQ(dp.clip, 0.5);
+  EXPECT_DOUBLE_EQ(dp.noise_multiplier, 1.2);
+  EXPECT_DOUBLE_EQ(dp.delta, 1e-6);
+  EXPECT_DOUBLE_EQ(dp.epsilon_budget, 8);
+  EXPECT_EQ(dp.population, 400u);
+  EXPECT_EQ(dp.expected_clients, 40u);
+  EXPECT_FALSE(dp.noise_seed.has_value()) << "a real aggregator's noise is never seeded";
+  auto off = LoadAggregatorConfig(path, {"dp.mode=off"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->strategy_options.dp.central);
+
+  auto mode = LoadAggregatorConfig(path, {"dp.mode=local"});
+  ASSERT_FALSE(mode.ok());
+  EXPECT_THAT(mode.status().message(), HasSubstr("[dp] mode"));
+  auto adaptive = LoadAggregatorConfig(path, {"dp.adaptive_clip=true", "dp.noise_multiplier=5"});
+  ASSERT_FALSE(adaptive.ok());
+  EXPECT_THAT(adaptive.status().message(), HasSubstr("[dp] noise_multiplier"));
+  EXPECT_THAT(adaptive.status().message(), HasSubstr("adaptive_clip needs"));
+  auto population = LoadAggregatorConfig(path, {"dp.population=10"});
+  ASSERT_FALSE(population.ok());
+  EXPECT_THAT(population.status().message(), HasSubstr("[dp] population"));
+  auto robust = LoadAggregatorConfig(path, {"rounds.strategy=median"});
+  ASSERT_FALSE(robust.ok());
+  EXPECT_THAT(robust.status().message(), HasSubstr("[rounds] strategy"));
+  EXPECT_THAT(robust.status().message(), HasSubstr("nothing to choose from"));
+}
+
 // Issue 4: [codec] keys are parsed into canonical chains, and a bad chain names its key.
 TEST(ConfigCodec, ChainsAreCanonicalAndBadOnesNameTheKey) {
   TempDir dir;

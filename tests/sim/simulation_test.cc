@@ -2,6 +2,7 @@
 // faults, and the issue-6 accuracy target for 100 clients.
 #include "sim/simulation.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/data/data_source.h"
+#include "crypto/dp/rdp_accountant.h"
 #include "sim/sim_config.h"
 
 namespace fedmesh {
@@ -262,6 +264,39 @@ TEST(Simulation, RobustStrategiesResistSignFlippingClients) {
     EXPECT_GT(worst(*r), single ? 0.55 : 0.65) << name;
     EXPECT_GT(*r->rounds.back().test_accuracy, single ? 0.6 : 0.75) << name;
   }
+}
+
+// Issue 8: central DP in the simulator: every round reports the accountant's epsilon for
+// q = clients_per_round / clients, the run stops before the round that would exceed the
+// budget (and evaluates the round it stopped at), and the seeded noise replays exactly.
+TEST(Simulation, CentralDpReportsEpsilonAndStopsAtTheBudget) {
+  REQUIRE_DATA();
+  auto reference = RdpAccountant::Create().value();
+  std::vector<double> eps;
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(reference.Compose(5.0 / 20.0, 1.0).ok());
+    eps.push_back(reference.Epsilon(1e-5)->epsilon);
+  }
+  SimOptions o = Small();
+  o.rounds = 6;
+  o.eval_every = 5;
+  o.strategy_options.dp.central = true;
+  o.strategy_options.dp.noise_multiplier = 1.0;
+  o.strategy_options.dp.clip = 1.0;
+  o.strategy_options.dp.epsilon_budget = (eps[2] + eps[3]) / 2;
+  auto a = RunSimulation(o);
+  auto b = RunSimulation(o);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  ASSERT_EQ(a->rounds.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(a->rounds[r].epsilon.has_value());
+    EXPECT_DOUBLE_EQ(*a->rounds[r].epsilon, eps[r]);
+    EXPECT_EQ(*a->rounds[r].clip_norm, 1.0);
+  }
+  EXPECT_TRUE(a->rounds.back().test_accuracy.has_value());
+  EXPECT_THAT(a->stopped_early, ::testing::HasSubstr("privacy budget"));
+  EXPECT_EQ(a->final_model, b->final_model);
+  EXPECT_NE(a->rounds.back().ToJson().str().find("\"epsilon\":"), std::string::npos);
 }
 
 TEST(Simulation, GossipModeConvergesWithConsensusDistance) {

@@ -419,6 +419,7 @@ TEST_F(AggregatorStoreTest, CloseRoundSavesModelDropsUpdateBlobsAndStoresMetrics
   in.bytes_up_raw = 800000;
   in.bytes_down_raw = 7123;
   in.wall_s = 2.25;
+  in.epsilon = 1.5;
   in.received = 999;  // store-kept fields are ignored on input
   Status s = store->CloseRound(1, 1, Params(100, 128), in);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -450,6 +451,7 @@ TEST_F(AggregatorStoreTest, CloseRoundSavesModelDropsUpdateBlobsAndStoresMetrics
   EXPECT_EQ(m.bytes_up_raw, 800000u);
   EXPECT_EQ(m.bytes_down_raw, 7123u);
   EXPECT_EQ(m.wall_s, 2.25);
+  EXPECT_EQ(m.epsilon, 1.5);
 
   // A late update for the closed round is still counted as a rejection.
   ASSERT_TRUE(store->RecordRejection(1, "c", "late").ok());

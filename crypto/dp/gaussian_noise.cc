@@ -1,0 +1,66 @@
+#include "crypto/dp/gaussian_noise.h"
+
+#include <sodium.h>
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "crypto/sodium.h"
+
+namespace fedmesh {
+
+Result<GaussianNoise> GaussianNoise::Create(std::optional<uint64_t> seed) {
+  FM_RETURN_IF_ERROR(InitSodium());
+  std::array<uint8_t, 32> key{};
+  if (seed) {
+    uint8_t in[8 + 16] = {};
+    for (int i = 0; i < 8; ++i) in[i] = static_cast<uint8_t>(*seed >> (8 * i));
+    std::memcpy(in + 8, "fedmesh-dp-noise", 16);
+    crypto_generichash(key.data(), key.size(), in, sizeof(in), nullptr, 0);
+  } else {
+    randombytes_buf(key.data(), key.size());
+  }
+  return GaussianNoise(key);
+}
+
+GaussianNoise::~GaussianNoise() {
+  sodium_memzero(key_.data(), key_.size());
+  sodium_memzero(buf_.data(), sizeof(buf_));
+}
+
+uint64_t GaussianNoise::NextU64() {
+  if (pos_ == buf_.size()) {
+    // Block i of the stream: nonce 0, block counter i (crypto_stream_chacha20_xor_ic over zeros).
+    uint8_t zeros[64] = {};
+    uint8_t nonce[crypto_stream_chacha20_NONCEBYTES] = {};
+    uint8_t out[64];
+    crypto_stream_chacha20_xor_ic(out, zeros, sizeof(out), nonce, block_++, key_.data());
+    std::memcpy(buf_.data(), out, sizeof(out));
+    sodium_memzero(out, sizeof(out));
+    pos_ = 0;
+  }
+  return buf_[pos_++];
+}
+
+double GaussianNoise::Standard() {
+  if (spare_) {
+    const double s = *spare_;
+    spare_.reset();
+    return s;
+  }
+  // u1 in (0, 1] so log(u1) is finite; u2 in [0, 1).
+  const double u1 = static_cast<double>((NextU64() >> 11) + 1) * 0x1.0p-53;
+  const double u2 = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double t = 2.0 * std::numbers::pi * u2;
+  spare_ = r * std::sin(t);
+  return r * std::cos(t);
+}
+
+void GaussianNoise::Add(std::span<float> x, double stddev) {
+  if (stddev == 0) return;
+  for (float& v : x) v = static_cast<float>(v + stddev * Standard());
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,47 @@
+// GaussianNoise: the randomness of differential privacy, N(0, sigma^2) samples drawn from a
+// ChaCha20 keystream. The key comes from the OS CSPRNG (libsodium) unless a seed is given:
+// noise an observer could predict (a generator seeded from a config value, or Env's
+// xoshiro) could be subtracted again and would protect nothing. A seeded stream is for
+// simulations and tests, where reproducible runs matter more than secrecy.
+// Samples are Box-Muller pairs of 53-bit uniforms. Known limit: this is floating-point
+// Gaussian noise, not a discrete Gaussian; the textbook guarantee holds for real-valued
+// noise, and floating-point artefacts (Mironov 2012) are not defended against here.
+// Thread-safety: one thread at a time (the stream position is state).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace fedmesh {
+
+class GaussianNoise {
+ public:
+  // nullopt: a fresh key from the OS CSPRNG; a seed: the key is BLAKE2b of it (reproducible).
+  // Internal when libsodium cannot start.
+  static Result<GaussianNoise> Create(std::optional<uint64_t> seed = std::nullopt);
+  ~GaussianNoise();
+  GaussianNoise(const GaussianNoise&) = default;
+  GaussianNoise& operator=(const GaussianNoise&) = default;
+
+  // One N(0, 1) sample.
+  double Standard();
+  // Adds N(0, stddev^2) to each element of `x` (stddev 0: unchanged).
+  void Add(std::span<float> x, double stddev);
+
+ private:
+  explicit GaussianNoise(const std::array<uint8_t, 32>& key) : key_(key) {}
+  uint64_t NextU64();
+
+  std::array<uint8_t, 32> key_;
+  uint64_t block_ = 0;              // 64-byte keystream blocks used
+  std::array<uint64_t, 8> buf_{};   // one block of keystream
+  size_t pos_ = 8;                  // next unused word of buf_
+  std::optional<double> spare_;     // the second value of the last Box-Muller pair
+};
+
+}  // namespace fedmesh
