@@ -67,6 +67,15 @@ Status Validate(const RoundEngineOptions& o) {
     return bad("timeout_s", o.timeout_s, "finite and > 0");
   }
   if (o.max_retries < 0) return bad("max_retries", o.max_retries, ">= 0");
+  if (o.mode == RoundMode::kBuffered) {
+    if (o.buffer_size < o.min_clients || o.buffer_size > o.clients_per_round) {
+      return Status::InvalidArgument(
+          "buffer_size (" + Str(o.buffer_size) + ") must be in [min_clients, clients_per_round] = [" +
+          Str(o.min_clients) + ", " + Str(o.clients_per_round) +
+          "]: each selected node adds at most one update to a buffer");
+    }
+    if (o.max_staleness < 0) return bad("max_staleness", o.max_staleness, ">= 0");
+  }
   if (o.local_epochs < 1) return bad("local_epochs", o.local_epochs, ">= 1");
   if (o.batch_size < 1) return bad("batch_size", o.batch_size, ">= 1");
   if (!std::isfinite(o.learning_rate) || o.learning_rate <= 0) {
@@ -367,7 +376,21 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   if (phase_ == Phase::kFinished) {
     return reject(RejectCause::kLate, "update for " + claimed + " after the federation finished");
   }
-  if (r.round < round_) {
+  // A buffered round takes updates trained from earlier models, up to max_staleness.
+  double staleness_weight = 1.0;
+  if (r.round < round_ && buffered()) {
+    const uint64_t tau = round_ - r.round;
+    if (tau > static_cast<uint64_t>(options_.max_staleness)) {
+      return reject(RejectCause::kLate, "update for " + claimed + " is " + Str(tau) +
+                                            " models old; max_staleness is " +
+                                            Str(options_.max_staleness));
+    }
+    if (nodes_[from].task_round != r.round) {
+      return reject(RejectCause::kLate, "update for " + claimed +
+                                            ", a task the node no longer holds (superseded)");
+    }
+    staleness_weight = 1.0 / std::sqrt(1.0 + static_cast<double>(tau));
+  } else if (r.round < round_) {
     return reject(
         RejectCause::kLate,
         "update for " + claimed + ", which has closed; the current round is " + Str(round_));
@@ -425,8 +448,11 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
     return reject(RejectCause::kNonFinite,
                   "update holds " + Str((*params)[i]) + " at index " + Str(i));
   }
-  // The update is the node's change to the global model: its new weights are global + it.
-  for (size_t i = 0; i < global_.size(); ++i) (*params)[i] += global_[i];
+  // The update is the node's change to the global model: its new weights are global + it
+  // (a buffered round's stale change weighted by s(tau)).
+  for (size_t i = 0; i < global_.size(); ++i) {
+    (*params)[i] = static_cast<float>(global_[i] + staleness_weight * (*params)[i]);
+  }
   if (size_t i = FirstNonFinite(*params); i != params->size()) {
     return reject(RejectCause::kNonFinite,
                   "global + update overflows to " + Str((*params)[i]) + " at index " + Str(i));
@@ -435,7 +461,9 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss, *params});
   accepted_.emplace(from, Accepted{ClientUpdate{from, r.num_examples, std::move(*params)},
                                    r.train_loss, r.update.bytes.size()});
-  if (accepted_.size() == selected_.size()) CloseRound(out);
+  nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
+  const size_t full = buffered() ? static_cast<size_t>(options_.buffer_size) : selected_.size();
+  if (accepted_.size() >= full) CloseRound(out);
 }
 
 void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCause cause,
@@ -465,13 +493,17 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   // Partial Fisher-Yates: the first k positions become a uniform sample without
   // replacement. Candidates are sorted first, so the draw depends only on the rng state and
   // the set of connected nodes, not on registration order.
-  const size_t k = std::min(candidates.size(), static_cast<size_t>(options_.clients_per_round));
-  Rng& rng = env_->rng();
-  for (size_t i = 0; i < k; ++i) {
-    const size_t j = i + rng.UniformInt(candidates.size() - i);
-    std::swap(candidates[i], candidates[j]);
+  if (buffered()) {
+    candidates = SelectBuffered(std::move(candidates));
+  } else {
+    const size_t k = std::min(candidates.size(), static_cast<size_t>(options_.clients_per_round));
+    Rng& rng = env_->rng();
+    for (size_t i = 0; i < k; ++i) {
+      const size_t j = i + rng.UniformInt(candidates.size() - i);
+      std::swap(candidates[i], candidates[j]);
+    }
+    candidates.resize(k);
   }
-  candidates.resize(k);
   std::sort(candidates.begin(), candidates.end());
 
   const double now = env_->NowSeconds();
@@ -485,8 +517,27 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   fit_task_ = BuildFitTask();
 
   out.push_back(RoundOpened{round_, attempt_, model_version_, selected_, deadline_s_});
-  for (const std::string& id : selected_) SendFitTask(id, out);
+  for (const std::string& id : selected_) {
+    // Buffered: a node still training on an earlier model keeps its task.
+    if (!buffered() || nodes_[id].task_round == 0) SendFitTask(id, out);
+  }
   out.push_back(SetTimer{deadline_s_});
+}
+
+std::vector<std::string> RoundEngine::SelectBuffered(std::vector<std::string> ids) {
+  std::vector<std::string> busy, idle;
+  for (std::string& id : ids) (nodes_[id].task_round != 0 ? busy : idle).push_back(std::move(id));
+  // Idle nodes fill the places the busy ones leave, drawn like a synchronous selection.
+  const size_t places = static_cast<size_t>(options_.clients_per_round);
+  const size_t k = std::min(idle.size(), places > busy.size() ? places - busy.size() : 0);
+  Rng& rng = env_->rng();
+  for (size_t i = 0; i < k; ++i) {
+    const size_t j = i + rng.UniformInt(idle.size() - i);
+    std::swap(idle[i], idle[j]);
+  }
+  idle.resize(k);
+  busy.insert(busy.end(), idle.begin(), idle.end());
+  return busy;
 }
 
 wire::FitTask RoundEngine::BuildFitTask() const {
@@ -508,6 +559,7 @@ wire::FitTask RoundEngine::BuildFitTask() const {
 
 void RoundEngine::SendFitTask(const std::string& to, std::vector<Output>& out) {
   FM_CHECK(fit_task_.has_value());
+  if (buffered()) nodes_[to].task_round = round_;
   out.push_back(Send{to, wire::Message{OutHeader(), *fit_task_}, deadline_s_});
 }
 
@@ -527,6 +579,8 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
       loss_weight += static_cast<double>(a.update.num_examples);
     }
     updates.push_back(std::move(a.update));
+    // FedBuff averages the (staleness-weighted) changes with equal weights.
+    if (buffered()) updates.back().num_examples = 1;
   }
   std::vector<float> next(global_.size());
   Status s = strategy_->Aggregate(global_, updates, next);

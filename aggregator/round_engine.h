@@ -42,7 +42,25 @@
 
 namespace fedmesh {
 
+// How rounds run. kSynchronous: the rounds described above. kBuffered: FedBuff (Nguyen et
+// al. 2022), asynchronous: each "round" is one buffer of buffer_size updates. Every
+// selected node trains continuously: a node that is still training on an older model stays
+// selected for the next round, and its update counts there with staleness tau = rounds
+// closed since its task, weighted s(tau) = 1 / sqrt(1 + tau); an update staler than
+// max_staleness is refused. The strategy sees each update as global + s(tau) * change with
+// equal weights, so fedavg applies the mean of the K weighted changes (FedBuff's server
+// step with eta = 1; a server optimiser adds its own). A node contributes at most once per
+// buffer and gets its next task when the buffer closes.
+enum class RoundMode { kSynchronous, kBuffered };
+
 struct RoundEngineOptions {
+  // Default: kSynchronous.
+  RoundMode mode = RoundMode::kSynchronous;
+  // kBuffered: updates per buffer (K), in [min_clients, clients_per_round]. Default: 10.
+  int buffer_size = 10;
+  // kBuffered: an update trained from a model more than this many versions behind is
+  // refused (kLate). >= 0. Default: 10.
+  int max_staleness = 10;
   // Federation every message must name in Header::federation_id. Required: no default;
   // printable ASCII without spaces, at most 256 bytes (the wire's id rules).
   std::string federation_id;
@@ -297,6 +315,8 @@ class RoundEngine {
     uint64_t num_examples = 0;
     std::vector<std::string> capabilities;
     bool connected = false;
+    // kBuffered: the round of the FitTask the node is training on; 0 when idle.
+    uint64_t task_round = 0;
   };
   struct Accepted {
     ClientUpdate update;
@@ -322,6 +342,10 @@ class RoundEngine {
   void SendFitTask(const std::string& to, std::vector<Output>& out);
   wire::Header OutHeader();
   bool IsSelected(const std::string& node_id) const;
+  bool buffered() const { return options_.mode == RoundMode::kBuffered; }
+  // kBuffered: the selection of a new buffer from the connected nodes: those still
+  // training stay in it, idle ones are drawn for the remaining places.
+  std::vector<std::string> SelectBuffered(std::vector<std::string> connected_ids);
 
   RoundEngineOptions options_;
   Env* env_;

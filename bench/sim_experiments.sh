@@ -3,10 +3,11 @@
 # build/bin/fedmesh-sim and prints one markdown table row: final and best test accuracy,
 # bytes sent (clients up, and all bytes), simulated and wall time.
 # Usage: bench/sim_experiments.sh [table...]   tables: gossip16 choco strategies
-#        compression dropout baselines byzantine serveropt dp (default: all but the last three). Env: THREADS=2, ROUNDS=50, OUT=dir.
+#        compression dropout baselines byzantine serveropt dp (default: all but the last three).
+#        Env: THREADS=2, ROUNDS=50, OUT=dir, SIM=path of the fedmesh-sim binary.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-sim="$root/build/bin/fedmesh-sim"
+sim="${SIM:-$root/build/bin/fedmesh-sim}"  # SIM=copy: keep rebuilding while it runs
 [[ -x $sim ]] || { echo "build first: scripts/build.sh" >&2; exit 1; }
 out="${OUT:-$root/runs/sim-experiments-$(date -u +%Y%m%d-%H%M%S)}"
 threads="${THREADS:-2}"

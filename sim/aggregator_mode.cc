@@ -123,6 +123,10 @@ Status AggregatorSim::Init() {
   // Later rounds, as on a real aggregator, wait until that many are connected.
   eo.min_available_clients = static_cast<int>(o_.clients_per_round);
   eo.timeout_s = o_.round_timeout_s;
+  eo.mode = o_.round_mode;
+  eo.buffer_size =
+      static_cast<int>(o_.buffer_size > 0 ? o_.buffer_size : (o_.clients_per_round + 1) / 2);
+  eo.max_staleness = static_cast<int>(o_.max_staleness);
   eo.max_retries = 3;
   eo.local_epochs = o_.local_epochs;
   eo.batch_size = o_.trainer.batch_size;

@@ -115,6 +115,15 @@ Status Validate(const SimOptions& o) {
     if (!(o.round_timeout_s > 0) || !Finite(o.round_timeout_s)) {
       return bad("round_timeout_s must be finite and > 0");
     }
+    const uint32_t half = (o.clients_per_round + 1) / 2;
+    const uint32_t min_clients = o.min_clients > 0 ? o.min_clients : half;
+    const uint32_t buffer = o.buffer_size > 0 ? o.buffer_size : half;
+    if (o.round_mode == RoundMode::kBuffered &&
+        (buffer < min_clients || buffer > o.clients_per_round)) {
+      return bad("buffer_size " + std::to_string(buffer) + " must be in [min_clients, "
+                 "clients_per_round] = [" + std::to_string(min_clients) + ", " +
+                 std::to_string(o.clients_per_round) + "]");
+    }
   }
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.codec).status().WithContext("codec"));
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.downlink).status().WithContext("downlink"));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/round_engine.h"
 #include "aggregator/strategy.h"
 #include "core/codec/error_feedback.h"
 #include "core/model_zoo.h"
@@ -84,6 +85,10 @@ struct SimOptions {
   // Fewest answers a round closes with at its deadline; 0 = ceil(0.5 * clients_per_round).
   uint32_t min_clients = 0;
   double round_timeout_s = 600.0;  // virtual seconds from a round's opening to its deadline
+  // kBuffered: FedBuff (aggregator/round_engine.h); buffer_size 0 = min_clients' default.
+  RoundMode round_mode = RoundMode::kSynchronous;
+  uint32_t buffer_size = 0;
+  uint32_t max_staleness = 10;
   std::string codec = "none";      // update chain (aggregator) / payload chain (gossip)
   std::string downlink = "none";   // aggregator: the global model's chain in FitTasks
   codec::ErrorFeedbackOptions error_feedback;

@@ -49,6 +49,18 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("rounds", "max_retries", 3, "Retries of a round that timed out below min_clients")
             .Min(0)
             .Max(1000000),
+        StringKey("rounds", "mode", "sync",
+                  "sync: rounds wait for their selected nodes; buffered: FedBuff, nodes train "
+                  "continuously and every buffer_size updates make a new model")
+            .Choices({"sync", "buffered"}),
+        IntKey("rounds", "buffer_size", 10,
+               "buffered: updates per new model (K), in [min_clients, clients_per_round]")
+            .Min(1)
+            .Max(1000000),
+        IntKey("rounds", "max_staleness", 10,
+               "buffered: refuse updates trained from a model more than this many versions old")
+            .Min(0)
+            .Max(1000000),
         StringKey("rounds", "strategy", "fedavg", "How updates are combined").Choices(strategies),
         FloatKey("rounds", "prox_mu", 0.01, "fedprox: the proximal coefficient mu sent to nodes")
             .Min(0, true),
@@ -97,6 +109,10 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.min_available_clients = static_cast<int>(v.GetInt("rounds", "min_available_clients"));
   r.timeout_s = v.GetFloat("rounds", "timeout_s");
   r.max_retries = static_cast<int>(v.GetInt("rounds", "max_retries"));
+  r.mode = v.GetString("rounds", "mode") == "buffered" ? RoundMode::kBuffered
+                                                       : RoundMode::kSynchronous;
+  r.buffer_size = static_cast<int>(v.GetInt("rounds", "buffer_size"));
+  r.max_staleness = static_cast<int>(v.GetInt("rounds", "max_staleness"));
   r.local_epochs = static_cast<int>(v.GetInt("train", "epochs"));
   r.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   r.learning_rate = v.GetFloat("train", "lr");
@@ -122,6 +138,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
       {"min_clients", "rounds", "min_clients"},
       {"timeout_s", "rounds", "timeout_s"},
       {"max_retries", "rounds", "max_retries"},
+      {"buffer_size", "rounds", "buffer_size"},
+      {"max_staleness", "rounds", "max_staleness"},
       {"local_epochs", "train", "epochs"},
       {"batch_size", "train", "batch"},
       {"learning_rate", "train", "lr"},

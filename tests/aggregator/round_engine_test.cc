@@ -998,6 +998,66 @@ TEST(RoundEngineTest, PrivacyBudgetEndsTheFederationEarly) {
   EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kFinished);
 }
 
+// Issue 8, FedBuff: a buffer closes after buffer_size updates; a node still training on an
+// older model stays selected and its change counts with weight 1 / sqrt(1 + staleness);
+// beyond max_staleness it is refused.
+TEST(RoundEngineTest, BufferedRoundsWeighStaleUpdatesAndRefuseTooStaleOnes) {
+  RoundEngineOptions o = WaitFor(3, TestOptions());
+  o.mode = RoundMode::kBuffered;
+  o.clients_per_round = 3;
+  o.min_clients = 1;
+  o.buffer_size = 2;
+  o.max_staleness = 1;
+  o.total_rounds = 10;
+  Harness h(o, {0.0f});
+  h.Register("a", 10, 1.0f);
+  h.Register("b", 10, 3.0f);
+  h.Register("c", 10, 2.0f);
+  ASSERT_EQ(h.LastFitTask("c")->round, 1u);
+  h.Answer("a");
+  auto outs = h.Answer("b");  // buffer of 2 full: (1 + 3) / 2
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_FLOAT_EQ(closed[0].global[0], 2.0f);
+  // Round 2: c keeps its round-1 task (no new one); a and b get round 2's.
+  EXPECT_THAT(h.engine->selected(), ElementsAre("a", "b", "c"));
+  EXPECT_EQ(h.LastFitTask("a")->round, 2u);
+  EXPECT_EQ(h.LastFitTask("c")->round, 1u);
+  h.Answer("c");  // trained from model 0: staleness 1
+  outs = h.Answer("a");
+  closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_FLOAT_EQ(closed[0].global[0], 2.0f + (2.0f / std::sqrt(2.0f) + 1.0f) / 2.0f);
+  // b still holds its round-2 task while a and c close rounds 3 and 4.
+  for (int r = 3; r <= 4; ++r) {
+    h.Answer("a");
+    outs = h.Answer("c");
+    ASSERT_EQ(Filter<RoundEngine::RoundClosed>(outs).size(), 1u) << r;
+  }
+  ASSERT_EQ(h.engine->round(), 5u);
+  outs = h.Answer("b");  // round 2's task, 3 models behind
+  auto rejected = Filter<RoundEngine::UpdateRejected>(outs);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kLate);
+  EXPECT_THAT(rejected[0].text, HasSubstr("max_staleness is 1"));
+}
+
+TEST(RoundEngineOptionsTest, BufferSizeMustFitTheSelection) {
+  RoundEngineOptions o = TestOptions();
+  o.mode = RoundMode::kBuffered;
+  o.clients_per_round = 4;
+  o.min_clients = 2;
+  o.buffer_size = 5;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("buffer_size (5) must be in [min_clients, clients_per_round] = [2, 4]"));
+  o.buffer_size = 1;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("buffer_size (1)"));
+  o.buffer_size = 3;
+  o.max_staleness = -1;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("max_staleness"));
+  o.max_staleness = 0;
+  EXPECT_TRUE(Validate(o).ok());
+}
+
 TEST(RoundEngineRestoreTest, RejectsAnInconsistentState) {
   FakeEnv env(1);
   struct Case {

@@ -566,6 +566,31 @@ population = 400
   EXPECT_THAT(robust.status().message(), HasSubstr("nothing to choose from"));
 }
 
+// Issue 8: [rounds] mode = "buffered" (FedBuff) with its buffer and staleness bound.
+TEST(ConfigAggregator, BufferedModeKeysAndABufferLargerThanTheSelection) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"([federation]
+id = "f"
+[rounds]
+mode = "buffered"
+clients_per_round = 8
+min_clients = 2
+buffer_size = 4
+max_staleness = 3
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->rounds.mode, RoundMode::kBuffered);
+  EXPECT_EQ(r->rounds.buffer_size, 4);
+  EXPECT_EQ(r->rounds.max_staleness, 3);
+  auto big = LoadAggregatorConfig(path, {"rounds.buffer_size=9"});
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("[rounds] buffer_size"));
+  auto mode = LoadAggregatorConfig(path, {"rounds.mode=async"});
+  ASSERT_FALSE(mode.ok());
+  EXPECT_THAT(mode.status().message(), HasSubstr("[rounds] mode"));
+}
+
 // Issue 4: [codec] keys are parsed into canonical chains, and a bad chain names its key.
 TEST(ConfigCodec, ChainsAreCanonicalAndBadOnesNameTheKey) {
   TempDir dir;
