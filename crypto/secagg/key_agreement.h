@@ -44,5 +44,11 @@ Result<SecureBuffer> SharedPoint(std::span<const uint8_t> my_secret_key,
 Result<SecureBuffer> PairwiseMaskSeed(std::span<const uint8_t> my_secret_key,
                                       const CurveKey& their_public_key, uint64_t round,
                                       std::string_view my_id, std::string_view their_id);
+// The same, written into `out` (part of a caller's SecureBuffer): a client derives one
+// seed per neighbour, and a secure allocation per seed costs more than the X25519 itself.
+Status PairwiseMaskSeedInto(std::span<const uint8_t> my_secret_key,
+                            const CurveKey& their_public_key, uint64_t round,
+                            std::string_view my_id, std::string_view their_id,
+                            std::span<uint8_t, 32> out);
 
 }  // namespace fedmesh

@@ -36,18 +36,25 @@ std::vector<uint8_t> AssociatedData(const ShareBoxContext& c) {
 
 Result<SecureBuffer> ShareBoxKey(std::span<const uint8_t> my_secret_key,
                                  const CurveKey& their_public_key, std::string_view their_id) {
+  FM_ASSIGN_OR_RETURN(SecureBuffer key, SecureBuffer::Create(crypto_box_BEFORENMBYTES));
+  FM_RETURN_IF_ERROR(
+      ShareBoxKeyInto(my_secret_key, their_public_key, their_id, key.span().first<32>()));
+  return key;
+}
+
+Status ShareBoxKeyInto(std::span<const uint8_t> my_secret_key, const CurveKey& their_public_key,
+                       std::string_view their_id, std::span<uint8_t, 32> out) {
   FM_RETURN_IF_ERROR(InitSodium());
   if (my_secret_key.size() != crypto_box_SECRETKEYBYTES) {
     return Status::InvalidArgument("an X25519 secret key is 32 bytes, not " +
                                    std::to_string(my_secret_key.size()));
   }
-  FM_ASSIGN_OR_RETURN(SecureBuffer key, SecureBuffer::Create(crypto_box_BEFORENMBYTES));
   // beforenm fails exactly when the X25519 result is all zeros (a low-order point).
-  if (crypto_box_beforenm(key.data(), their_public_key.data(), my_secret_key.data()) != 0) {
+  if (crypto_box_beforenm(out.data(), their_public_key.data(), my_secret_key.data()) != 0) {
     return Status::InvalidArgument("the channel public key of '" + std::string(their_id) +
                                    "' is a low-order point; no secret can be agreed with it");
   }
-  return key;
+  return Status::OK();
 }
 
 std::vector<uint8_t> SealShareBox(std::span<const uint8_t> key, std::span<const uint8_t> plaintext,
@@ -68,6 +75,14 @@ std::vector<uint8_t> SealShareBox(std::span<const uint8_t> key, std::span<const 
 
 Result<SecureBuffer> OpenShareBox(std::span<const uint8_t> key, std::span<const uint8_t> box,
                                   const ShareBoxContext& context) {
+  const size_t size = box.size() >= kShareBoxOverhead ? box.size() - kShareBoxOverhead : 0;
+  FM_ASSIGN_OR_RETURN(SecureBuffer plaintext, SecureBuffer::Create(size));
+  FM_RETURN_IF_ERROR(OpenShareBoxInto(key, box, context, plaintext.span()));
+  return plaintext;
+}
+
+Status OpenShareBoxInto(std::span<const uint8_t> key, std::span<const uint8_t> box,
+                        const ShareBoxContext& context, std::span<uint8_t> out) {
   FM_CHECK_EQ(key.size(), size_t{crypto_aead_xchacha20poly1305_ietf_KEYBYTES});
   FM_RETURN_IF_ERROR(InitSodium());
   if (box.size() < kShareBoxOverhead) {
@@ -75,20 +90,24 @@ Result<SecureBuffer> OpenShareBox(std::span<const uint8_t> key, std::span<const 
                               std::to_string(box.size()) + " bytes, shorter than its " +
                               std::to_string(kShareBoxOverhead) + "-byte nonce and tag");
   }
-  FM_ASSIGN_OR_RETURN(SecureBuffer plaintext,
-                      SecureBuffer::Create(box.size() - kShareBoxOverhead));
+  if (box.size() - kShareBoxOverhead != out.size()) {
+    return Status::Corruption("the share box from '" + std::string(context.from) + "' is " +
+                              std::to_string(box.size()) + " bytes; a box of " +
+                              std::to_string(out.size()) + " bytes of shares is " +
+                              std::to_string(out.size() + kShareBoxOverhead));
+  }
   const std::vector<uint8_t> ad = AssociatedData(context);
   unsigned long long written = 0;
   if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-          plaintext.data(), &written, nullptr, box.data() + kShareBoxNonceSize,
+          out.data(), &written, nullptr, box.data() + kShareBoxNonceSize,
           box.size() - kShareBoxNonceSize, ad.data(), ad.size(), box.data(), key.data()) != 0) {
+    sodium_memzero(out.data(), out.size());
     return Status::Corruption("the share box from '" + std::string(context.from) + "' to '" +
                               std::string(context.to) +
                               "' fails authentication: it was altered, or sealed for another "
                               "recipient, round or federation");
   }
-  return plaintext;
+  return Status::OK();
 }
 
 }  // namespace fedmesh
-

@@ -38,6 +38,11 @@ struct ShareBoxContext {
 Result<SecureBuffer> ShareBoxKey(std::span<const uint8_t> my_secret_key,
                                  const CurveKey& their_public_key, std::string_view their_id);
 
+// The same, written into `out` (part of a caller's SecureBuffer, which can hold the keys
+// of all neighbours in one secure allocation).
+Status ShareBoxKeyInto(std::span<const uint8_t> my_secret_key, const CurveKey& their_public_key,
+                       std::string_view their_id, std::span<uint8_t, 32> out);
+
 // Seals `plaintext` for context.to. REQUIRES: key is a 32-byte ShareBoxKey.
 std::vector<uint8_t> SealShareBox(std::span<const uint8_t> key, std::span<const uint8_t> plaintext,
                                   const ShareBoxContext& context, SecureRandom& rng);
@@ -46,5 +51,9 @@ std::vector<uint8_t> SealShareBox(std::span<const uint8_t> key, std::span<const 
 // short or fails authentication: tampered, truncated, or sealed for another context.
 Result<SecureBuffer> OpenShareBox(std::span<const uint8_t> key, std::span<const uint8_t> box,
                                   const ShareBoxContext& context);
+// The same, written into `out`, which must be box.size() - kShareBoxOverhead bytes
+// (Corruption, naming the sender, for a box of any other size). On failure `out` is zeroed.
+Status OpenShareBoxInto(std::span<const uint8_t> key, std::span<const uint8_t> box,
+                        const ShareBoxContext& context, std::span<uint8_t> out);
 
 }  // namespace fedmesh
