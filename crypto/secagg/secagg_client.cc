@@ -60,7 +60,6 @@ Result<SecAggClient> SecAggClient::Create(SecAggOptions options, const Identity&
   client.fixed_point_ = options.fixed_point(allowlist.size());
   FM_RETURN_IF_ERROR(client.fixed_point_.Validate());
   client.options_ = std::move(options);
-  client.identity_ = &identity;
   client.rng_ = rng ? std::move(rng) : std::make_unique<SodiumRandom>();
   FM_ASSIGN_OR_RETURN(client.channel_, CurveKeyPair::Generate(*client.rng_));
   FM_ASSIGN_OR_RETURN(client.masking_, CurveKeyPair::Generate(*client.rng_));

@@ -44,8 +44,7 @@ class SecAggClient {
   // signatures are checked against it. `rng` draws every secret; null means SodiumRandom.
   // InvalidArgument for bad options, an allowlist with a name twice, or an identity that is
   // not on it (PermissionDenied when the name is there with other keys); Internal when
-  // libsodium cannot start.
-  // REQUIRES: `identity` outlives the client.
+  // libsodium cannot start. The identity is used only here, to sign the advertisement.
   static Result<SecAggClient> Create(SecAggOptions options, const Identity& identity,
                                      std::span<const PublicIdentity> allowlist,
                                      std::unique_ptr<SecureRandom> rng = nullptr);
@@ -109,7 +108,6 @@ class SecAggClient {
 
   SecAggOptions options_;
   FixedPointOptions fixed_point_;
-  const Identity* identity_ = nullptr;
   std::map<std::string, PublicIdentity, std::less<>> allowlist_;
   std::unique_ptr<SecureRandom> rng_;
   SecAggStage stage_ = SecAggStage::kAdvertiseKeys;

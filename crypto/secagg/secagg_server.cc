@@ -23,6 +23,14 @@ std::string Quoted(std::string_view id) {
   return out;
 }
 
+// True when X25519 with `key` gives the all-zero point: then it does for every (clamped)
+// scalar, since clamping clears the small-order part, so one fixed scalar tells.
+bool IsLowOrder(const CurveKey& key) {
+  uint8_t scalar[crypto_scalarmult_SCALARBYTES] = {1};
+  uint8_t point[crypto_scalarmult_BYTES];
+  return crypto_scalarmult(point, scalar, key.data()) != 0;
+}
+
 size_t Count(const std::vector<bool>& v) {
   return static_cast<size_t>(std::count(v.begin(), v.end(), true));
 }
@@ -122,6 +130,16 @@ Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {
   if (!VerifySignature(allowlist_.find(m.client_id)->second, signed_bytes, m.signature)) {
     return Status::PermissionDenied("the key signature of " + Quoted(m.client_id) +
                                     " does not verify against its enrolled identity");
+  }
+  // A low-order key agrees on the all-zero secret with everyone. Every neighbour would
+  // refuse the roster over it, so one bad key must not get that far.
+  for (const auto& [key, name] : {std::pair{&m.channel_public_key, "channel"},
+                                  std::pair{&m.masking_public_key, "masking"}}) {
+    if (IsLowOrder(*key)) {
+      return Status::InvalidArgument("the " + std::string(name) + " public key of " +
+                                     Quoted(m.client_id) +
+                                     " is a low-order point; no secret can be agreed with it");
+    }
   }
   advertised_.emplace(m.client_id, m);
   return Status::OK();

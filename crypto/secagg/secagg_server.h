@@ -79,8 +79,9 @@ class SecAggServer {
   size_t expected() const;
 
   // Each On* method accepts one client message for the open stage, or refuses it with:
-  // InvalidArgument for the wrong federation/round or malformed content (wrong vector
-  // length, a box for a non-neighbour, a share with the wrong x, kind or length);
+  // InvalidArgument for the wrong federation/round or malformed content (a low-order
+  // public key, wrong vector length, a box for a non-neighbour, a share with the wrong x,
+  // kind or length);
   // PermissionDenied for a sender not on the allowlist or a bad key signature;
   // FailedPrecondition for a stage that is not open, or a sender that did not take part in
   // the previous stage; AlreadyExists for a second message from one sender.

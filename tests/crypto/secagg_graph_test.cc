@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 std::vector<std::string> Ids(size_t n) {
   std::vector<std::string> ids;
   for (size_t i = 0; i < n; ++i) {
-    char buf[16];
+    char buf[32];
     std::snprintf(buf, sizeof(buf), "site-%04zu", i);
     ids.push_back(buf);
   }

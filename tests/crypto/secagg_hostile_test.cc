@@ -106,6 +106,19 @@ TEST_F(SecAggServerRefusesTest, BadAdvertisements) {
   m.masking_public_key[0] ^= 1;  // a key swapped in transit
   EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kPermissionDenied,
                  "the key signature of 'site-000' does not verify against its enrolled identity");
+  m = good;  // a low-order masking key, properly signed by site-000's own identity
+  m.masking_public_key = CurveKey{};
+  m.masking_public_key[0] = 1;  // u = 1: a point of order 4
+  m.signature = *round.identity(0).Sign(AdvertiseSignedBytes(
+      "fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
+  EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kInvalidArgument,
+                 "the masking public key of 'site-000' is a low-order point");
+  m = good;
+  m.channel_public_key = CurveKey{};
+  m.signature = *round.identity(0).Sign(AdvertiseSignedBytes(
+      "fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
+  EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kInvalidArgument,
+                 "the channel public key of 'site-000' is a low-order point");
   m = round.client(1).advertisement();  // site-001's signed keys, claimed by site-000
   m.client_id = "site-000";
   EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kPermissionDenied, "key signature of 'site-000'");
@@ -363,6 +376,10 @@ TEST_F(SecAggClientRefusesTest, BadRosters) {
   EXPECT_REFUSED(c.OnRoster(r).status(), StatusCode::kInvalidArgument,
                  "the roster is for federation 'fed-test' round 9; this client is in federation "
                  "'fed-test' round 7");
+  r = good;
+  r.members[4].round = 6;
+  EXPECT_REFUSED(c.OnRoster(r).status(), StatusCode::kInvalidArgument,
+                 "the roster entry of 'site-004' is for federation 'fed-test' round 6");
   r = good;
   r.members[3].masking_public_key[7] ^= 0x10;
   EXPECT_REFUSED(c.OnRoster(r).status(), StatusCode::kPermissionDenied,

@@ -183,7 +183,7 @@ class SecAggRound {
 
   uint64_t seed_;
   SecAggOptions options_;
-  std::vector<std::unique_ptr<Identity>> identities_;  // stable addresses: clients point here
+  std::vector<std::unique_ptr<Identity>> identities_;
   std::vector<PublicIdentity> allowlist_;
   std::unique_ptr<SecAggServer> server_;
   std::vector<std::unique_ptr<SecAggClient>> clients_;
