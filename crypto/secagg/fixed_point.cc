@@ -12,8 +12,8 @@ uint64_t MaxMagnitude(uint32_t bits) { return (uint64_t{1} << (bits - 1)) - 1; }
 
 Status FixedPointOptions::Validate() const {
   if (!std::isfinite(clip) || clip <= 0) {
-    return Status::InvalidArgument("secure aggregation clip (L2 bound) must be finite and > 0; got " +
-                                   std::to_string(clip));
+    return Status::InvalidArgument(
+        "secure aggregation clip (L2 bound) must be finite and > 0; got " + std::to_string(clip));
   }
   if (bits < 2 || bits > 32) {
     return Status::InvalidArgument("secure aggregation bits must be in [2, 32]; got " +
@@ -30,9 +30,8 @@ Status FixedPointOptions::Validate() const {
     for (uint32_t b = 2; b <= 32; ++b) {
       if (max_clients <= kLimit / MaxMagnitude(b)) fitting_bits = b;
     }
-    const std::string advice = fitting_bits >= 2
-                                   ? "use bits <= " + std::to_string(fitting_bits) + " or "
-                                   : std::string();
+    const std::string advice =
+        fitting_bits >= 2 ? "use bits <= " + std::to_string(fitting_bits) + " or " : std::string();
     return Status::InvalidArgument(
         "a sum of " + std::to_string(max_clients) + " updates at " + std::to_string(bits) +
         " bits could exceed 2^31 - 1 and wrap around in Z_2^32: " + advice +

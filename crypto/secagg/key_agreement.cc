@@ -15,8 +15,7 @@ void HashLengthPrefixed(crypto_generichash_state& state, std::string_view bytes)
   const uint8_t prefix[4] = {static_cast<uint8_t>(len), static_cast<uint8_t>(len >> 8),
                              static_cast<uint8_t>(len >> 16), static_cast<uint8_t>(len >> 24)};
   crypto_generichash_update(&state, prefix, sizeof(prefix));
-  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(bytes.data()),
-                            bytes.size());
+  crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
 // X25519 into `out`; the error names `their_id`.
@@ -59,8 +58,8 @@ Result<SecureBuffer> PairwiseMaskSeed(std::span<const uint8_t> my_secret_key,
                                       const CurveKey& their_public_key, uint64_t round,
                                       std::string_view my_id, std::string_view their_id) {
   FM_ASSIGN_OR_RETURN(SecureBuffer seed, SecureBuffer::Create(32));
-  FM_RETURN_IF_ERROR(PairwiseMaskSeedInto(my_secret_key, their_public_key, round, my_id,
-                                          their_id, seed.span().first<32>()));
+  FM_RETURN_IF_ERROR(PairwiseMaskSeedInto(my_secret_key, their_public_key, round, my_id, their_id,
+                                          seed.span().first<32>()));
   return seed;
 }
 

@@ -62,8 +62,8 @@ void ChaCha20Keystream(std::span<const uint8_t, 32> key, std::span<const uint8_t
   FM_CHECK(InitSodium().ok());
   std::fill(out.begin(), out.end(), 0);
   if (!out.empty()) {
-    crypto_stream_chacha20_ietf_xor_ic(out.data(), out.data(), out.size(), nonce.data(),
-                                       counter, key.data());
+    crypto_stream_chacha20_ietf_xor_ic(out.data(), out.data(), out.size(), nonce.data(), counter,
+                                       key.data());
   }
 }
 

@@ -79,11 +79,10 @@ Result<SecAggClient> SecAggClient::Create(SecAggOptions options, const Identity&
 Status SecAggClient::CheckRoundOf(std::string_view what, std::string_view federation_id,
                                   uint64_t round) const {
   if (federation_id != options_.federation_id || round != options_.round) {
-    return Status::InvalidArgument(std::string(what) + " is for federation " +
-                                   Quoted(federation_id) + " round " + std::to_string(round) +
-                                   "; this client is in federation " +
-                                   Quoted(options_.federation_id) + " round " +
-                                   std::to_string(options_.round));
+    return Status::InvalidArgument(
+        std::string(what) + " is for federation " + Quoted(federation_id) + " round " +
+        std::to_string(round) + "; this client is in federation " + Quoted(options_.federation_id) +
+        " round " + std::to_string(options_.round));
   }
   return Status::OK();
 }
@@ -98,8 +97,8 @@ Result<ShareKeys> SecAggClient::OnRoster(const Roster& roster) {
   std::vector<std::string> ids;
   std::set<std::string_view> seen;
   for (const AdvertiseKeys& m : roster.members) {
-    FM_RETURN_IF_ERROR(CheckRoundOf("the roster entry of " + Quoted(m.client_id),
-                                    m.federation_id, m.round));
+    FM_RETURN_IF_ERROR(
+        CheckRoundOf("the roster entry of " + Quoted(m.client_id), m.federation_id, m.round));
     const auto enrolled = allowlist_.find(m.client_id);
     if (enrolled == allowlist_.end()) {
       return Status::PermissionDenied("roster member " + Quoted(m.client_id) +
@@ -114,8 +113,7 @@ Result<ShareKeys> SecAggClient::OnRoster(const Roster& roster) {
         AdvertiseSignedBytes(options_.federation_id, options_.round, m.client_id,
                              m.channel_public_key, m.masking_public_key);
     if (!VerifySignature(enrolled->second, signed_bytes, m.signature)) {
-      return Status::PermissionDenied("the key signature of roster member " +
-                                      Quoted(m.client_id) +
+      return Status::PermissionDenied("the key signature of roster member " + Quoted(m.client_id) +
                                       " does not verify against its enrolled identity");
     }
     ids.push_back(m.client_id);
@@ -173,8 +171,7 @@ Result<ShareKeys> SecAggClient::OnRoster(const Roster& roster) {
     const std::string& to = graph.id(row[r]);
     // Share r (x = r + 1) of each secret goes to the neighbour of rank r.
     std::copy(b_shares[r].y.begin(), b_shares[r].y.end(), plaintext.data());
-    std::copy(key_shares[r].y.begin(), key_shares[r].y.end(),
-              plaintext.data() + kSecAggSecretSize);
+    std::copy(key_shares[r].y.begin(), key_shares[r].y.end(), plaintext.data() + kSecAggSecretSize);
     const ShareBoxContext context{options_.federation_id, options_.round, id(), to};
     reply.boxes.push_back(
         {id(), to, SealShareBox(Slot(box_keys, r), plaintext.span(), context, *rng_)});
@@ -198,7 +195,8 @@ Result<ShareKeys> SecAggClient::OnRoster(const Roster& roster) {
 Result<MaskedInput> SecAggClient::OnForwardedShares(const ForwardedShares& shares,
                                                     std::span<const float> update) {
   if (stage_ != SecAggStage::kShareKeys) {
-    return Status::FailedPrecondition("client " + Quoted(id()) + " is not waiting for shares (stage " +
+    return Status::FailedPrecondition("client " + Quoted(id()) +
+                                      " is not waiting for shares (stage " +
                                       std::string(SecAggStageName(stage_)) + ")");
   }
   if (update.size() != options_.vector_size) {
@@ -215,7 +213,8 @@ Result<MaskedInput> SecAggClient::OnForwardedShares(const ForwardedShares& share
 Result<MaskedInput> SecAggClient::OnForwardedSharesEncoded(const ForwardedShares& shares,
                                                            std::span<const uint32_t> encoded) {
   if (stage_ != SecAggStage::kShareKeys) {
-    return Status::FailedPrecondition("client " + Quoted(id()) + " is not waiting for shares (stage " +
+    return Status::FailedPrecondition("client " + Quoted(id()) +
+                                      " is not waiting for shares (stage " +
                                       std::string(SecAggStageName(stage_)) + ")");
   }
   return MaskInput(shares, encoded);
@@ -236,8 +235,7 @@ Result<MaskedInput> SecAggClient::MaskInput(const ForwardedShares& shares,
   }
   const std::span<const uint32_t> row = graph_->Neighbours(my_index_);
   std::vector<bool> in_u1(row.size(), false);
-  FM_ASSIGN_OR_RETURN(SecureBuffer held,
-                      SecureBuffer::Create(row.size() * kShareBoxPlaintextSize));
+  FM_ASSIGN_OR_RETURN(SecureBuffer held, SecureBuffer::Create(row.size() * kShareBoxPlaintextSize));
   for (const SealedShares& box : shares.boxes) {
     if (box.to != id()) {
       return Status::InvalidArgument("a forwarded box from " + Quoted(box.from) +
@@ -263,11 +261,12 @@ Result<MaskedInput> SecAggClient::MaskInput(const ForwardedShares& shares,
   }
   const size_t senders = static_cast<size_t>(std::count(in_u1.begin(), in_u1.end(), true));
   if (senders < threshold_) {
-    return Status::FailedPrecondition(
-        "only " + std::to_string(senders) + " of the " + std::to_string(row.size()) +
-        " neighbours of " + Quoted(id()) + " shared keys, fewer than the threshold " +
-        std::to_string(threshold_) + ": its masks could never be removed, so it keeps its "
-        "input to itself");
+    return Status::FailedPrecondition("only " + std::to_string(senders) + " of the " +
+                                      std::to_string(row.size()) + " neighbours of " +
+                                      Quoted(id()) + " shared keys, fewer than the threshold " +
+                                      std::to_string(threshold_) +
+                                      ": its masks could never be removed, so it keeps its "
+                                      "input to itself");
   }
 
   MaskedInput reply;
@@ -305,8 +304,8 @@ Result<UnmaskShares> SecAggClient::OnUnmaskRequest(const UnmaskRequest& request)
   FM_RETURN_IF_ERROR(CheckRoundOf("the unmask request", request.federation_id, request.round));
   // 0: not listed, 1: survivor, 2: dropped; by graph index.
   std::vector<uint8_t> listed(graph_->size(), 0);
-  for (const auto& [names, mark] : {std::pair{&request.survivors, uint8_t{1}},
-                                    std::pair{&request.dropped, uint8_t{2}}}) {
+  for (const auto& [names, mark] :
+       {std::pair{&request.survivors, uint8_t{1}}, std::pair{&request.dropped, uint8_t{2}}}) {
     for (const std::string& name : *names) {
       const std::optional<uint32_t> index = graph_->IndexOf(name);
       if (!index) {
@@ -354,8 +353,8 @@ Result<UnmaskShares> SecAggClient::OnUnmaskRequest(const UnmaskRequest& request)
     share.owner = graph_->id(n.index);
     share.kind = mark == 1 ? SecretKind::kSelfMaskSeed : SecretKind::kMaskingKey;
     share.x = n.my_x;
-    const uint8_t* slot = held_shares_.data() + r * kShareBoxPlaintextSize +
-                          (mark == 1 ? 0 : kSecAggSecretSize);
+    const uint8_t* slot =
+        held_shares_.data() + r * kShareBoxPlaintextSize + (mark == 1 ? 0 : kSecAggSecretSize);
     share.y.assign(slot, slot + kSecAggSecretSize);
     reply.shares.push_back(std::move(share));
   }

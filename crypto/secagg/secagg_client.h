@@ -101,10 +101,8 @@ class SecAggClient {
   };
 
   SecAggClient() = default;
-  Status CheckRoundOf(std::string_view what, std::string_view federation_id,
-                      uint64_t round) const;
-  Result<MaskedInput> MaskInput(const ForwardedShares& shares,
-                                std::span<const uint32_t> encoded);
+  Status CheckRoundOf(std::string_view what, std::string_view federation_id, uint64_t round) const;
+  Result<MaskedInput> MaskInput(const ForwardedShares& shares, std::span<const uint32_t> encoded);
 
   SecAggOptions options_;
   FixedPointOptions fixed_point_;

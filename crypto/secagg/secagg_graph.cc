@@ -12,16 +12,14 @@ uint32_t DefaultSecAggNeighbours(size_t n) {
   return static_cast<uint32_t>(std::min<uint64_t>({k, n - 1, kMaxSecAggNeighbours}));
 }
 
-uint32_t DefaultSecAggThreshold(uint32_t degree) {
-  return std::min(degree, (degree + 1) / 2 + 1);
-}
+uint32_t DefaultSecAggThreshold(uint32_t degree) { return std::min(degree, (degree + 1) / 2 + 1); }
 
 Result<SecAggGraph> SecAggGraph::Build(std::vector<std::string> participants, uint32_t degree,
                                        std::span<const uint8_t, kGraphSeedSize> seed) {
   const size_t n = participants.size();
   if (n < 2) {
-    return Status::InvalidArgument("a secure aggregation graph needs at least 2 participants; got " +
-                                   std::to_string(n));
+    return Status::InvalidArgument(
+        "a secure aggregation graph needs at least 2 participants; got " + std::to_string(n));
   }
   std::sort(participants.begin(), participants.end());
   const auto dup = std::adjacent_find(participants.begin(), participants.end());

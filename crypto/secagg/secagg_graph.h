@@ -67,8 +67,7 @@ class SecAggGraph {
  private:
   SecAggGraph(std::vector<std::string> participants, uint32_t degree,
               std::vector<uint32_t> adjacency)
-      : participants_(std::move(participants)), degree_(degree),
-        adjacency_(std::move(adjacency)) {}
+      : participants_(std::move(participants)), degree_(degree), adjacency_(std::move(adjacency)) {}
 
   std::vector<std::string> participants_;
   uint32_t degree_ = 0;

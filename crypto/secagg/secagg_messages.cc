@@ -15,19 +15,26 @@ void AppendLengthPrefixed(std::vector<uint8_t>& out, std::string_view bytes) {
 
 std::string_view SecAggStageName(SecAggStage stage) {
   switch (stage) {
-    case SecAggStage::kAdvertiseKeys: return "AdvertiseKeys";
-    case SecAggStage::kShareKeys: return "ShareKeys";
-    case SecAggStage::kMaskedInput: return "MaskedInput";
-    case SecAggStage::kUnmasking: return "Unmasking";
-    case SecAggStage::kFinished: return "Finished";
+    case SecAggStage::kAdvertiseKeys:
+      return "AdvertiseKeys";
+    case SecAggStage::kShareKeys:
+      return "ShareKeys";
+    case SecAggStage::kMaskedInput:
+      return "MaskedInput";
+    case SecAggStage::kUnmasking:
+      return "Unmasking";
+    case SecAggStage::kFinished:
+      return "Finished";
   }
   return "unknown";
 }
 
 std::string_view SecretKindName(SecretKind kind) {
   switch (kind) {
-    case SecretKind::kSelfMaskSeed: return "self-mask seed";
-    case SecretKind::kMaskingKey: return "masking key";
+    case SecretKind::kSelfMaskSeed:
+      return "self-mask seed";
+    case SecretKind::kMaskingKey:
+      return "masking key";
   }
   return "unknown secret";
 }

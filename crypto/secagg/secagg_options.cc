@@ -23,9 +23,10 @@ Status SecAggOptions::Validate() const {
   }
   if (threshold != 0 && neighbours != 0 &&
       (threshold > neighbours || 2 * threshold <= neighbours)) {
-    return Status::InvalidArgument(
-        "secure aggregation threshold " + std::to_string(threshold) + " must be more than half "
-        "of, and at most, the " + std::to_string(neighbours) + " neighbours");
+    return Status::InvalidArgument("secure aggregation threshold " + std::to_string(threshold) +
+                                   " must be more than half "
+                                   "of, and at most, the " +
+                                   std::to_string(neighbours) + " neighbours");
   }
   if (min_clients < 2) {
     return Status::InvalidArgument(
@@ -42,19 +43,19 @@ FixedPointOptions SecAggOptions::fixed_point(size_t allowlist_size) const {
 
 Result<SecAggGraphParameters> ResolveGraphParameters(const SecAggOptions& options, size_t n) {
   if (n < options.min_clients) {
-    return Status::FailedPrecondition("a roster of " + std::to_string(n) +
-                                      " clients is below min_clients = " +
-                                      std::to_string(options.min_clients));
+    return Status::FailedPrecondition(
+        "a roster of " + std::to_string(n) +
+        " clients is below min_clients = " + std::to_string(options.min_clients));
   }
   SecAggGraphParameters p;
   p.degree = options.neighbours != 0 ? options.neighbours : DefaultSecAggNeighbours(n);
   const uint32_t actual = static_cast<uint32_t>(std::min<size_t>(p.degree, n - 1));
   p.threshold = options.threshold != 0 ? options.threshold : DefaultSecAggThreshold(actual);
   if (p.threshold > actual) {
-    return Status::FailedPrecondition(
-        "a roster of " + std::to_string(n) + " clients gives each one " + std::to_string(actual) +
-        " neighbours, fewer than the threshold " + std::to_string(p.threshold) +
-        ": no secret could be rebuilt");
+    return Status::FailedPrecondition("a roster of " + std::to_string(n) +
+                                      " clients gives each one " + std::to_string(actual) +
+                                      " neighbours, fewer than the threshold " +
+                                      std::to_string(p.threshold) + ": no secret could be rebuilt");
   }
   if (2 * p.threshold <= actual) {
     return Status::InvalidArgument("threshold " + std::to_string(p.threshold) +

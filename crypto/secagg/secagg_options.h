@@ -61,7 +61,7 @@ struct SecAggOptions {
 
 // Degree and threshold of a round with a roster of n clients.
 struct SecAggGraphParameters {
-  uint32_t degree = 0;     // requested degree; the graph caps it at n - 1
+  uint32_t degree = 0;  // requested degree; the graph caps it at n - 1
   uint32_t threshold = 0;
 };
 

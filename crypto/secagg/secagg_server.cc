@@ -58,22 +58,32 @@ Result<SecAggServer> SecAggServer::Create(SecAggOptions options,
 
 size_t SecAggServer::accepted() const {
   switch (stage_) {
-    case SecAggStage::kAdvertiseKeys: return advertised_.size();
-    case SecAggStage::kShareKeys: return Count(in_u1_);
-    case SecAggStage::kMaskedInput: return Count(in_u2_);
-    case SecAggStage::kUnmasking: return Count(unmasked_);
-    case SecAggStage::kFinished: return 0;
+    case SecAggStage::kAdvertiseKeys:
+      return advertised_.size();
+    case SecAggStage::kShareKeys:
+      return Count(in_u1_);
+    case SecAggStage::kMaskedInput:
+      return Count(in_u2_);
+    case SecAggStage::kUnmasking:
+      return Count(unmasked_);
+    case SecAggStage::kFinished:
+      return 0;
   }
   return 0;
 }
 
 size_t SecAggServer::expected() const {
   switch (stage_) {
-    case SecAggStage::kAdvertiseKeys: return allowlist_.size();
-    case SecAggStage::kShareKeys: return graph_->size();
-    case SecAggStage::kMaskedInput: return Count(in_u1_);
-    case SecAggStage::kUnmasking: return Count(in_u2_);
-    case SecAggStage::kFinished: return 0;
+    case SecAggStage::kAdvertiseKeys:
+      return allowlist_.size();
+    case SecAggStage::kShareKeys:
+      return graph_->size();
+    case SecAggStage::kMaskedInput:
+      return Count(in_u1_);
+    case SecAggStage::kUnmasking:
+      return Count(in_u2_);
+    case SecAggStage::kFinished:
+      return 0;
   }
   return 0;
 }
@@ -82,18 +92,17 @@ Status SecAggServer::CheckMessage(std::string_view what, SecAggStage stage,
                                   std::string_view federation_id, uint64_t round,
                                   std::string_view sender) const {
   if (federation_id != options_.federation_id || round != options_.round) {
-    return Status::InvalidArgument(std::string(what) + " from " + Quoted(sender) +
-                                   " is for federation " + Quoted(federation_id) + " round " +
-                                   std::to_string(round) + "; this is federation " +
-                                   Quoted(options_.federation_id) + " round " +
-                                   std::to_string(options_.round));
+    return Status::InvalidArgument(
+        std::string(what) + " from " + Quoted(sender) + " is for federation " +
+        Quoted(federation_id) + " round " + std::to_string(round) + "; this is federation " +
+        Quoted(options_.federation_id) + " round " + std::to_string(options_.round));
   }
   if (stage != stage_) {
-    return Status::FailedPrecondition(
-        std::string(what) + " from " + Quoted(sender) + " belongs to stage " +
-        std::string(SecAggStageName(stage)) + ", which is " +
-        (stage < stage_ ? "closed" : "not open yet") + "; the server is in stage " +
-        std::string(SecAggStageName(stage_)));
+    return Status::FailedPrecondition(std::string(what) + " from " + Quoted(sender) +
+                                      " belongs to stage " + std::string(SecAggStageName(stage)) +
+                                      ", which is " + (stage < stage_ ? "closed" : "not open yet") +
+                                      "; the server is in stage " +
+                                      std::string(SecAggStageName(stage_)));
   }
   if (!allowlist_.contains(sender)) {
     return Status::PermissionDenied(std::string(what) + " comes from " + Quoted(sender) +
@@ -118,8 +127,8 @@ Result<uint32_t> SecAggServer::RosterIndex(std::string_view what, std::string_vi
 }
 
 Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {
-  FM_RETURN_IF_ERROR(CheckMessage("AdvertiseKeys", SecAggStage::kAdvertiseKeys,
-                                  m.federation_id, m.round, m.client_id));
+  FM_RETURN_IF_ERROR(CheckMessage("AdvertiseKeys", SecAggStage::kAdvertiseKeys, m.federation_id,
+                                  m.round, m.client_id));
   if (advertised_.contains(m.client_id)) {
     return Status::AlreadyExists("client " + Quoted(m.client_id) +
                                  " has already advertised its keys for this round");
@@ -133,8 +142,8 @@ Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {
   }
   // A low-order key agrees on the all-zero secret with everyone. Every neighbour would
   // refuse the roster over it, so one bad key must not get that far.
-  for (const auto& [key, name] : {std::pair{&m.channel_public_key, "channel"},
-                                  std::pair{&m.masking_public_key, "masking"}}) {
+  for (const auto& [key, name] :
+       {std::pair{&m.channel_public_key, "channel"}, std::pair{&m.masking_public_key, "masking"}}) {
     if (IsLowOrder(*key)) {
       return Status::InvalidArgument("the " + std::string(name) + " public key of " +
                                      Quoted(m.client_id) +
@@ -146,8 +155,8 @@ Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {
 }
 
 Status SecAggServer::OnShares(const ShareKeys& m) {
-  FM_RETURN_IF_ERROR(CheckMessage("ShareKeys", SecAggStage::kShareKeys, m.federation_id,
-                                  m.round, m.client_id));
+  FM_RETURN_IF_ERROR(
+      CheckMessage("ShareKeys", SecAggStage::kShareKeys, m.federation_id, m.round, m.client_id));
   FM_ASSIGN_OR_RETURN(uint32_t u, RosterIndex("ShareKeys", m.client_id, nullptr, ""));
   if (in_u1_[u]) {
     return Status::AlreadyExists("client " + Quoted(m.client_id) +
@@ -203,10 +212,9 @@ Status SecAggServer::OnMaskedInput(const MaskedInput& m) {
                                  " has already sent its masked input for this round");
   }
   if (m.masked.size() != options_.vector_size) {
-    return Status::InvalidArgument("the masked input from " + Quoted(m.client_id) + " has " +
-                                   std::to_string(m.masked.size()) +
-                                   " words; this round aggregates " +
-                                   std::to_string(options_.vector_size));
+    return Status::InvalidArgument(
+        "the masked input from " + Quoted(m.client_id) + " has " + std::to_string(m.masked.size()) +
+        " words; this round aggregates " + std::to_string(options_.vector_size));
   }
   for (size_t i = 0; i < masked_sum_.size(); ++i) masked_sum_[i] += m.masked[i];
   in_u2_[u] = true;
@@ -214,8 +222,8 @@ Status SecAggServer::OnMaskedInput(const MaskedInput& m) {
 }
 
 Status SecAggServer::OnUnmaskShares(const UnmaskShares& m) {
-  FM_RETURN_IF_ERROR(CheckMessage("UnmaskShares", SecAggStage::kUnmasking, m.federation_id,
-                                  m.round, m.client_id));
+  FM_RETURN_IF_ERROR(
+      CheckMessage("UnmaskShares", SecAggStage::kUnmasking, m.federation_id, m.round, m.client_id));
   FM_ASSIGN_OR_RETURN(uint32_t v, RosterIndex("UnmaskShares", m.client_id, &in_u2_,
                                               "U2 (it did not send a masked input)"));
   if (unmasked_[v]) {
@@ -237,8 +245,7 @@ Status SecAggServer::OnUnmaskShares(const UnmaskShares& m) {
       return Status::InvalidArgument("UnmaskShares from " + Quoted(m.client_id) +
                                      " carries two shares of " + Quoted(share.owner));
     }
-    const SecretKind wanted =
-        in_u2_[*owner] ? SecretKind::kSelfMaskSeed : SecretKind::kMaskingKey;
+    const SecretKind wanted = in_u2_[*owner] ? SecretKind::kSelfMaskSeed : SecretKind::kMaskingKey;
     if (share.kind != wanted) {
       return Status::InvalidArgument(
           "UnmaskShares from " + Quoted(m.client_id) + " carries a share of the " +
@@ -249,24 +256,21 @@ Status SecAggServer::OnUnmaskShares(const UnmaskShares& m) {
     const uint32_t expected_x = *graph_->NeighbourRank(*owner, v) + 1;
     if (share.x != expected_x) {
       return Status::InvalidArgument("the share of " + Quoted(share.owner) + " from " +
-                                     Quoted(m.client_id) + " has x = " +
-                                     std::to_string(share.x) + "; the share " +
-                                     Quoted(m.client_id) + " holds has x = " +
-                                     std::to_string(expected_x));
+                                     Quoted(m.client_id) + " has x = " + std::to_string(share.x) +
+                                     "; the share " + Quoted(m.client_id) +
+                                     " holds has x = " + std::to_string(expected_x));
     }
     if (share.y.size() != kSecAggSecretSize) {
       return Status::InvalidArgument("the share of " + Quoted(share.owner) + " from " +
-                                     Quoted(m.client_id) + " is " +
-                                     std::to_string(share.y.size()) + " bytes, not " +
-                                     std::to_string(kSecAggSecretSize));
+                                     Quoted(m.client_id) + " is " + std::to_string(share.y.size()) +
+                                     " bytes, not " + std::to_string(kSecAggSecretSize));
     }
     covered[*rank] = true;
   }
   for (size_t r = 0; r < row.size(); ++r) {
     if (in_u1_[row[r]] && !covered[r]) {
       return Status::InvalidArgument("UnmaskShares from " + Quoted(m.client_id) +
-                                     " lacks its share of neighbour " +
-                                     Quoted(graph_->id(row[r])));
+                                     " lacks its share of neighbour " + Quoted(graph_->id(row[r])));
     }
   }
   for (const RevealedShare& share : m.shares) {
@@ -289,11 +293,16 @@ std::vector<std::string> SecAggServer::Members(const std::vector<bool>& in) cons
 
 Result<SecAggOutbox> SecAggServer::CloseStage() {
   switch (stage_) {
-    case SecAggStage::kAdvertiseKeys: return CloseAdvertiseKeys();
-    case SecAggStage::kShareKeys: return CloseShareKeys();
-    case SecAggStage::kMaskedInput: return CloseMaskedInput();
-    case SecAggStage::kUnmasking: return CloseUnmasking();
-    case SecAggStage::kFinished: break;
+    case SecAggStage::kAdvertiseKeys:
+      return CloseAdvertiseKeys();
+    case SecAggStage::kShareKeys:
+      return CloseShareKeys();
+    case SecAggStage::kMaskedInput:
+      return CloseMaskedInput();
+    case SecAggStage::kUnmasking:
+      return CloseUnmasking();
+    case SecAggStage::kFinished:
+      break;
   }
   return Status::FailedPrecondition("the secure aggregation round has finished; nothing to close");
 }
@@ -331,9 +340,9 @@ Result<SecAggOutbox> SecAggServer::CloseAdvertiseKeys() {
 Result<SecAggOutbox> SecAggServer::CloseShareKeys() {
   const size_t u1 = Count(in_u1_);
   if (u1 < options_.min_clients) {
-    return Status::FailedPrecondition("only " + std::to_string(u1) +
-                                      " clients shared keys, fewer than min_clients = " +
-                                      std::to_string(options_.min_clients));
+    return Status::FailedPrecondition(
+        "only " + std::to_string(u1) +
+        " clients shared keys, fewer than min_clients = " + std::to_string(options_.min_clients));
   }
   SecAggOutbox out;
   out.closed = SecAggStage::kShareKeys;
@@ -392,8 +401,8 @@ Result<SecAggOutbox> SecAggServer::CloseUnmasking() {
   for (uint32_t u = 0; u < n; ++u) {
     if (!in_u1_[u]) continue;
     const std::span<const uint32_t> row = graph_->Neighbours(u);
-    needed[u] = in_u2_[u] || std::any_of(row.begin(), row.end(),
-                                         [&](uint32_t v) { return bool(in_u2_[v]); });
+    needed[u] = in_u2_[u] ||
+                std::any_of(row.begin(), row.end(), [&](uint32_t v) { return bool(in_u2_[v]); });
     if (needed[u] && shares_[u].size() < threshold_) {
       if (++missing_count <= 5) {
         missing += (missing.empty() ? "" : ", ") + std::string("the ") +
@@ -405,11 +414,11 @@ Result<SecAggOutbox> SecAggServer::CloseUnmasking() {
     }
   }
   if (missing_count > 0) {
-    return Status::FailedPrecondition(
-        "cannot remove the masks: " + std::to_string(missing_count) +
-        " secrets have fewer than the threshold of " + std::to_string(threshold_) +
-        " shares: " + missing + (missing_count > 5 ? ", ..." : "") +
-        "; the round cannot produce a sum");
+    return Status::FailedPrecondition("cannot remove the masks: " + std::to_string(missing_count) +
+                                      " secrets have fewer than the threshold of " +
+                                      std::to_string(threshold_) + " shares: " + missing +
+                                      (missing_count > 5 ? ", ..." : "") +
+                                      "; the round cannot produce a sum");
   }
 
   std::vector<uint32_t> sum = masked_sum_;
@@ -436,8 +445,7 @@ Result<SecAggOutbox> SecAggServer::CloseUnmasking() {
     }
     for (uint32_t v : graph_->Neighbours(u)) {
       if (!in_u2_[v]) continue;
-      FM_RETURN_IF_ERROR(PairwiseMaskSeedInto(secret.span(),
-                                              roster_->members[v].masking_public_key,
+      FM_RETURN_IF_ERROR(PairwiseMaskSeedInto(secret.span(), roster_->members[v].masking_public_key,
                                               options_.round, graph_->id(u), graph_->id(v),
                                               seed.span().first<kMaskSeedSize>()));
       const std::span<const uint8_t, kMaskSeedSize> pair(seed.data(), kMaskSeedSize);

@@ -22,7 +22,7 @@ uint8_t Gf256Inverse(uint8_t a) {
   // a^254 = a^-1 in GF(2^8)* by a fixed addition chain; the exponent is public, so the
   // sequence of multiplies is the same for every a.
   uint8_t result = 1;
-  uint8_t power = a;  // a^(2^i)
+  uint8_t power = a;                   // a^(2^i)
   for (int bit = 1; bit < 8; ++bit) {  // 254 = 0b11111110
     power = Gf256Mul(power, power);
     result = Gf256Mul(result, power);
@@ -60,9 +60,9 @@ Result<ShamirShares> ShamirSplit(std::span<const uint8_t> secret, uint32_t thres
 Result<SecureBuffer> ShamirCombine(std::span<const ShamirShare> shares, uint32_t threshold) {
   if (threshold == 0) return Status::InvalidArgument("a Shamir threshold must be at least 1");
   if (shares.size() < threshold) {
-    return Status::FailedPrecondition("a " + std::to_string(threshold) +
-                                      "-of-k secret needs " + std::to_string(threshold) +
-                                      " shares to rebuild; got " + std::to_string(shares.size()));
+    return Status::FailedPrecondition("a " + std::to_string(threshold) + "-of-k secret needs " +
+                                      std::to_string(threshold) + " shares to rebuild; got " +
+                                      std::to_string(shares.size()));
   }
   const size_t len = shares[0].y.size();
   bool seen[256] = {};

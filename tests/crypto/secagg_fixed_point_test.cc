@@ -2,8 +2,6 @@
 // negatives, round half away from zero), L2 clipping, sums that decode to the float sum
 // within n/2 quantisation steps, and the overflow bound of Validate() at its exact edge
 // (the largest allowed client count summing the largest encodings still decodes right).
-#include "crypto/secagg/fixed_point.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "crypto/secagg/fixed_point.h"
 #include "tests/crypto/secagg_test_util.h"
 
 namespace fedmesh {
@@ -38,7 +37,8 @@ TEST(FixedPointTest, EncodesKnownValues) {
 TEST(FixedPointTest, ClipsToTheL2Bound) {
   const FixedPointOptions options{2.0, 12, 10};  // S = 2047 / 2
   // Norm 10 > 2: scaled by 0.2 to (1.2, -1.6), norm 2.
-  const std::vector<uint32_t> enc = Must(EncodeFixedPoint(std::vector<float>{6.0f, -8.0f}, options));
+  const std::vector<uint32_t> enc =
+      Must(EncodeFixedPoint(std::vector<float>{6.0f, -8.0f}, options));
   EXPECT_EQ(static_cast<int32_t>(enc[0]), static_cast<int32_t>(std::round(1.2 * 2047 / 2)));
   EXPECT_EQ(static_cast<int32_t>(enc[1]), static_cast<int32_t>(std::round(-1.6 * 2047 / 2)));
   // Every encoding of a huge vector stays within +-(2^(B-1) - 1).

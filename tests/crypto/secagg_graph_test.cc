@@ -96,8 +96,7 @@ TEST_F(SecAggGraphTest, EveryPartyBuildsTheSameGraphAndSeedsMatter) {
   for (uint32_t i = 0; i < 50; ++i) {
     EXPECT_EQ(std::vector<uint32_t>(a.Neighbours(i).begin(), a.Neighbours(i).end()),
               std::vector<uint32_t>(b.Neighbours(i).begin(), b.Neighbours(i).end()));
-    differs |= !std::equal(a.Neighbours(i).begin(), a.Neighbours(i).end(),
-                           c.Neighbours(i).begin());
+    differs |= !std::equal(a.Neighbours(i).begin(), a.Neighbours(i).end(), c.Neighbours(i).begin());
   }
   EXPECT_TRUE(differs);
   EXPECT_EQ(a.participants(), Ids(50));
@@ -153,7 +152,8 @@ TEST_F(SecAggGraphTest, ShuffleIsUniform) {
   for (uint64_t s = 0; s < 12000; ++s) {
     SecAggGraph g = *SecAggGraph::Build(Ids(5), 2, Seed(s + 1));
     std::vector<uint32_t> key;
-    for (uint32_t i = 0; i < 5; ++i) key.insert(key.end(), g.Neighbours(i).begin(), g.Neighbours(i).end());
+    for (uint32_t i = 0; i < 5; ++i)
+      key.insert(key.end(), g.Neighbours(i).begin(), g.Neighbours(i).end());
     ++cycles[key];
   }
   ASSERT_EQ(cycles.size(), 12u);

@@ -29,11 +29,11 @@ using secagg_test::SecAggRound;
 using secagg_test::SiteId;
 using ::testing::HasSubstr;
 
-#define EXPECT_REFUSED(expr, status_code, text)                      \
-  do {                                                               \
-    const ::fedmesh::Status fm_s_ = (expr);                          \
-    EXPECT_EQ(fm_s_.code(), status_code) << fm_s_.ToString();        \
-    EXPECT_THAT(fm_s_.message(), HasSubstr(text)) << #expr;          \
+#define EXPECT_REFUSED(expr, status_code, text)               \
+  do {                                                        \
+    const ::fedmesh::Status fm_s_ = (expr);                   \
+    EXPECT_EQ(fm_s_.code(), status_code) << fm_s_.ToString(); \
+    EXPECT_THAT(fm_s_.message(), HasSubstr(text)) << #expr;   \
   } while (0)
 
 SecAggOptions Options() {
@@ -109,19 +109,20 @@ TEST_F(SecAggServerRefusesTest, BadAdvertisements) {
   m = good;  // a low-order masking key, properly signed by site-000's own identity
   m.masking_public_key = CurveKey{};
   m.masking_public_key[0] = 1;  // u = 1: a point of order 4
-  m.signature = *round.identity(0).Sign(AdvertiseSignedBytes(
-      "fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
+  m.signature = *round.identity(0).Sign(
+      AdvertiseSignedBytes("fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
   EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kInvalidArgument,
                  "the masking public key of 'site-000' is a low-order point");
   m = good;
   m.channel_public_key = CurveKey{};
-  m.signature = *round.identity(0).Sign(AdvertiseSignedBytes(
-      "fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
+  m.signature = *round.identity(0).Sign(
+      AdvertiseSignedBytes("fed-test", 7, "site-000", m.channel_public_key, m.masking_public_key));
   EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kInvalidArgument,
                  "the channel public key of 'site-000' is a low-order point");
   m = round.client(1).advertisement();  // site-001's signed keys, claimed by site-000
   m.client_id = "site-000";
-  EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kPermissionDenied, "key signature of 'site-000'");
+  EXPECT_REFUSED(server.OnAdvertise(m), StatusCode::kPermissionDenied,
+                 "key signature of 'site-000'");
   EXPECT_REFUSED(server.OnShares(ShareKeys{"fed-test", 7, "site-000", {}}),
                  StatusCode::kFailedPrecondition,
                  "belongs to stage ShareKeys, which is not open yet; the server is in stage "
@@ -168,7 +169,8 @@ TEST_F(SecAggServerRefusesTest, BadShareKeys) {
 
   ShareKeys m = good;
   m.round = 6;
-  EXPECT_REFUSED(server.OnShares(m), StatusCode::kInvalidArgument, "is for federation 'fed-test' round 6");
+  EXPECT_REFUSED(server.OnShares(m), StatusCode::kInvalidArgument,
+                 "is for federation 'fed-test' round 6");
   m = good;
   m.client_id = "site-007";
   EXPECT_REFUSED(server.OnShares(m), StatusCode::kFailedPrecondition,
@@ -277,9 +279,10 @@ TEST_F(SecAggServerRefusesTest, BadUnmaskShares) {
   const UnmaskShares good = *reply;
   ASSERT_EQ(good.shares.size(), 4u);
   const auto of = [&](const std::string& owner) {
-    return static_cast<size_t>(std::find_if(good.shares.begin(), good.shares.end(),
-                                            [&](const RevealedShare& s) { return s.owner == owner; }) -
-                               good.shares.begin());
+    return static_cast<size_t>(
+        std::find_if(good.shares.begin(), good.shares.end(),
+                     [&](const RevealedShare& s) { return s.owner == owner; }) -
+        good.shares.begin());
   };
   const size_t key_share = of("site-005");
   ASSERT_LT(key_share, good.shares.size());
@@ -291,8 +294,8 @@ TEST_F(SecAggServerRefusesTest, BadUnmaskShares) {
   UnmaskShares m = good;
   m.shares[seed_share].x ^= 0x40;
   EXPECT_REFUSED(server.OnUnmaskShares(m), StatusCode::kInvalidArgument,
-                 "the share of '" + survivor + "' from " + from + " has x = " +
-                     std::to_string(m.shares[seed_share].x) + "; the share " + from +
+                 "the share of '" + survivor + "' from " + from +
+                     " has x = " + std::to_string(m.shares[seed_share].x) + "; the share " + from +
                      " holds has x = " + std::to_string(good.shares[seed_share].x));
   m = good;
   m.shares[seed_share].y.pop_back();
@@ -327,7 +330,8 @@ TEST_F(SecAggServerRefusesTest, BadUnmaskShares) {
                  "input)");
   m = good;
   m.client_id = "eve";
-  EXPECT_REFUSED(server.OnUnmaskShares(m), StatusCode::kPermissionDenied, "'eve', who is not on the allowlist");
+  EXPECT_REFUSED(server.OnUnmaskShares(m), StatusCode::kPermissionDenied,
+                 "'eve', who is not on the allowlist");
   EXPECT_EQ(server.accepted(), 0u);
 
   ASSERT_TRUE(server.OnUnmaskShares(good).ok());
@@ -420,8 +424,8 @@ TEST_F(SecAggClientRefusesTest, BadRosters) {
 
   // site-000's identity signing other keys (another client object, same identity): the
   // signature is genuine, but these are not the keys this client holds secrets for.
-  SecAggClient twin = std::move(SecAggClient::Create(options, round.identity(0),
-                                                     round.allowlist())).value();
+  SecAggClient twin =
+      std::move(SecAggClient::Create(options, round.identity(0), round.allowlist())).value();
   r = good;
   r.members[0] = twin.advertisement();
   EXPECT_REFUSED(c.OnRoster(r).status(), StatusCode::kPermissionDenied,
@@ -478,9 +482,9 @@ TEST_F(SecAggClientRefusesTest, BadForwardedShares) {
                  "the forwarded shares are addressed to 'site-001', not to this client 'site-000'");
   f = good;
   f.boxes[1].box[50] ^= 0x01;
-  EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kCorruption,
-                 "the share box from '" + good.boxes[1].from +
-                     "' to 'site-000' fails authentication");
+  EXPECT_REFUSED(
+      c.OnForwardedShares(f, x).status(), StatusCode::kCorruption,
+      "the share box from '" + good.boxes[1].from + "' to 'site-000' fails authentication");
   f = good;
   f.boxes[1].box.resize(60);
   EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kCorruption,
@@ -492,12 +496,13 @@ TEST_F(SecAggClientRefusesTest, BadForwardedShares) {
   f = good;
   f.boxes[1].from = good.boxes[2].from;  // boxes swapped between senders: the AD says no
   f.boxes[2].from = good.boxes[1].from;
-  EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kCorruption, "fails authentication");
+  EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kCorruption,
+                 "fails authentication");
   f = good;
   f.boxes[0].from = stranger;
-  EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kInvalidArgument,
-                 "a forwarded box comes from '" + stranger +
-                     "', who is not a graph neighbour of 'site-000'");
+  EXPECT_REFUSED(
+      c.OnForwardedShares(f, x).status(), StatusCode::kInvalidArgument,
+      "a forwarded box comes from '" + stranger + "', who is not a graph neighbour of 'site-000'");
   f = good;
   f.boxes[3].to = "site-001";
   EXPECT_REFUSED(c.OnForwardedShares(f, x).status(), StatusCode::kInvalidArgument,

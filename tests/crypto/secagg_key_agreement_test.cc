@@ -62,8 +62,10 @@ TEST_F(SecAggKeyAgreementTest, BothSidesAgreeAndNobodyElseDoes) {
   CurveKeyPair u = Must(CurveKeyPair::Generate(rng));
   CurveKeyPair v = Must(CurveKeyPair::Generate(rng));
   CurveKeyPair w = Must(CurveKeyPair::Generate(rng));
-  const auto uv = ToVector(PairwiseMaskSeed(u.secret_key.span(), v.public_key, 3, "u", "v")->span());
-  const auto vu = ToVector(PairwiseMaskSeed(v.secret_key.span(), u.public_key, 3, "v", "u")->span());
+  const auto uv =
+      ToVector(PairwiseMaskSeed(u.secret_key.span(), v.public_key, 3, "u", "v")->span());
+  const auto vu =
+      ToVector(PairwiseMaskSeed(v.secret_key.span(), u.public_key, 3, "v", "u")->span());
   EXPECT_EQ(uv, vu);
   ASSERT_EQ(uv.size(), 32u);
   // Another round, another pair, a third party's key: all different seeds.
@@ -113,8 +115,8 @@ TEST_F(SecAggKeyAgreementTest, ShareBoxOpensOnlyForItsContext) {
         ShareBoxContext{"fed", 9, "w", "v"}, ShareBoxContext{"fed", 9, "u", "w"},
         ShareBoxContext{"fed", 9, "v", "u"}}) {
     const Status s = OpenShareBox(k_vu.span(), box, other).status();
-    EXPECT_EQ(s.code(), StatusCode::kCorruption) << other.federation_id << other.round
-                                                 << other.from << other.to;
+    EXPECT_EQ(s.code(), StatusCode::kCorruption)
+        << other.federation_id << other.round << other.from << other.to;
     EXPECT_THAT(s.message(), HasSubstr("fails authentication"));
   }
   for (size_t i = 0; i < box.size(); ++i) {

@@ -3,13 +3,12 @@
 // 0..31), the section 2.3.2 block and 2.4.2 encryption vectors through ChaCha20Keystream,
 // and that expansion is one stream however it is chunked (sizes around the 4 KiB chunk),
 // so that Add/Subtract/Expand/ChaCha20WordStream all agree word for word.
-#include "crypto/secagg/mask_prg.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "crypto/secagg/mask_prg.h"
 #include "crypto/sodium.h"
 #include "tests/crypto/secagg_test_util.h"
 
@@ -37,12 +36,12 @@ class MaskPrgTest : public ::testing::Test {
 // and 1) are mask words 0..15 and 16..31 of the all-zero seed; test vector #3 (key ending
 // in 01, counter 1) is words 16..31 of that seed.
 TEST_F(MaskPrgTest, Rfc8439AppendixA1KeystreamThroughExpandMask) {
-  const std::vector<uint8_t> block0 = Hex(
-      "76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
-      "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586");
-  const std::vector<uint8_t> block1 = Hex(
-      "9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
-      "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f");
+  const std::vector<uint8_t> block0 =
+      Hex("76b8e0ada0f13d90405d6ae55386bd28bdd219b8a08ded1aa836efcc8b770dc7"
+          "da41597c5157488d7724e03fb8d84a376a43b8f41518a11cc387b669b2ee6586");
+  const std::vector<uint8_t> block1 =
+      Hex("9f07e7be5551387a98ba977c732d080dcb0f29a048e3656912c6533e32ee7aed"
+          "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f");
   std::array<uint8_t, kMaskSeedSize> seed{};
   std::vector<uint32_t> mask(32);
   ExpandMask(seed, mask);

@@ -43,7 +43,8 @@ TEST_F(SecAggOptionsTest, ValidateNamesTheBadField) {
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o = Valid();
   o.neighbours = 7;
-  EXPECT_THAT(o.Validate().message(), HasSubstr("neighbours must be 0 (default) or even and <= 254; got 7"));
+  EXPECT_THAT(o.Validate().message(),
+              HasSubstr("neighbours must be 0 (default) or even and <= 254; got 7"));
   o.neighbours = 256;
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o = Valid();
@@ -135,18 +136,18 @@ TEST_F(SecAggOptionsTest, AdvertisementIsSignedForItsOwnRoundOnly) {
   EXPECT_EQ(ad.client_id, "site-a");
   EXPECT_EQ(ad.round, 12u);
   EXPECT_NE(ad.channel_public_key, ad.masking_public_key);
-  EXPECT_TRUE(VerifySignature(a.public_identity(),
-                              AdvertiseSignedBytes("fed", 12, "site-a", ad.channel_public_key,
-                                                   ad.masking_public_key),
-                              ad.signature));
-  EXPECT_FALSE(VerifySignature(a.public_identity(),
-                               AdvertiseSignedBytes("fed", 13, "site-a", ad.channel_public_key,
-                                                    ad.masking_public_key),
-                               ad.signature));
-  EXPECT_FALSE(VerifySignature(a.public_identity(),
-                               AdvertiseSignedBytes("fed2", 12, "site-a", ad.channel_public_key,
-                                                    ad.masking_public_key),
-                               ad.signature));
+  EXPECT_TRUE(VerifySignature(
+      a.public_identity(),
+      AdvertiseSignedBytes("fed", 12, "site-a", ad.channel_public_key, ad.masking_public_key),
+      ad.signature));
+  EXPECT_FALSE(VerifySignature(
+      a.public_identity(),
+      AdvertiseSignedBytes("fed", 13, "site-a", ad.channel_public_key, ad.masking_public_key),
+      ad.signature));
+  EXPECT_FALSE(VerifySignature(
+      a.public_identity(),
+      AdvertiseSignedBytes("fed2", 12, "site-a", ad.channel_public_key, ad.masking_public_key),
+      ad.signature));
   // Two clients (two rounds) of one identity have unrelated keys.
   SecAggClient next = std::move(SecAggClient::Create(o, a, allowlist)).value();
   EXPECT_NE(next.advertisement().masking_public_key, ad.masking_public_key);

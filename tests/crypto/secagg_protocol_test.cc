@@ -51,9 +51,9 @@ struct EndToEndCase {
 // for certain; n = 200: 20 drops, more than 7 among one client's 16 neighbours is a
 // ~1e-5 event per client).
 const EndToEndCase kCases[] = {
-    {5, 0, 0, 1000},    {5, 10, 0, 1000},   {5, 30, 0, 1000},
-    {50, 0, 0, 1000},   {50, 10, 0, 1000},  {50, 30, 32, 1000},
-    {200, 0, 0, 1000},  {200, 10, 0, 1000}, {200, 30, 128, 1000},
+    {5, 0, 0, 1000},   {5, 10, 0, 1000},   {5, 30, 0, 1000},
+    {50, 0, 0, 1000},  {50, 10, 0, 1000},  {50, 30, 32, 1000},
+    {200, 0, 0, 1000}, {200, 10, 0, 1000}, {200, 30, 128, 1000},
 };
 
 class SecAggEndToEndTest : public ::testing::TestWithParam<EndToEndCase> {
@@ -111,17 +111,16 @@ TEST_P(SecAggEndToEndTest, SumIsExactWithDropsAfterMaskedInput) {
   const double round_s = std::chrono::duration<double>(t2 - t1).count();
   RecordProperty("setup_seconds", std::to_string(setup_s));
   RecordProperty("round_seconds", std::to_string(round_s));
-  std::printf("[ timing   ] n=%zu drops=%zu k=%u d=%zu: setup %.3f s, round %.3f s\n", c.n,
-              drops, c.neighbours != 0 ? c.neighbours : DefaultSecAggNeighbours(c.n),
-              c.vector_size, setup_s, round_s);
+  std::printf("[ timing   ] n=%zu drops=%zu k=%u d=%zu: setup %.3f s, round %.3f s\n", c.n, drops,
+              c.neighbours != 0 ? c.neighbours : DefaultSecAggNeighbours(c.n), c.vector_size,
+              setup_s, round_s);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    SecAgg, SecAggEndToEndTest, ::testing::ValuesIn(kCases),
-    [](const ::testing::TestParamInfo<EndToEndCase>& info) {
-      return "n" + std::to_string(info.param.n) + "_drop" +
-             std::to_string(info.param.drop_percent) + "pct";
-    });
+INSTANTIATE_TEST_SUITE_P(SecAgg, SecAggEndToEndTest, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<EndToEndCase>& info) {
+                           return "n" + std::to_string(info.param.n) + "_drop" +
+                                  std::to_string(info.param.drop_percent) + "pct";
+                         });
 
 class SecAggProtocolTest : public ::testing::Test {
  protected:
@@ -300,8 +299,8 @@ TEST_F(SecAggProtocolTest, ServerBoundMessagesNeverCarryAClientSecret) {
     if (i == 5) continue;  // drops before its input: its key's shares are revealed
     Result<MaskedInput> y = round.client(i).OnForwardedShares(round.forwarded(i), round.input(i));
     ASSERT_TRUE(y.ok());
-    Append(wire, std::span(reinterpret_cast<const uint8_t*>(y->masked.data()),
-                           y->masked.size() * 4));
+    Append(wire,
+           std::span(reinterpret_cast<const uint8_t*>(y->masked.data()), y->masked.size() * 4));
     ASSERT_TRUE(round.server().OnMaskedInput(*y).ok());
   }
   ASSERT_TRUE(round.Close().ok());
@@ -311,8 +310,8 @@ TEST_F(SecAggProtocolTest, ServerBoundMessagesNeverCarryAClientSecret) {
     for (const RevealedShare& r : u->shares) {
       Append(wire, r.y);
       // Never both kinds for one owner: survivors get b shares, site-005 a key share.
-      EXPECT_EQ(r.kind, r.owner == "site-005" ? SecretKind::kMaskingKey
-                                               : SecretKind::kSelfMaskSeed);
+      EXPECT_EQ(r.kind,
+                r.owner == "site-005" ? SecretKind::kMaskingKey : SecretKind::kSelfMaskSeed);
     }
     ASSERT_TRUE(round.server().OnUnmaskShares(*u).ok());
   }

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "crypto/identity.h"
 #include "crypto/secagg/fixed_point.h"
 #include "crypto/secagg/secagg_client.h"
 #include "crypto/secagg/secagg_server.h"
 #include "crypto/secagg/secure_random.h"
-#include "core/rng.h"
 
 namespace fedmesh::secagg_test {
 
@@ -116,7 +116,8 @@ class SecAggRound {
     ASSERT_FALSE(forwarded_.empty()) << "no forwarded shares yet: close ShareKeys first";
     for (size_t i = 0; i < n(); ++i) {
       if (skip.contains(i) || !has_forwarded(i)) continue;
-      Result<fedmesh::MaskedInput> reply = clients_[i]->OnForwardedShares(forwarded_.at(i), inputs_[i]);
+      Result<fedmesh::MaskedInput> reply =
+          clients_[i]->OnForwardedShares(forwarded_.at(i), inputs_[i]);
       ASSERT_TRUE(reply.ok()) << SiteId(i) << ": " << reply.status().ToString();
       const Status s = server_->OnMaskedInput(*reply);
       ASSERT_TRUE(s.ok()) << SiteId(i) << ": " << s.ToString();

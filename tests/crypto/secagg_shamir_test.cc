@@ -4,8 +4,6 @@
 // that t-1 shares say nothing about the secret: they interpolate to a wrong value, their
 // bytes are uniform whatever the secret (chi-square), and every secret byte is consistent
 // with them through exactly one polynomial.
-#include "crypto/secagg/shamir.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "crypto/secagg/shamir.h"
 #include "crypto/sodium.h"
 #include "tests/crypto/secagg_test_util.h"
 
@@ -85,7 +84,9 @@ TEST_F(ShamirTest, FieldInverse) {
 //    for x in range(1, 6)]
 TEST_F(ShamirTest, KnownAnswerSplit) {
   const std::vector<uint8_t> secret = Hex("0153caff");
-  ScriptedRandom rng(Hex("02035700" "10831301"));  // c1 then c2, the documented order
+  ScriptedRandom rng(
+      Hex("02035700"
+          "10831301"));  // c1 then c2, the documented order
   Result<ShamirShares> shares = ShamirSplit(secret, 3, 5, rng);
   ASSERT_TRUE(shares.ok()) << shares.status().ToString();
   EXPECT_EQ(rng.used(), 8u);
@@ -232,8 +233,8 @@ TEST_F(ShamirTest, ThresholdMinusOneSharesAreConsistentWithEverySecret) {
     for (int c2 = 0; c2 < 256; ++c2) {
       // p(x) = s + c1 x + c2 x^2 with p(1) = y1 fixes s; then check p(2) = y2.
       const uint8_t s = y1 ^ static_cast<uint8_t>(c1) ^ static_cast<uint8_t>(c2);
-      const uint8_t at2 = s ^ Gf256Mul(static_cast<uint8_t>(c1), 2) ^
-                          Gf256Mul(static_cast<uint8_t>(c2), 4);
+      const uint8_t at2 =
+          s ^ Gf256Mul(static_cast<uint8_t>(c1), 2) ^ Gf256Mul(static_cast<uint8_t>(c2), 4);
       if (at2 == y2) ++polynomials[s];
     }
   }
