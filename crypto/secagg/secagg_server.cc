@@ -23,8 +23,8 @@ std::string Quoted(std::string_view id) {
   return out;
 }
 
-// True when X25519 with `key` gives the all-zero point: then it does for every (clamped)
-// scalar, since clamping clears the small-order part, so one fixed scalar tells.
+// True when X25519 with `key` gives the all-zero point. Clamping makes every scalar a
+// multiple of 8, which kills exactly the small-order points, so one fixed scalar tells.
 bool IsLowOrder(const CurveKey& key) {
   uint8_t scalar[crypto_scalarmult_SCALARBYTES] = {1};
   uint8_t point[crypto_scalarmult_BYTES];
@@ -338,12 +338,33 @@ Result<SecAggOutbox> SecAggServer::CloseAdvertiseKeys() {
 }
 
 Result<SecAggOutbox> SecAggServer::CloseShareKeys() {
-  const size_t u1 = Count(in_u1_);
-  if (u1 < options_.min_clients) {
-    return Status::FailedPrecondition(
-        "only " + std::to_string(u1) +
-        " clients shared keys, fewer than min_clients = " + std::to_string(options_.min_clients));
+  // A client with fewer than t neighbours in U1 would refuse to send its input (its masks
+  // could never be removed), and then its own masking key could not be rebuilt either, so
+  // the round would fail at the very end. Leave such clients out now, before anyone masks
+  // against them; each removal can push a neighbour under t, hence the loop.
+  std::vector<bool> u1 = in_u1_;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint32_t u = 0; u < u1.size(); ++u) {
+      if (!u1[u]) continue;
+      const std::span<const uint32_t> row = graph_->Neighbours(u);
+      const size_t holders = static_cast<size_t>(
+          std::count_if(row.begin(), row.end(), [&](uint32_t v) { return bool(u1[v]); }));
+      if (holders < threshold_) {
+        u1[u] = false;
+        changed = true;
+      }
+    }
   }
+  const size_t count = Count(u1);
+  if (count < options_.min_clients) {
+    return Status::FailedPrecondition(
+        "only " + std::to_string(count) + " of the " + std::to_string(Count(in_u1_)) +
+        " clients that shared keys have at least " + std::to_string(threshold_) +
+        " neighbours that did too, fewer than min_clients = " +
+        std::to_string(options_.min_clients));
+  }
+  in_u1_ = std::move(u1);
   SecAggOutbox out;
   out.closed = SecAggStage::kShareKeys;
   out.recipients = Members(in_u1_);

@@ -92,9 +92,13 @@ class SecAggServer {
 
   // Closes the open stage. FailedPrecondition (state unchanged) when it cannot close:
   // fewer than min_clients advertised / shared keys / sent inputs, a roster too small for
-  // the threshold, or (closing Unmasking) a needed secret with fewer than t shares;
+  // the threshold, or (closing Unmasking) a needed secret with fewer than t shares.
   // Corruption when shares rebuild a masking key that does not match the key its owner
   // advertised (a neighbour sent a bad share).
+  // Closing ShareKeys leaves out of U1 every client with fewer than t neighbours in U1
+  // (repeatedly, as each removal lowers its neighbours' counts): such a client could not
+  // safely send its input, and its masking key could not be rebuilt, so keeping it would
+  // only make the round fail at the end.
   Result<SecAggOutbox> CloseStage();
 
  private:

@@ -350,7 +350,8 @@ TEST_F(SecAggServerRefusesTest, StagesDoNotCloseWithTooFewClients) {
   ASSERT_TRUE(round.Close().ok());
   round.ShareKeys({2, 3, 4, 5, 6, 7});
   EXPECT_REFUSED(round.server().CloseStage().status(), StatusCode::kFailedPrecondition,
-                 "only 2 clients shared keys, fewer than min_clients = 3");
+                 "only 0 of the 2 clients that shared keys have at least 3 neighbours that did "
+                 "too, fewer than min_clients = 3");
   round.ShareKeys({0, 1});
   ASSERT_TRUE(round.Close().ok());
   round.MaskedInput({2, 3, 4, 5, 6, 7});

@@ -8,6 +8,8 @@
 //    cancelled with their rebuilt masking keys) and the sum of the others is exact.
 //  - Too many drops: a secret with fewer than t shares fails the round with
 //    FailedPrecondition naming the client, no output; a late share then rescues it.
+//  - Closing ShareKeys leaves out clients with fewer than t neighbours in U1 (and refuses
+//    when that leaves fewer than min_clients), and late ShareKeys still count.
 //  - A masked input is statistically uniform: with the all-zero input, the top 8 bits of
 //    2^16 masked words pass Pearson's chi-square test for 256 equal bins at p = 0.001
 //    (critical value 330.5 for 255 dof) while the unmasked encoding scores 16.7 million.
@@ -22,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <set>
 
 #include "crypto/secagg/secagg_graph.h"
 #include "crypto/sodium.h"
@@ -167,6 +170,76 @@ TEST_F(SecAggProtocolTest, SmallRoundWithOneClientDroppingBeforeItsInput) {
   EXPECT_EQ(out->result->sum, round.ExpectedSum({0, 1, 3, 4}));
   EXPECT_THAT(out->result->contributors,
               ::testing::ElementsAre("site-000", "site-001", "site-003", "site-004"));
+}
+
+// n = 10, k = 4, t = 3: two of site-000's four neighbours skip ShareKeys, so it is left
+// with 2 neighbours in U1, fewer than t: it could never send its input safely, and its
+// masking key (held by 2 neighbours) could never be rebuilt. Closing ShareKeys leaves it
+// out of U1, which leaves its neighbours short in turn; in a ring-shaped Harary graph with
+// t = k/2 + 1 that cascades through every client, and the server says so now instead of
+// failing after two more stages. The failed close changes nothing: when the two late
+// ShareKeys arrive, the round closes and completes with the exact sum.
+TEST_F(SecAggProtocolTest, ShareKeysCloseLeavesOutClientsWithTooFewNeighbours) {
+  SecAggOptions options;
+  options.vector_size = 200;
+  options.neighbours = 4;
+  SecAggRound round(10, options, 41);
+  round.Advertise();
+  ASSERT_TRUE(round.Close().ok());
+  std::vector<std::string> ids;
+  for (const AdvertiseKeys& m : round.roster().members) ids.push_back(m.client_id);
+  const SecAggGraph graph = *SecAggGraph::Build(ids, 4, round.roster().graph_seed);
+  const std::set<size_t> late = {graph.Neighbours(0)[0], graph.Neighbours(0)[1]};
+  round.ShareKeys(late);
+  EXPECT_EQ(round.server().accepted(), 8u);
+  const Status early = round.server().CloseStage().status();
+  EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(early.message(),
+            "only 0 of the 8 clients that shared keys have at least 3 neighbours that did too, "
+            "fewer than min_clients = 3");
+  EXPECT_EQ(round.server().stage(), SecAggStage::kShareKeys);
+  EXPECT_EQ(round.server().accepted(), 8u);
+
+  std::set<size_t> on_time;
+  for (size_t i = 0; i < 10; ++i) {
+    if (!late.contains(i)) on_time.insert(i);
+  }
+  round.ShareKeys(on_time);  // the two late ones
+  Result<SecAggOutbox> out = round.Close();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->recipients.size(), 10u);
+  round.MaskedInput();
+  ASSERT_TRUE(round.Close().ok());
+  round.Unmask();
+  Result<SecAggOutbox> done = round.Close();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  std::vector<size_t> all(10);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(done->result->sum, round.ExpectedSum(all));
+}
+
+// The complete graph of 7 (k = 6, t = 4): site-000 alone never shares keys, and every
+// other client still has 5 neighbours in U1, so nobody is left out; with 3 silent, every
+// client keeps 3 < 4 and the close refuses.
+TEST_F(SecAggProtocolTest, ShareKeysCloseKeepsClientsWithEnoughNeighbours) {
+  SecAggOptions options;
+  options.vector_size = 20;
+  SecAggRound round(7, options, 43);
+  round.Advertise();
+  ASSERT_TRUE(round.Close().ok());
+  round.ShareKeys({0, 1, 2});
+  EXPECT_THAT(round.server().CloseStage().status().message(),
+              HasSubstr("only 0 of the 4 clients that shared keys have at least 4 neighbours"));
+  round.ShareKeys({0, 3, 4, 5, 6});  // 1 and 2 arrive late
+  Result<SecAggOutbox> out = round.Close();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->recipients.size(), 6u);
+  round.MaskedInput();
+  ASSERT_TRUE(round.Close().ok());
+  round.Unmask();
+  Result<SecAggOutbox> done = round.Close();
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->result->sum, round.ExpectedSum({1, 2, 3, 4, 5, 6}));
 }
 
 // n = 5, complete graph, t = 3: site-001 and site-004 vanish after their masked inputs, so
