@@ -11,9 +11,8 @@ namespace {
 
 Status CheckFraction(double v, const char* field) {
   if (!(v >= 0.0 && v < 0.5)) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", v);
-    return Status::InvalidArgument(std::string(field) + " must be in [0, 0.5) (got " + buf + ")");
+    return Status::InvalidArgument(std::string(field) + " must be in [0, 0.5) (got " +
+                                   FormatNumber(v) + ")");
   }
   return Status::OK();
 }

@@ -8,11 +8,7 @@
 namespace fedmesh {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string Num(double v) { return FormatNumber(v); }
 
 Status CheckRate(double v, const char* field) {
   if (!(v >= 0.0 && v < 1.0)) {

@@ -15,11 +15,7 @@ namespace {
 // slice streams through once.
 constexpr size_t kBlock = 1024;
 
-std::string FormatWeight(double w) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", w);
-  return buf;
-}
+std::string FormatWeight(double w) { return FormatNumber(w); }
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 #include "core/status.h"
 
+#include <cstdio>
+
 namespace fedmesh {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -38,6 +40,12 @@ std::string Status::ToString() const {
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
   return Status(rep_->code, std::string(context) + ": " + rep_->message);
+}
+
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 }  // namespace fedmesh

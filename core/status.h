@@ -31,6 +31,10 @@ enum class StatusCode {
 
 std::string_view StatusCodeName(StatusCode code);
 
+// A number as error messages spell it: "0.1", "1e-05", "inf" (printf's %g), rather than
+// std::to_string's "0.100000".
+std::string FormatNumber(double v);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK

@@ -17,12 +17,7 @@ constexpr int kDirichletAttempts = 100;
 
 using Parts = std::vector<std::vector<uint32_t>>;
 
-// "0.1" rather than std::to_string's "0.100000" in messages.
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+std::string Num(double v) { return FormatNumber(v); }
 
 std::vector<uint32_t> Iota(size_t n) {
   std::vector<uint32_t> v(n);

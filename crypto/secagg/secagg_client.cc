@@ -14,15 +14,7 @@
 namespace fedmesh {
 namespace {
 
-// Built by appending: GCC 12 warns (-Wrestrict, a false positive) on "'" + s + "'".
-std::string Quoted(std::string_view id) {
-  std::string out;
-  out.reserve(id.size() + 2);
-  out.push_back('\'');
-  out.append(id);
-  out.push_back('\'');
-  return out;
-}
+std::string Quoted(std::string_view id) { return QuotedId(id); }
 
 // The 32-byte slot `i` of a buffer of per-neighbour keys or seeds.
 std::span<uint8_t, 32> Slot(SecureBuffer& buffer, size_t i) {

@@ -54,4 +54,14 @@ std::vector<uint8_t> AdvertiseSignedBytes(std::string_view federation_id, uint64
   return out;
 }
 
+// Built by appending: GCC 12 warns (-Wrestrict, a false positive) on "'" + s + "'".
+std::string QuotedId(std::string_view id) {
+  std::string out;
+  out.reserve(id.size() + 2);
+  out.push_back('\'');
+  out.append(id);
+  out.push_back('\'');
+  return out;
+}
+
 }  // namespace fedmesh

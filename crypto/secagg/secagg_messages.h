@@ -120,6 +120,9 @@ enum class SecretKind : uint8_t {
 };
 std::string_view SecretKindName(SecretKind kind);
 
+// 'id', as the secagg error messages name a client.
+std::string QuotedId(std::string_view id);
+
 // One share a client reveals: of `owner`'s secret `kind`, at x-coordinate `x`.
 struct RevealedShare {
   std::string owner;

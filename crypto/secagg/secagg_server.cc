@@ -13,15 +13,7 @@
 namespace fedmesh {
 namespace {
 
-// Built by appending: GCC 12 warns (-Wrestrict, a false positive) on "'" + s + "'".
-std::string Quoted(std::string_view id) {
-  std::string out;
-  out.reserve(id.size() + 2);
-  out.push_back('\'');
-  out.append(id);
-  out.push_back('\'');
-  return out;
-}
+std::string Quoted(std::string_view id) { return QuotedId(id); }
 
 // True when X25519 with `key` gives the all-zero point. Clamping makes every scalar a
 // multiple of 8, which kills exactly the small-order points, so one fixed scalar tells.
