@@ -266,7 +266,7 @@ std::vector<RoundEngine::Output> RoundEngine::Start() {
     deadline_s_ = now + options_.timeout_s;
     fit_task_ = BuildFitTask();
     out.push_back(SetTimer{deadline_s_});
-    if (accepted_.size() == selected_.size()) CloseRound(out);
+    if (RoundFull()) CloseRound(out);
   } else if (phase_ == Phase::kWaitingForNodes) {
     if (Status can = strategy_->CanRunAnotherRound(); !can.ok()) {
       Finish(Status::OK(), out, can.message());
@@ -462,8 +462,7 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   accepted_.emplace(from, Accepted{ClientUpdate{from, r.num_examples, std::move(*params)},
                                    r.train_loss, r.update.bytes.size()});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
-  const size_t full = buffered() ? static_cast<size_t>(options_.buffer_size) : selected_.size();
-  if (accepted_.size() >= full) CloseRound(out);
+  if (RoundFull()) CloseRound(out);
 }
 
 void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCause cause,

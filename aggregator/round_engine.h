@@ -343,6 +343,11 @@ class RoundEngine {
   wire::Header OutHeader();
   bool IsSelected(const std::string& node_id) const;
   bool buffered() const { return options_.mode == RoundMode::kBuffered; }
+  // Every selected node answered (synchronous), or the buffer holds buffer_size updates.
+  bool RoundFull() const {
+    return accepted_.size() >=
+           (buffered() ? static_cast<size_t>(options_.buffer_size) : selected_.size());
+  }
   // kBuffered: the selection of a new buffer from the connected nodes: those still
   // training stay in it, idle ones are drawn for the remaining places.
   std::vector<std::string> SelectBuffered(std::vector<std::string> connected_ids);

@@ -1042,6 +1042,30 @@ TEST(RoundEngineTest, BufferedRoundsWeighStaleUpdatesAndRefuseTooStaleOnes) {
   EXPECT_THAT(rejected[0].text, HasSubstr("max_staleness is 1"));
 }
 
+// A buffered round restored with one of its two updates closes on the next one, and the
+// restored update (already staleness-weighted when it was persisted) is used as stored.
+TEST(RoundEngineRestoreTest, BufferedRoundResumesWithItsAcceptedUpdates) {
+  RoundEngineOptions o = WaitFor(3, TestOptions());
+  o.mode = RoundMode::kBuffered;
+  o.clients_per_round = 3;
+  o.min_clients = 1;
+  o.buffer_size = 2;
+  RoundEngine::RestoredState s;
+  s.round = 2;
+  s.model_version = 1;
+  s.global = {1.0f};
+  s.attempt = 1;
+  s.selected = {"a", "b", "c"};
+  s.accepted = {{ClientUpdate{"a", 10, {3.0f}}}};
+  Harness h(s, o);
+  EXPECT_TRUE(h.Events<RoundEngine::RoundClosed>().empty()) << "one update of two";
+  h.Register("b", 10, 1.0f);
+  ASSERT_EQ(h.LastFitTask("b")->round, 2u);
+  auto closed = Filter<RoundEngine::RoundClosed>(h.Answer("b"));
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_FLOAT_EQ(closed[0].global[0], (3.0f + 2.0f) / 2.0f);  // equal weights
+}
+
 TEST(RoundEngineOptionsTest, BufferSizeMustFitTheSelection) {
   RoundEngineOptions o = TestOptions();
   o.mode = RoundMode::kBuffered;
