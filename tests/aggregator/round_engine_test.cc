@@ -1064,6 +1064,14 @@ TEST(RoundEngineRestoreTest, BufferedRoundResumesWithItsAcceptedUpdates) {
   auto closed = Filter<RoundEngine::RoundClosed>(h.Answer("b"));
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_FLOAT_EQ(closed[0].global[0], (3.0f + 2.0f) / 2.0f);  // equal weights
+
+  // Restored with a full buffer (the crash came between the last accept and the close):
+  // it closes at Start, although not every selected node answered.
+  s.accepted.push_back({ClientUpdate{"c", 10, {5.0f}}});
+  Harness full(s, o);
+  auto at_start = Filter<RoundEngine::RoundClosed>(full.start_outputs);
+  ASSERT_EQ(at_start.size(), 1u);
+  EXPECT_FLOAT_EQ(at_start[0].global[0], 4.0f);
 }
 
 TEST(RoundEngineOptionsTest, BufferSizeMustFitTheSelection) {
