@@ -1,4 +1,5 @@
-// The messages fedmesh nodes, aggregators and gossip peers exchange, as plain structs.
+// The messages fedmesh nodes, aggregators and gossip peers exchange, as plain structs,
+// secure aggregation's included.
 // These are the only wire types the rest of the code sees: core/wire/wire_codec.h turns
 // them into frames and back, and is the one place that touches the generated protobuf
 // types (docs/wire.md describes the bytes). Tensor payloads are kept as encoded bytes so
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,6 +42,7 @@ struct Header {
 // Element type of the dense tensor a payload decodes to.
 enum class DType : uint32_t {
   kFloat32 = 1,
+  kUint32 = 2,  // words of Z_2^32, codec "none" only; only SecAggMaskedInput carries them
 };
 
 // A tensor payload: one or more tensors, concatenated, encoded by a codec chain.
@@ -77,6 +80,37 @@ struct RegisterAck {
   friend bool operator==(const RegisterAck&, const RegisterAck&) = default;
 };
 
+// Secure aggregation (SecAgg+, crypto/secagg/). Fixed sizes of its byte fields; the
+// crypto side static_asserts that its own constants agree (crypto/secagg/secagg_wire.cc).
+inline constexpr size_t kSecAggKeyBytes = 32;        // an X25519 public key
+inline constexpr size_t kSecAggSignatureBytes = 64;  // an Ed25519 signature
+inline constexpr size_t kSecAggGraphSeedBytes = 32;  // the public seed of the round's graph
+inline constexpr size_t kSecAggShareBytes = 32;      // one Shamir share of a 32-byte secret
+// A sealed box of two shares: nonce (24) || ciphertext (2 x 32) || tag (16).
+inline constexpr size_t kSecAggShareBoxBytes = 24 + 2 * kSecAggShareBytes + 16;
+// Most graph neighbours of one client (Shamir x-coordinates are 1..255, the degree is even),
+// which bounds the boxes of ShareKeys and ForwardedShares and the shares of UnmaskShares.
+inline constexpr size_t kSecAggMaxNeighbours = 254;
+
+using SecAggKey = std::array<uint8_t, kSecAggKeyBytes>;
+using SecAggSignature = std::array<uint8_t, kSecAggSignatureBytes>;
+
+// What a FitTask tells a node about the round's secure aggregation: the settings of
+// SecAggOptions (crypto/secagg/secagg_options.h) that every party must share and a node
+// cannot know itself. The federation is Header::federation_id, the round FitTask::round
+// and the vector size global_model.element_count.
+struct SecAggParameters {
+  uint32_t threshold = 0;    // Shamir threshold t; 0 = default. <= 254; with neighbours
+                             // set, more than half of them and at most all
+  uint32_t neighbours = 0;   // graph degree k; 0 = default; otherwise even and <= 254
+  double clip = 1.0;         // L2 bound of an update; finite, > 0
+  uint32_t bits = 16;        // fixed-point bits per coordinate; 2..32
+  uint64_t min_clients = 3;  // >= 2
+  uint64_t max_clients = 0;  // most updates summed (overflow bound); >= min_clients: set it
+
+  friend bool operator==(const SecAggParameters&, const SecAggParameters&) = default;
+};
+
 // Aggregator -> node: train from global_model and send back a FitResult.
 struct FitTask {
   uint64_t round = 0;                                  // must equal Header::round
@@ -90,6 +124,10 @@ struct FitTask {
   // Codec chain the node must use for its update (core/codec/codec.h); empty = the node's
   // own configured chain. The FitResult's update.codec says which one it used.
   std::string update_codec;
+  // Set: the round aggregates securely, and the node answers with the SecAgg* messages
+  // (its update masked) rather than a FitResult update. Unset in every FitTask from a
+  // sender that predates it, so those decode with secure aggregation off.
+  std::optional<SecAggParameters> secagg;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -202,8 +240,126 @@ struct GossipModel {
   friend bool operator==(const GossipModel&, const GossipModel&) = default;
 };
 
-using Body = std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject,
-                          Membership, GossipModel>;
+// ---- Secure aggregation messages, one per step of crypto/secagg/secagg_messages.h, which
+// converts them (crypto/secagg/secagg_wire.h). The aggregator relays them all. Every one
+// repeats its header's federation and round; a client's message names its sender, equal
+// to Header::sender_id. Every id follows the id rules.
+
+// Stage 0, node -> aggregator: its fresh keys for this round, signed by its identity.
+struct SecAggAdvertiseKeys {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::string client_id;
+  SecAggKey channel_public_key{};
+  SecAggKey masking_public_key{};
+  SecAggSignature signature{};
+
+  friend bool operator==(const SecAggAdvertiseKeys&, const SecAggAdvertiseKeys&) = default;
+};
+
+// A roster entry: one member's advertised keys (its federation and round are the roster's).
+struct SecAggRosterMember {
+  std::string client_id;
+  SecAggKey channel_public_key{};
+  SecAggKey masking_public_key{};
+  SecAggSignature signature{};
+
+  friend bool operator==(const SecAggRosterMember&, const SecAggRosterMember&) = default;
+};
+
+// Stage 0 closed, aggregator -> every member.
+struct SecAggRoster {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::vector<SecAggRosterMember> members;  // at most WireLimits::max_secagg_clients
+  std::array<uint8_t, kSecAggGraphSeedBytes> graph_seed{};
+
+  friend bool operator==(const SecAggRoster&, const SecAggRoster&) = default;
+};
+
+// Two shares sealed by `sender` for `recipient`.
+struct SecAggSealedShares {
+  std::string sender;
+  std::string recipient;
+  std::vector<uint8_t> box;  // exactly kSecAggShareBoxBytes
+
+  friend bool operator==(const SecAggSealedShares&, const SecAggSealedShares&) = default;
+};
+
+// Stage 1, node -> aggregator: one box per graph neighbour (at most kSecAggMaxNeighbours),
+// each with sender == client_id.
+struct SecAggShareKeys {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::string client_id;
+  std::vector<SecAggSealedShares> boxes;
+
+  friend bool operator==(const SecAggShareKeys&, const SecAggShareKeys&) = default;
+};
+
+// Stage 1 closed, aggregator -> one node: the boxes sealed for it (at most
+// kSecAggMaxNeighbours), each with recipient == this message's recipient.
+struct SecAggForwardedShares {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::string recipient;
+  std::vector<SecAggSealedShares> boxes;
+
+  friend bool operator==(const SecAggForwardedShares&, const SecAggForwardedShares&) = default;
+};
+
+// Stage 2, node -> aggregator: the masked update, as a payload of codec "none" and dtype
+// kUint32 (Uint32Payload / PayloadUint32s in wire_codec.h), so a large model travels in
+// chunks like a FitResult update.
+struct SecAggMaskedInput {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::string client_id;
+  TensorPayload masked;
+
+  friend bool operator==(const SecAggMaskedInput&, const SecAggMaskedInput&) = default;
+};
+
+// Stage 2 closed, aggregator -> every survivor. survivors and dropped together: at most
+// WireLimits::max_secagg_clients.
+struct SecAggUnmaskRequest {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::vector<std::string> survivors;
+  std::vector<std::string> dropped;
+
+  friend bool operator==(const SecAggUnmaskRequest&, const SecAggUnmaskRequest&) = default;
+};
+
+// Values match fedmesh.wire.pb.SecAggSecretKind.
+enum class SecAggSecretKind : uint32_t {
+  kSelfMaskSeed = 1,  // b_u, revealed for a survivor
+  kMaskingKey = 2,    // s_sk_u, revealed for a dropped node
+};
+
+struct SecAggRevealedShare {
+  std::string owner;
+  SecAggSecretKind kind = SecAggSecretKind::kSelfMaskSeed;
+  uint8_t x = 0;           // 1..255
+  std::vector<uint8_t> y;  // exactly kSecAggShareBytes
+
+  friend bool operator==(const SecAggRevealedShare&, const SecAggRevealedShare&) = default;
+};
+
+// Stage 3, node -> aggregator: at most kSecAggMaxNeighbours shares.
+struct SecAggUnmaskShares {
+  std::string federation_id;
+  uint64_t round = 0;
+  std::string client_id;
+  std::vector<SecAggRevealedShare> shares;
+
+  friend bool operator==(const SecAggUnmaskShares&, const SecAggUnmaskShares&) = default;
+};
+
+using Body =
+    std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject, Membership,
+                 GossipModel, SecAggAdvertiseKeys, SecAggRoster, SecAggShareKeys,
+                 SecAggForwardedShares, SecAggMaskedInput, SecAggUnmaskRequest, SecAggUnmaskShares>;
 
 // Values match fedmesh.wire.MessageType. Chunks are framing, not messages: they never
 // reach the code above the codec.
@@ -217,6 +373,13 @@ enum class MessageType : uint32_t {
   // 7 is Chunk (framing only)
   kMembership = 8,
   kGossipModel = 9,
+  kSecAggAdvertiseKeys = 10,
+  kSecAggRoster = 11,
+  kSecAggShareKeys = 12,
+  kSecAggForwardedShares = 13,
+  kSecAggMaskedInput = 14,
+  kSecAggUnmaskRequest = 15,
+  kSecAggUnmaskShares = 16,
 };
 
 struct Message {
@@ -250,6 +413,20 @@ inline std::string_view MessageTypeName(MessageType type) {
       return "Membership";
     case MessageType::kGossipModel:
       return "GossipModel";
+    case MessageType::kSecAggAdvertiseKeys:
+      return "SecAggAdvertiseKeys";
+    case MessageType::kSecAggRoster:
+      return "SecAggRoster";
+    case MessageType::kSecAggShareKeys:
+      return "SecAggShareKeys";
+    case MessageType::kSecAggForwardedShares:
+      return "SecAggForwardedShares";
+    case MessageType::kSecAggMaskedInput:
+      return "SecAggMaskedInput";
+    case MessageType::kSecAggUnmaskRequest:
+      return "SecAggUnmaskRequest";
+    case MessageType::kSecAggUnmaskShares:
+      return "SecAggUnmaskShares";
   }
   return "unknown";
 }

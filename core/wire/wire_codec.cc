@@ -24,6 +24,24 @@ static_assert(static_cast<uint32_t>(MessageType::kHeartbeat) == pb::MESSAGE_TYPE
 static_assert(static_cast<uint32_t>(MessageType::kReject) == pb::MESSAGE_TYPE_REJECT);
 static_assert(static_cast<uint32_t>(MessageType::kMembership) == pb::MESSAGE_TYPE_MEMBERSHIP);
 static_assert(static_cast<uint32_t>(MessageType::kGossipModel) == pb::MESSAGE_TYPE_GOSSIP_MODEL);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggAdvertiseKeys) ==
+              pb::MESSAGE_TYPE_SECAGG_ADVERTISE_KEYS);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggRoster) == pb::MESSAGE_TYPE_SECAGG_ROSTER);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggShareKeys) ==
+              pb::MESSAGE_TYPE_SECAGG_SHARE_KEYS);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggForwardedShares) ==
+              pb::MESSAGE_TYPE_SECAGG_FORWARDED_SHARES);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggMaskedInput) ==
+              pb::MESSAGE_TYPE_SECAGG_MASKED_INPUT);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggUnmaskRequest) ==
+              pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST);
+static_assert(static_cast<uint32_t>(MessageType::kSecAggUnmaskShares) ==
+              pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES);
+static_assert(static_cast<uint32_t>(SecAggSecretKind::kSelfMaskSeed) ==
+              pb::SECAGG_SECRET_KIND_SELF_MASK_SEED);
+static_assert(static_cast<uint32_t>(SecAggSecretKind::kMaskingKey) ==
+              pb::SECAGG_SECRET_KIND_MASKING_KEY);
+static_assert(static_cast<uint32_t>(DType::kUint32) == pb::DTYPE_UINT32);
 static_assert(static_cast<uint32_t>(MemberState::kDead) == pb::MEMBER_STATE_DEAD);
 static_assert(static_cast<uint32_t>(MembershipKind::kSync) == pb::MEMBERSHIP_KIND_SYNC);
 static_assert(static_cast<uint32_t>(GossipKind::kSync) == pb::GOSSIP_KIND_SYNC);
@@ -34,7 +52,15 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
                   std::is_same_v<std::variant_alternative_t<4, Body>, Heartbeat> &&
                   std::is_same_v<std::variant_alternative_t<5, Body>, Reject> &&
                   std::is_same_v<std::variant_alternative_t<6, Body>, Membership> &&
-                  std::is_same_v<std::variant_alternative_t<7, Body>, GossipModel>,
+                  std::is_same_v<std::variant_alternative_t<7, Body>, GossipModel> &&
+                  std::is_same_v<std::variant_alternative_t<8, Body>, SecAggAdvertiseKeys> &&
+                  std::is_same_v<std::variant_alternative_t<9, Body>, SecAggRoster> &&
+                  std::is_same_v<std::variant_alternative_t<10, Body>, SecAggShareKeys> &&
+                  std::is_same_v<std::variant_alternative_t<11, Body>, SecAggForwardedShares> &&
+                  std::is_same_v<std::variant_alternative_t<12, Body>, SecAggMaskedInput> &&
+                  std::is_same_v<std::variant_alternative_t<13, Body>, SecAggUnmaskRequest> &&
+                  std::is_same_v<std::variant_alternative_t<14, Body>, SecAggUnmaskShares> &&
+                  std::variant_size_v<Body> == 15,
               "TypeOf() relies on Body listing the types in MessageType order");
 static_assert(static_cast<uint32_t>(DType::kFloat32) == pb::DTYPE_FLOAT32);
 static_assert(static_cast<uint32_t>(RejectReason::kOverloaded) == pb::REJECT_REASON_OVERLOADED);
@@ -54,7 +80,7 @@ std::string Hex2(uint8_t b) {
 std::string_view TypeName(uint32_t type) {
   if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
   if ((type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) ||
-      type == pb::MESSAGE_TYPE_MEMBERSHIP || type == pb::MESSAGE_TYPE_GOSSIP_MODEL) {
+      (type >= pb::MESSAGE_TYPE_MEMBERSHIP && type <= pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES)) {
     return MessageTypeName(static_cast<MessageType>(type));
   }
   return "unknown";
@@ -80,6 +106,20 @@ uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
       return pb::MESSAGE_TYPE_MEMBERSHIP;
     case pb::Envelope::kGossipModel:
       return pb::MESSAGE_TYPE_GOSSIP_MODEL;
+    case pb::Envelope::kSecaggAdvertiseKeys:
+      return pb::MESSAGE_TYPE_SECAGG_ADVERTISE_KEYS;
+    case pb::Envelope::kSecaggRoster:
+      return pb::MESSAGE_TYPE_SECAGG_ROSTER;
+    case pb::Envelope::kSecaggShareKeys:
+      return pb::MESSAGE_TYPE_SECAGG_SHARE_KEYS;
+    case pb::Envelope::kSecaggForwardedShares:
+      return pb::MESSAGE_TYPE_SECAGG_FORWARDED_SHARES;
+    case pb::Envelope::kSecaggMaskedInput:
+      return pb::MESSAGE_TYPE_SECAGG_MASKED_INPUT;
+    case pb::Envelope::kSecaggUnmaskRequest:
+      return pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST;
+    case pb::Envelope::kSecaggUnmaskShares:
+      return pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES;
     case pb::Envelope::BODY_NOT_SET:
       break;
   }
@@ -90,6 +130,7 @@ const TensorPayload* PayloadOf(const Body& body) {
   if (const auto* t = std::get_if<FitTask>(&body)) return &t->global_model;
   if (const auto* r = std::get_if<FitResult>(&body)) return &r->update;
   if (const auto* g = std::get_if<GossipModel>(&body)) return &g->model;
+  if (const auto* s = std::get_if<SecAggMaskedInput>(&body)) return &s->masked;
   return nullptr;
 }
 
@@ -98,6 +139,7 @@ TensorPayload* MutablePayloadOf(Body& body) { return const_cast<TensorPayload*>(
 std::string_view PayloadFieldName(const Body& body) {
   if (std::holds_alternative<FitTask>(body)) return "FitTask.global_model";
   if (std::holds_alternative<GossipModel>(body)) return "GossipModel.model";
+  if (std::holds_alternative<SecAggMaskedInput>(body)) return "SecAggMaskedInput.masked";
   return "FitResult.update";
 }
 
@@ -128,10 +170,22 @@ Status CheckHeader(const Header& h, const WireLimits& l) {
   return CheckId(h.sender_id, "header sender_id", l);
 }
 
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32 (1)";
+    case DType::kUint32:
+      return "uint32 (2)";
+  }
+  return "unknown";
+}
+
 // Size and shape fields of a payload description, with `payload_bytes` the encoded size
-// (declared by the peer, or bytes.size() when sending). Touches no payload bytes.
+// (declared by the peer, or bytes.size() when sending) and `dtype` the one element type
+// the field carries. Touches no payload bytes.
 Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
-                               std::string_view what, const WireLimits& l) {
+                               std::string_view what, const WireLimits& l,
+                               DType dtype = DType::kFloat32) {
   if (payload_bytes > l.max_payload_bytes) {
     return Status::OutOfRange(StrCat(what, " declares ", payload_bytes,
                                      " payload bytes; the limit is ", l.max_payload_bytes,
@@ -143,9 +197,9 @@ Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
                                      " (max_elements)"));
   }
   FM_RETURN_IF_ERROR(CheckId(p.codec, StrCat(what, " codec"), l));
-  if (p.dtype != DType::kFloat32) {
+  if (p.dtype != dtype) {
     return Status::InvalidArgument(StrCat(what, " has dtype ", static_cast<uint32_t>(p.dtype),
-                                          "; this build supports only float32 (1)"));
+                                          "; it must be ", DTypeName(dtype)));
   }
   if (p.shapes.size() > l.max_tensors) {
     return Status::OutOfRange(StrCat(what, " lists ", p.shapes.size(), " tensors; the limit is ",
@@ -196,13 +250,15 @@ Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
   if (p.codec == kCodecNone) {
     if (payload_bytes % 4 != 0) {
       return Status::InvalidArgument(StrCat(what, " has codec \"none\" and ", payload_bytes,
-                                            " bytes, which is not a whole number of float32"
+                                            " bytes, which is not a whole number of ",
+                                            dtype == DType::kUint32 ? "uint32" : "float32",
                                             " values"));
     }
     if (payload_bytes / 4 != p.element_count) {
-      return Status::InvalidArgument(
-          StrCat(what, " has codec \"none\" and ", payload_bytes, " bytes (", payload_bytes / 4,
-                 " float32 values) but element_count is ", p.element_count));
+      return Status::InvalidArgument(StrCat(what, " has codec \"none\" and ", payload_bytes,
+                                            " bytes (", payload_bytes / 4,
+                                            dtype == DType::kUint32 ? " uint32" : " float32",
+                                            " values) but element_count is ", p.element_count));
     }
   }
   return Status::OK();
@@ -256,12 +312,13 @@ Status CheckFiniteFloat32(std::span<const uint8_t> bytes, std::string_view what)
   return Status::OK();
 }
 
-// Checks on payload contents, once all bytes are present. Both payload-carrying messages
-// (FitTask's global model, FitResult's update) require finite values; other codecs are
-// checked by the codec layer after decoding.
+// Checks on payload contents, once all bytes are present. Float payloads (FitTask's global
+// model, FitResult's update, GossipModel's model) require finite values; other codecs are
+// checked by the codec layer after decoding. Every uint32 word is a valid element of
+// Z_2^32.
 Status CheckPayloadValues(const Body& body) {
   const TensorPayload* p = PayloadOf(body);
-  if (p == nullptr || p->codec != kCodecNone) return Status::OK();
+  if (p == nullptr || p->codec != kCodecNone || p->dtype != DType::kFloat32) return Status::OK();
   return CheckFiniteFloat32(p->bytes, PayloadFieldName(body));
 }
 
@@ -290,6 +347,144 @@ Status CheckMembership(const Membership& m, const WireLimits& l) {
       return Status::InvalidArgument(StrCat("Membership update ", i, " state ",
                                             static_cast<uint32_t>(u.state), " is unknown"));
     }
+  }
+  return Status::OK();
+}
+
+// ---- Secure aggregation. The helpers below serve both the sender's checks (CheckBody) and
+// the receiver's checks made before a field is copied (BodyFromProto), so the two refuse
+// with the same words.
+
+// A byte field of fixed length: a key, signature, seed, box or share.
+Status CheckExactBytes(size_t size, size_t expected, std::string_view field,
+                       std::string_view what_it_is) {
+  if (size == expected) return Status::OK();
+  return Status::InvalidArgument(
+      StrCat(field, " is ", size, " bytes; ", what_it_is, " is ", expected, " bytes"));
+}
+
+Status CheckSecAggKeys(std::string_view field, size_t channel, size_t masking, size_t signature) {
+  FM_RETURN_IF_ERROR(CheckExactBytes(channel, kSecAggKeyBytes, StrCat(field, " channel_public_key"),
+                                     "an X25519 public key"));
+  FM_RETURN_IF_ERROR(CheckExactBytes(masking, kSecAggKeyBytes, StrCat(field, " masking_public_key"),
+                                     "an X25519 public key"));
+  return CheckExactBytes(signature, kSecAggSignatureBytes, StrCat(field, " signature"),
+                         "an Ed25519 signature");
+}
+
+// A count of listed items, before they are copied.
+Status CheckSecAggCount(std::string_view type, size_t count, std::string_view items, size_t limit,
+                        std::string_view limit_name) {
+  if (count <= limit) return Status::OK();
+  return Status::OutOfRange(
+      StrCat(type, " lists ", count, " ", items, "; the limit is ", limit, " (", limit_name, ")"));
+}
+
+Status CheckSecAggBoxCount(std::string_view type, size_t count) {
+  return CheckSecAggCount(type, count, "boxes", kSecAggMaxNeighbours,
+                          "kSecAggMaxNeighbours, one per graph neighbour");
+}
+
+Status CheckSecAggShareCount(size_t count) {
+  return CheckSecAggCount("SecAggUnmaskShares", count, "shares", kSecAggMaxNeighbours,
+                          "kSecAggMaxNeighbours, one per graph neighbour");
+}
+
+Status CheckSecAggRequestCount(size_t survivors, size_t dropped, const WireLimits& l) {
+  return CheckSecAggCount("SecAggUnmaskRequest", survivors + dropped,
+                          "clients (survivors and dropped)", l.max_secagg_clients,
+                          "max_secagg_clients");
+}
+
+// x-coordinates of Shamir shares are 1..255 (0 is where the secret sits).
+Status CheckShareX(uint64_t x, size_t index) {
+  if (x >= 1 && x <= 255) return Status::OK();
+  return Status::InvalidArgument(
+      StrCat("SecAggUnmaskShares share ", index, " x is ", x, "; Shamir x-coordinates are 1..255"));
+}
+
+// A secagg message belongs to the federation and round of the frame that carries it.
+Status CheckSecAggScope(std::string_view type, std::string_view federation_id, uint64_t round,
+                        const Header& h) {
+  if (federation_id != h.federation_id) {
+    return Status::InvalidArgument(
+        StrCat(type, " federation_id differs from header federation_id '", h.federation_id, "'"));
+  }
+  if (round != h.round) {
+    return Status::InvalidArgument(
+        StrCat(type, " round ", round, " differs from header round ", h.round));
+  }
+  return Status::OK();
+}
+
+// A client's message names its sender, which must be the frame's (authenticated) sender:
+// the secagg server trusts client_id for everything that is not signed.
+Status CheckSecAggClient(std::string_view type, std::string_view client_id, const Header& h,
+                         const WireLimits& l) {
+  FM_RETURN_IF_ERROR(CheckId(client_id, StrCat(type, " client_id"), l));
+  if (client_id != h.sender_id) {
+    return Status::InvalidArgument(StrCat(type, " client_id '", client_id,
+                                          "' differs from header sender_id '", h.sender_id, "'"));
+  }
+  return Status::OK();
+}
+
+// Sealed boxes; `sender` / `recipient`, when not null, is what every box must name.
+Status CheckSealedShares(std::string_view type, const std::vector<SecAggSealedShares>& boxes,
+                         const std::string* sender, const std::string* recipient,
+                         const WireLimits& l) {
+  FM_RETURN_IF_ERROR(CheckSecAggBoxCount(type, boxes.size()));
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const SecAggSealedShares& b = boxes[i];
+    const std::string field = StrCat(type, " box ", i);
+    FM_RETURN_IF_ERROR(CheckId(b.sender, StrCat(field, " sender"), l));
+    FM_RETURN_IF_ERROR(CheckId(b.recipient, StrCat(field, " recipient"), l));
+    if (sender != nullptr && b.sender != *sender) {
+      return Status::InvalidArgument(
+          StrCat(field, " sender '", b.sender, "' differs from client_id '", *sender, "'"));
+    }
+    if (recipient != nullptr && b.recipient != *recipient) {
+      return Status::InvalidArgument(StrCat(field, " recipient '", b.recipient,
+                                            "' differs from the message's recipient '", *recipient,
+                                            "'"));
+    }
+    FM_RETURN_IF_ERROR(
+        CheckExactBytes(b.box.size(), kSecAggShareBoxBytes, field, "a sealed pair of shares"));
+  }
+  return Status::OK();
+}
+
+Status CheckSecAggParameters(const SecAggParameters& p) {
+  if (!std::isfinite(p.clip) || p.clip <= 0) {
+    return Status::InvalidArgument(
+        StrCat("FitTask secagg.clip is ", p.clip, "; it must be finite and > 0"));
+  }
+  if (p.bits < 2 || p.bits > 32) {
+    return Status::InvalidArgument(
+        StrCat("FitTask secagg.bits is ", p.bits, "; it must be in [2, 32]"));
+  }
+  if (p.neighbours % 2 != 0 || p.neighbours > kSecAggMaxNeighbours) {
+    return Status::InvalidArgument(
+        StrCat("FitTask secagg.neighbours is ", p.neighbours,
+               "; it must be 0 (default) or even and <= ", kSecAggMaxNeighbours));
+  }
+  if (p.threshold > kSecAggMaxNeighbours) {
+    return Status::InvalidArgument(StrCat("FitTask secagg.threshold is ", p.threshold,
+                                          "; it must be <= ", kSecAggMaxNeighbours));
+  }
+  if (p.threshold != 0 && p.neighbours != 0 &&
+      (p.threshold > p.neighbours || 2 * p.threshold <= p.neighbours)) {
+    return Status::InvalidArgument(StrCat("FitTask secagg.threshold is ", p.threshold,
+                                          "; it must be more than half of, and at most, the ",
+                                          p.neighbours, " neighbours"));
+  }
+  if (p.min_clients < 2) {
+    return Status::InvalidArgument(
+        StrCat("FitTask secagg.min_clients is ", p.min_clients, "; it must be >= 2"));
+  }
+  if (p.max_clients < p.min_clients) {
+    return Status::InvalidArgument(StrCat("FitTask secagg.max_clients is ", p.max_clients,
+                                          "; it must be >= min_clients (", p.min_clients, ")"));
   }
   return Status::OK();
 }
@@ -340,6 +535,7 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
         return Status::InvalidArgument(StrCat("FitTask update_codec: ", chain.status().message()));
       }
     }
+    if (m->secagg.has_value()) FM_RETURN_IF_ERROR(CheckSecAggParameters(*m->secagg));
     FM_RETURN_IF_ERROR(
         CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
@@ -372,6 +568,61 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
                                             " bytes; an Ed25519 signature is 64"));
     }
     FM_RETURN_IF_ERROR(CheckPayloadDescription(m->model, payload_bytes, "GossipModel.model", l));
+  } else if (const auto* m = std::get_if<SecAggAdvertiseKeys>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggAdvertiseKeys", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggClient("SecAggAdvertiseKeys", m->client_id, h, l));
+  } else if (const auto* m = std::get_if<SecAggRoster>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggRoster", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggCount("SecAggRoster", m->members.size(), "members",
+                                        l.max_secagg_clients, "max_secagg_clients"));
+    for (size_t i = 0; i < m->members.size(); ++i) {
+      FM_RETURN_IF_ERROR(
+          CheckId(m->members[i].client_id, StrCat("SecAggRoster member ", i, " client_id"), l));
+    }
+  } else if (const auto* m = std::get_if<SecAggShareKeys>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggShareKeys", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggClient("SecAggShareKeys", m->client_id, h, l));
+    FM_RETURN_IF_ERROR(CheckSealedShares("SecAggShareKeys", m->boxes, &m->client_id, nullptr, l));
+  } else if (const auto* m = std::get_if<SecAggForwardedShares>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggForwardedShares", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckId(m->recipient, "SecAggForwardedShares recipient", l));
+    FM_RETURN_IF_ERROR(
+        CheckSealedShares("SecAggForwardedShares", m->boxes, nullptr, &m->recipient, l));
+  } else if (const auto* m = std::get_if<SecAggMaskedInput>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggMaskedInput", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggClient("SecAggMaskedInput", m->client_id, h, l));
+    if (m->masked.codec != kCodecNone) {
+      return Status::InvalidArgument(
+          "SecAggMaskedInput.masked codec must be \"none\": masked words are uniformly "
+          "random, and no lossy codec may touch them");
+    }
+    FM_RETURN_IF_ERROR(CheckPayloadDescription(m->masked, payload_bytes, "SecAggMaskedInput.masked",
+                                               l, DType::kUint32));
+  } else if (const auto* m = std::get_if<SecAggUnmaskRequest>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggUnmaskRequest", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggRequestCount(m->survivors.size(), m->dropped.size(), l));
+    for (size_t i = 0; i < m->survivors.size(); ++i) {
+      FM_RETURN_IF_ERROR(CheckId(m->survivors[i], StrCat("SecAggUnmaskRequest survivor ", i), l));
+    }
+    for (size_t i = 0; i < m->dropped.size(); ++i) {
+      FM_RETURN_IF_ERROR(CheckId(m->dropped[i], StrCat("SecAggUnmaskRequest dropped ", i), l));
+    }
+  } else if (const auto* m = std::get_if<SecAggUnmaskShares>(&body)) {
+    FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggUnmaskShares", m->federation_id, m->round, h));
+    FM_RETURN_IF_ERROR(CheckSecAggClient("SecAggUnmaskShares", m->client_id, h, l));
+    FM_RETURN_IF_ERROR(CheckSecAggShareCount(m->shares.size()));
+    for (size_t i = 0; i < m->shares.size(); ++i) {
+      const SecAggRevealedShare& r = m->shares[i];
+      FM_RETURN_IF_ERROR(CheckId(r.owner, StrCat("SecAggUnmaskShares share ", i, " owner"), l));
+      if (r.kind != SecAggSecretKind::kSelfMaskSeed && r.kind != SecAggSecretKind::kMaskingKey) {
+        return Status::InvalidArgument(StrCat("SecAggUnmaskShares share ", i, " kind ",
+                                              static_cast<uint32_t>(r.kind), " is unknown"));
+      }
+      FM_RETURN_IF_ERROR(CheckShareX(r.x, i));
+      FM_RETURN_IF_ERROR(CheckExactBytes(r.y.size(), kSecAggShareBytes,
+                                         StrCat("SecAggUnmaskShares share ", i, " y"),
+                                         "a share of a 32-byte secret"));
+    }
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     if (m->text.size() > l.max_text_bytes) {
       return Status::OutOfRange(StrCat("Reject text is ", m->text.size(), " bytes; the limit is ",
@@ -465,6 +716,39 @@ Status FromProto(const pb::TensorPayload& p, std::string_view what, const WireLi
   return Status::OK();
 }
 
+void SealedSharesToProto(const std::vector<SecAggSealedShares>& boxes,
+                         google::protobuf::RepeatedPtrField<pb::SecAggSealedShares>* out) {
+  out->Reserve(static_cast<int>(boxes.size()));
+  for (const SecAggSealedShares& b : boxes) {
+    auto* o = out->Add();
+    o->set_sender(b.sender);
+    o->set_recipient(b.recipient);
+    o->set_box(b.box.data(), b.box.size());
+  }
+}
+
+// Copies sealed boxes, each checked for its length first. The count is checked by the
+// caller.
+Status SealedSharesFromProto(std::string_view type,
+                             const google::protobuf::RepeatedPtrField<pb::SecAggSealedShares>& in,
+                             std::vector<SecAggSealedShares>* out) {
+  out->reserve(static_cast<size_t>(in.size()));
+  for (int i = 0; i < in.size(); ++i) {
+    const pb::SecAggSealedShares& b = in.Get(i);
+    FM_RETURN_IF_ERROR(CheckExactBytes(b.box().size(), kSecAggShareBoxBytes,
+                                       StrCat(type, " box ", i), "a sealed pair of shares"));
+    out->push_back({b.sender(), b.recipient(), {b.box().begin(), b.box().end()}});
+  }
+  return Status::OK();
+}
+
+// Copies a key of exactly N bytes (checked by the caller).
+template <size_t N>
+void CopyKey(const std::string& in, std::array<uint8_t, N>* out) {
+  FM_CHECK_EQ(in.size(), N);
+  std::memcpy(out->data(), in.data(), N);
+}
+
 // Fills the envelope body of `body`; its payload, if any, is described by `framing`.
 void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
   if (const auto* m = std::get_if<Register>(&body)) {
@@ -487,6 +771,16 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_prox_mu(m->prox_mu);
     o->set_deadline_unix_ms(m->deadline_unix_ms);
     o->set_update_codec(m->update_codec);
+    if (m->secagg.has_value()) {
+      const SecAggParameters& p = *m->secagg;
+      auto* os = o->mutable_secagg();
+      os->set_threshold(p.threshold);
+      os->set_neighbours(p.neighbours);
+      os->set_clip(p.clip);
+      os->set_bits(p.bits);
+      os->set_min_clients(p.min_clients);
+      os->set_max_clients(p.max_clients);
+    }
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
     auto* o = env->mutable_fit_result();
     o->set_round(m->round);
@@ -519,6 +813,64 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_weight(m->weight);
     ToProto(m->model, framing, o->mutable_model());
     o->set_signature(m->signature.data(), m->signature.size());
+  } else if (const auto* m = std::get_if<SecAggAdvertiseKeys>(&body)) {
+    auto* o = env->mutable_secagg_advertise_keys();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->set_client_id(m->client_id);
+    o->set_channel_public_key(m->channel_public_key.data(), m->channel_public_key.size());
+    o->set_masking_public_key(m->masking_public_key.data(), m->masking_public_key.size());
+    o->set_signature(m->signature.data(), m->signature.size());
+  } else if (const auto* m = std::get_if<SecAggRoster>(&body)) {
+    auto* o = env->mutable_secagg_roster();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->mutable_members()->Reserve(static_cast<int>(m->members.size()));
+    for (const SecAggRosterMember& k : m->members) {
+      auto* ok = o->add_members();
+      ok->set_client_id(k.client_id);
+      ok->set_channel_public_key(k.channel_public_key.data(), k.channel_public_key.size());
+      ok->set_masking_public_key(k.masking_public_key.data(), k.masking_public_key.size());
+      ok->set_signature(k.signature.data(), k.signature.size());
+    }
+    o->set_graph_seed(m->graph_seed.data(), m->graph_seed.size());
+  } else if (const auto* m = std::get_if<SecAggShareKeys>(&body)) {
+    auto* o = env->mutable_secagg_share_keys();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->set_client_id(m->client_id);
+    SealedSharesToProto(m->boxes, o->mutable_boxes());
+  } else if (const auto* m = std::get_if<SecAggForwardedShares>(&body)) {
+    auto* o = env->mutable_secagg_forwarded_shares();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->set_recipient(m->recipient);
+    SealedSharesToProto(m->boxes, o->mutable_boxes());
+  } else if (const auto* m = std::get_if<SecAggMaskedInput>(&body)) {
+    auto* o = env->mutable_secagg_masked_input();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->set_client_id(m->client_id);
+    ToProto(m->masked, framing, o->mutable_masked());
+  } else if (const auto* m = std::get_if<SecAggUnmaskRequest>(&body)) {
+    auto* o = env->mutable_secagg_unmask_request();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    for (const std::string& id : m->survivors) o->add_survivors(id);
+    for (const std::string& id : m->dropped) o->add_dropped(id);
+  } else if (const auto* m = std::get_if<SecAggUnmaskShares>(&body)) {
+    auto* o = env->mutable_secagg_unmask_shares();
+    o->set_federation_id(m->federation_id);
+    o->set_round(m->round);
+    o->set_client_id(m->client_id);
+    o->mutable_shares()->Reserve(static_cast<int>(m->shares.size()));
+    for (const SecAggRevealedShare& r : m->shares) {
+      auto* orv = o->add_shares();
+      orv->set_owner(r.owner);
+      orv->set_kind(static_cast<pb::SecAggSecretKind>(r.kind));
+      orv->set_x(r.x);
+      orv->set_y(r.y.data(), r.y.size());
+    }
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     auto* o = env->mutable_reject();
     o->set_reason(static_cast<pb::RejectReason>(m->reason));
@@ -562,6 +914,11 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.prox_mu = i.prox_mu();
       m.deadline_unix_ms = i.deadline_unix_ms();
       m.update_codec = i.update_codec();
+      if (i.has_secagg()) {
+        const pb::SecAggParameters& p = i.secagg();
+        m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
+                                    p.bits(),      p.min_clients(), p.max_clients()};
+      }
       *body = std::move(m);
       return Status::OK();
     }
@@ -631,6 +988,116 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.weight = i.weight();
       FM_RETURN_IF_ERROR(FromProto(i.model(), "GossipModel.model", l, &m.model, framing));
       m.signature.assign(i.signature().begin(), i.signature().end());
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggAdvertiseKeys: {
+      const auto& i = env.secagg_advertise_keys();
+      FM_RETURN_IF_ERROR(CheckSecAggKeys("SecAggAdvertiseKeys", i.channel_public_key().size(),
+                                         i.masking_public_key().size(), i.signature().size()));
+      SecAggAdvertiseKeys m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.client_id = i.client_id();
+      CopyKey(i.channel_public_key(), &m.channel_public_key);
+      CopyKey(i.masking_public_key(), &m.masking_public_key);
+      CopyKey(i.signature(), &m.signature);
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggRoster: {
+      const auto& i = env.secagg_roster();
+      FM_RETURN_IF_ERROR(CheckSecAggCount("SecAggRoster", static_cast<size_t>(i.members_size()),
+                                          "members", l.max_secagg_clients, "max_secagg_clients"));
+      FM_RETURN_IF_ERROR(CheckExactBytes(i.graph_seed().size(), kSecAggGraphSeedBytes,
+                                         "SecAggRoster graph_seed", "a graph seed"));
+      SecAggRoster m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.members.reserve(static_cast<size_t>(i.members_size()));
+      for (int k = 0; k < i.members_size(); ++k) {
+        const pb::SecAggRosterMember& ik = i.members(k);
+        FM_RETURN_IF_ERROR(CheckSecAggKeys(StrCat("SecAggRoster member ", k),
+                                           ik.channel_public_key().size(),
+                                           ik.masking_public_key().size(), ik.signature().size()));
+        SecAggRosterMember member;
+        member.client_id = ik.client_id();
+        CopyKey(ik.channel_public_key(), &member.channel_public_key);
+        CopyKey(ik.masking_public_key(), &member.masking_public_key);
+        CopyKey(ik.signature(), &member.signature);
+        m.members.push_back(std::move(member));
+      }
+      CopyKey(i.graph_seed(), &m.graph_seed);
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggShareKeys: {
+      const auto& i = env.secagg_share_keys();
+      FM_RETURN_IF_ERROR(
+          CheckSecAggBoxCount("SecAggShareKeys", static_cast<size_t>(i.boxes_size())));
+      SecAggShareKeys m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.client_id = i.client_id();
+      FM_RETURN_IF_ERROR(SealedSharesFromProto("SecAggShareKeys", i.boxes(), &m.boxes));
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggForwardedShares: {
+      const auto& i = env.secagg_forwarded_shares();
+      FM_RETURN_IF_ERROR(
+          CheckSecAggBoxCount("SecAggForwardedShares", static_cast<size_t>(i.boxes_size())));
+      SecAggForwardedShares m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.recipient = i.recipient();
+      FM_RETURN_IF_ERROR(SealedSharesFromProto("SecAggForwardedShares", i.boxes(), &m.boxes));
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggMaskedInput: {
+      const auto& i = env.secagg_masked_input();
+      SecAggMaskedInput m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.client_id = i.client_id();
+      FM_RETURN_IF_ERROR(FromProto(i.masked(), "SecAggMaskedInput.masked", l, &m.masked, framing));
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggUnmaskRequest: {
+      const auto& i = env.secagg_unmask_request();
+      FM_RETURN_IF_ERROR(CheckSecAggRequestCount(static_cast<size_t>(i.survivors_size()),
+                                                 static_cast<size_t>(i.dropped_size()), l));
+      SecAggUnmaskRequest m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.survivors.assign(i.survivors().begin(), i.survivors().end());
+      m.dropped.assign(i.dropped().begin(), i.dropped().end());
+      *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kSecaggUnmaskShares: {
+      const auto& i = env.secagg_unmask_shares();
+      FM_RETURN_IF_ERROR(CheckSecAggShareCount(static_cast<size_t>(i.shares_size())));
+      SecAggUnmaskShares m;
+      m.federation_id = i.federation_id();
+      m.round = i.round();
+      m.client_id = i.client_id();
+      m.shares.reserve(static_cast<size_t>(i.shares_size()));
+      for (int k = 0; k < i.shares_size(); ++k) {
+        const pb::SecAggRevealedShare& ir = i.shares(k);
+        FM_RETURN_IF_ERROR(CheckShareX(ir.x(), static_cast<size_t>(k)));
+        FM_RETURN_IF_ERROR(CheckExactBytes(ir.y().size(), kSecAggShareBytes,
+                                           StrCat("SecAggUnmaskShares share ", k, " y"),
+                                           "a share of a 32-byte secret"));
+        SecAggRevealedShare r;
+        r.owner = ir.owner();
+        r.kind = static_cast<SecAggSecretKind>(ir.kind());
+        r.x = static_cast<uint8_t>(ir.x());
+        r.y.assign(ir.y().begin(), ir.y().end());
+        m.shares.push_back(std::move(r));
+      }
       *body = std::move(m);
       return Status::OK();
     }
@@ -992,6 +1459,49 @@ TensorPayload FloatPayload(std::span<const float> values,
     }
   }
   return p;
+}
+
+TensorPayload Uint32Payload(std::span<const uint32_t> words) {
+  TensorPayload p;
+  p.codec = std::string(kCodecNone);
+  p.dtype = DType::kUint32;
+  p.element_count = words.size();
+  p.bytes.resize(words.size() * sizeof(uint32_t));
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!words.empty()) std::memcpy(p.bytes.data(), words.data(), p.bytes.size());
+  } else {
+    for (size_t i = 0; i < words.size(); ++i) {
+      for (int b = 0; b < 4; ++b) p.bytes[4 * i + b] = static_cast<uint8_t>(words[i] >> (8 * b));
+    }
+  }
+  return p;
+}
+
+Result<std::vector<uint32_t>> PayloadUint32s(const TensorPayload& payload) {
+  if (payload.codec != kCodecNone) {
+    return Status::FailedPrecondition(StrCat("payload has codec \"", payload.codec,
+                                             "\"; uint32 words travel only with codec \"none\""));
+  }
+  if (payload.dtype != DType::kUint32) {
+    return Status::InvalidArgument(StrCat(
+        "payload has dtype ", static_cast<uint32_t>(payload.dtype), "; it must be uint32 (2)"));
+  }
+  if (payload.bytes.size() % 4 != 0 || payload.bytes.size() / 4 != payload.element_count) {
+    return Status::InvalidArgument(StrCat("payload has ", payload.bytes.size(), " bytes for ",
+                                          payload.element_count,
+                                          " uint32 elements; it needs 4 per element"));
+  }
+  std::vector<uint32_t> words(payload.element_count);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!words.empty()) std::memcpy(words.data(), payload.bytes.data(), payload.bytes.size());
+  } else {
+    for (size_t i = 0; i < words.size(); ++i) {
+      uint32_t w = 0;
+      for (int b = 0; b < 4; ++b) w |= uint32_t{payload.bytes[4 * i + b]} << (8 * b);
+      words[i] = w;
+    }
+  }
+  return words;
 }
 
 Result<std::vector<float>> PayloadFloats(const TensorPayload& payload) {

@@ -11,11 +11,13 @@
 //                       missing header or body, missing / extra / reordered / short chunk,
 //                       chunk count inconsistent with the declared size, SHA-256 mismatch;
 //   FailedPrecondition  the peer speaks a protocol version this build does not;
-//   OutOfRange          a frame, payload, element count, dims, chunk count, id or text
-//                       exceeds its limit, or the Reassembler is full;
+//   OutOfRange          a frame, payload, element count, dims, chunk count, id, text or
+//                       list (members, boxes, shares) exceeds its limit, or the
+//                       Reassembler is full;
 //   InvalidArgument     well-formed but meaningless content: empty or non-printable id,
 //                       NaN/Inf values, shapes that disagree with element_count, round
-//                       mismatch, hyperparameters out of range, unknown message type;
+//                       mismatch, hyperparameters out of range, unknown message type,
+//                       a key, signature, box or share of the wrong length;
 //   AlreadyExists       a second message with the same (sender_id, message_id) in flight.
 // Thread-safety: Encode, Decode and the payload helpers are stateless and safe to call
 // concurrently. A Reassembler is not thread-safe; give each receiving loop its own.
@@ -70,6 +72,10 @@ struct WireLimits {
   // Most member updates in one gossip Membership message. Default: 4,096 (a Sync of a
   // 4,096-member view is about 500 KiB, under max_header_bytes).
   size_t max_members = 4096;
+  // Most members of a secure aggregation roster, and most names in an UnmaskRequest
+  // (survivors and dropped together). Default: 4,096 (a roster of 4,096 members with
+  // 64-byte ids is about 800 KiB, under max_header_bytes).
+  size_t max_secagg_clients = 4096;
   // Longest Reject text. Default: 1,024 bytes.
   size_t max_text_bytes = 1024;
   // Reassembler only: messages waiting for chunks at one time. Default: 64.
@@ -156,6 +162,14 @@ class Reassembler {
 // TensorPayload (empty: flat). sha256 is left unset.
 TensorPayload FloatPayload(std::span<const float> values,
                            std::vector<std::vector<uint64_t>> shapes = {});
+
+// A codec "none" payload of dtype uint32 holding `words` little-endian (a secure
+// aggregation masked input). sha256 is left unset.
+TensorPayload Uint32Payload(std::span<const uint32_t> words);
+
+// The words of a codec "none" uint32 payload. FailedPrecondition for another codec;
+// InvalidArgument when dtype is not uint32 or the byte count is not 4 * element_count.
+Result<std::vector<uint32_t>> PayloadUint32s(const TensorPayload& payload);
 
 // The float32 values of a codec "none" payload. FailedPrecondition for another codec
 // (decode it with its codec chain first); InvalidArgument when dtype is not float32 or the
