@@ -67,6 +67,23 @@ Status Validate(const RoundEngineOptions& o) {
     return bad("timeout_s", o.timeout_s, "finite and > 0");
   }
   if (o.max_retries < 0) return bad("max_retries", o.max_retries, ">= 0");
+  if (o.secagg.enabled) {
+    if (o.mode != RoundMode::kSynchronous) {
+      return Status::InvalidArgument("secagg: secure aggregation needs synchronous rounds, "
+                                     "not buffered ones");
+    }
+    if (!std::isfinite(o.secagg.stage_timeout_s) || o.secagg.stage_timeout_s <= 0) {
+      return bad("secagg.stage_timeout_s", o.secagg.stage_timeout_s, "finite and > 0");
+    }
+    if (!std::isfinite(o.secagg.clip) || o.secagg.clip <= 0) {
+      return bad("secagg.clip", o.secagg.clip, "finite and > 0");
+    }
+    if (o.secagg.bits < 2 || o.secagg.bits > 32) return bad("secagg.bits", o.secagg.bits, "in [2, 32]");
+    if (o.secagg.allowlist.empty()) {
+      return Status::InvalidArgument("secagg.allowlist is empty: secure aggregation checks every "
+                                     "node's signature against the enrolled identities");
+    }
+  }
   if (o.mode == RoundMode::kBuffered) {
     if (o.buffer_size < o.min_clients || o.buffer_size > o.clients_per_round) {
       return Status::InvalidArgument(
@@ -296,6 +313,11 @@ std::vector<RoundEngine::Output> RoundEngine::OnMessage(const std::string& from,
     HandleRegister(from, m, *reg, out);
   } else if (const auto* fit = std::get_if<wire::FitResult>(&m.body)) {
     HandleFitResult(from, m, *fit, out);
+  } else if (std::holds_alternative<wire::SecAggAdvertiseKeys>(m.body) ||
+             std::holds_alternative<wire::SecAggShareKeys>(m.body) ||
+             std::holds_alternative<wire::SecAggMaskedInput>(m.body) ||
+             std::holds_alternative<wire::SecAggUnmaskShares>(m.body)) {
+    HandleSecAgg(from, m, out);
   } else if (std::holds_alternative<wire::Heartbeat>(m.body)) {
     if (!connected(from)) {
       Reject(from, m, RejectCause::kUnknownNode, "heartbeat from a node that is not registered",
@@ -315,7 +337,9 @@ std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
   FM_CHECK(started_);
   std::vector<Output> out;
   if (phase_ != Phase::kRoundOpen || now < deadline_s_) return out;  // stale or early
-  if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
+  if (secagg_) {
+    AdvanceSecAgg(/*at_deadline=*/true, out);
+  } else if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
     CloseRound(out);
   } else {
     RetryOrGiveUp(out);
@@ -375,6 +399,10 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   }
   if (phase_ == Phase::kFinished) {
     return reject(RejectCause::kLate, "update for " + claimed + " after the federation finished");
+  }
+  if (secagg_ && r.round == round_) {
+    return reject(RejectCause::kMalformed, claimed + " aggregates securely: send the SecAgg "
+                                           "messages, not a FitResult update");
   }
   // A buffered round takes updates trained from earlier models, up to max_staleness.
   double staleness_weight = 1.0;
@@ -465,6 +493,67 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   if (RoundFull()) CloseRound(out);
 }
 
+void RoundEngine::HandleSecAgg(const std::string& from, const wire::Message& m,
+                               std::vector<Output>& out) {
+  auto reject = [&](RejectCause cause, std::string text) {
+    Reject(from, m, cause, std::move(text), out);
+  };
+  const std::string claimed = "secure aggregation message for round " + Str(m.header.round);
+  if (!connected(from)) {
+    return reject(RejectCause::kUnknownNode,
+                  "node is not registered (or disconnected since); send Register first");
+  }
+  if (m.header.round < round_ || phase_ == Phase::kFinished) {
+    return reject(RejectCause::kLate, claimed + ", which has closed");
+  }
+  if (m.header.round > round_) {
+    return reject(RejectCause::kWrongRound, claimed + ", which has not started");
+  }
+  if (!secagg_ || phase_ != Phase::kRoundOpen) {
+    return reject(RejectCause::kLate, claimed + ": no secure aggregation is open");
+  }
+  if (!IsSelected(from)) return reject(RejectCause::kNotSelected, "node was not selected");
+  if (Status s = secagg_->OnMessage(from, m.body); !s.ok()) {
+    const RejectCause cause = s.code() == StatusCode::kAlreadyExists        ? RejectCause::kDuplicate
+                              : s.code() == StatusCode::kFailedPrecondition ? RejectCause::kLate
+                                                                            : RejectCause::kMalformed;
+    return reject(cause, s.message());
+  }
+  if (secagg_->StageComplete()) AdvanceSecAgg(/*at_deadline=*/false, out);
+}
+
+void RoundEngine::AdvanceSecAgg(bool at_deadline, std::vector<Output>& out) {
+  auto step = secagg_->Close();
+  if (!step.ok()) {
+    // Early: more may still come before the deadline. At the deadline: the attempt failed.
+    if (at_deadline) {
+      RetryOrGiveUp(out, "secure aggregation stage " +
+                             std::string(SecAggStageName(secagg_->stage())) +
+                             " could not close: " + step.status().message());
+    }
+    return;
+  }
+  for (auto& [to, body] : step->sends) {
+    out.push_back(Send{to, wire::Message{OutHeader(), std::move(body)}, std::nullopt});
+  }
+  if (!step->result) {
+    deadline_s_ = env_->NowSeconds() + options_.secagg.stage_timeout_s;
+    out.push_back(SetTimer{deadline_s_});
+    return;
+  }
+  // The strategy gets the contributors' mean change as the round's one update.
+  const SecAggResult& r = *step->result;
+  const double n = static_cast<double>(r.contributors.size());
+  ClientUpdate mean{"secure-aggregate", 1, global_};
+  for (size_t i = 0; i < mean.params.size(); ++i) {
+    mean.params[i] = static_cast<float>(global_[i] + static_cast<double>(r.decoded_sum[i]) / n);
+  }
+  accepted_.clear();
+  accepted_.emplace(mean.node_id, Accepted{std::move(mean), std::nan(""), 0});
+  secagg_contributors_ = static_cast<uint32_t>(r.contributors.size());
+  CloseRound(out);
+}
+
 void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCause cause,
                          std::string text, std::vector<Output>& out) {
   if (text.size() > kMaxRejectText) text.resize(kMaxRejectText);
@@ -513,6 +602,16 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   accepted_.clear();
   deadline_s_ = now + options_.timeout_s;
 
+  secagg_.reset();
+  if (options_.secagg.enabled) {
+    auto opened = SecAggRound::Open(options_.secagg, options_.federation_id, round_, global_.size(),
+                                    static_cast<size_t>(options_.min_clients), selected_);
+    if (!opened.ok()) {
+      Finish(opened.status().WithContext("opening secure aggregation for round " + Str(round_)), out);
+      return;
+    }
+    secagg_.emplace(std::move(opened).value());
+  }
   fit_task_ = BuildFitTask();
 
   out.push_back(RoundOpened{round_, attempt_, model_version_, selected_, deadline_s_});
@@ -553,6 +652,7 @@ wire::FitTask RoundEngine::BuildFitTask() const {
   task.momentum = options_.momentum;
   task.prox_mu = strategy_->prox_mu();
   task.deadline_unix_ms = 0;  // the engine has no wall clock: see Send::deadline_s
+  if (secagg_) task.secagg = secagg_->parameters();
   return task;
 }
 
@@ -594,6 +694,11 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
 
   metrics.selected = static_cast<uint32_t>(selected_.size());
   metrics.received = static_cast<uint32_t>(updates.size());
+  if (secagg_) {  // one aggregate update stands for the contributors' masked inputs
+    metrics.received = secagg_contributors_;
+    metrics.update_bytes = secagg_->masked_bytes();
+    metrics.update_bytes_raw = 4 * static_cast<uint64_t>(global_.size()) * secagg_contributors_;
+  }
   metrics.rejected = rejected_in_round_;
   metrics.attempts = attempt_;
   metrics.train_loss = loss_weight > 0 ? loss_sum / loss_weight : std::nan("");
@@ -614,6 +719,8 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   earlier_selected_.clear();
   accepted_.clear();
   fit_task_.reset();
+  secagg_.reset();
+  secagg_contributors_ = 0;
   rejected_in_round_ = 0;
   attempt_ = 0;
   if (round_ >= options_.total_rounds) {
@@ -628,11 +735,13 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   TryOpenRound(out);
 }
 
-void RoundEngine::RetryOrGiveUp(std::vector<Output>& out) {
+void RoundEngine::RetryOrGiveUp(std::vector<Output>& out, std::string why) {
   const auto received = static_cast<uint32_t>(accepted_.size());
-  std::string reason = "only " + Str(received) + " of " + Str(selected_.size()) +
-                       " selected nodes answered by the deadline; min_clients is " +
-                       Str(options_.min_clients);
+  std::string reason = !why.empty() ? std::move(why)
+                                    : "only " + Str(received) + " of " + Str(selected_.size()) +
+                                          " selected nodes answered by the deadline; min_clients is " +
+                                          Str(options_.min_clients);
+  secagg_.reset();
   if (attempt_ > static_cast<uint32_t>(options_.max_retries)) {
     Finish(Status::DeadlineExceeded("round " + Str(round_) + " failed after " + Str(attempt_) +
                                     " attempts: " + reason),

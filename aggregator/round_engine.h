@@ -34,6 +34,7 @@
 #include <variant>
 #include <vector>
 
+#include "aggregator/secagg_round.h"
 #include "aggregator/strategy.h"
 #include "core/codec/codec.h"
 #include "core/env.h"
@@ -104,6 +105,14 @@ struct RoundEngineOptions {
   // and send their change relative to it, so the aggregate stays exact in the updates.
   // Sparsifiers are refused: the global model is sent whole.
   std::string downlink_codec = "none";
+  // Secure aggregation (aggregator/secagg_round.h): each round's selected nodes train, then
+  // run SecAgg+ through the engine instead of sending FitResults; the engine learns only
+  // the sum of their clipped changes and the strategy gets their mean as the round's one
+  // update. Stage 1 (advertise keys) has the round's timeout_s, which includes training;
+  // each later stage secagg.stage_timeout_s. A stage that cannot close at its deadline
+  // (too few nodes or shares) fails the attempt: retried like a round below quorum.
+  // Synchronous rounds only. Off by default.
+  SecAggSettings secagg;
 };
 
 // InvalidArgument naming the first offending field and its value, e.g. min_clients >
@@ -336,7 +345,12 @@ class RoundEngine {
   // Opens an attempt of round_ if enough nodes are connected; otherwise waits.
   void TryOpenRound(std::vector<Output>& out);
   void CloseRound(std::vector<Output>& out);
-  void RetryOrGiveUp(std::vector<Output>& out);
+  void RetryOrGiveUp(std::vector<Output>& out, std::string why = {});
+  void HandleSecAgg(const std::string& from, const wire::Message& m, std::vector<Output>& out);
+  // Closes the open secure aggregation stage and sends what it produced; after the last
+  // stage closes the round. A stage that cannot close waits (early) or fails the attempt
+  // (at its deadline).
+  void AdvanceSecAgg(bool at_deadline, std::vector<Output>& out);
   void Finish(Status status, std::vector<Output>& out, std::string stopped_early = {});
   wire::FitTask BuildFitTask() const;
   void SendFitTask(const std::string& to, std::vector<Output>& out);
@@ -373,6 +387,8 @@ class RoundEngine {
   std::map<std::string, NodeInfo> nodes_;  // every node that ever registered
   size_t connected_ = 0;                   // of nodes_, those connected
   codec::Chain downlink_chain_;  // parsed options_.downlink_codec
+  std::optional<SecAggRound> secagg_;  // the open attempt's secure aggregation
+  uint32_t secagg_contributors_ = 0;   // of the round being closed, for its metrics
 
   uint64_t next_message_id_ = 1;
   uint64_t total_retries_ = 0;
