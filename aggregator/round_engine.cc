@@ -79,10 +79,6 @@ Status Validate(const RoundEngineOptions& o) {
       return bad("secagg.clip", o.secagg.clip, "finite and > 0");
     }
     if (o.secagg.bits < 2 || o.secagg.bits > 32) return bad("secagg.bits", o.secagg.bits, "in [2, 32]");
-    if (o.secagg.allowlist.empty()) {
-      return Status::InvalidArgument("secagg.allowlist is empty: secure aggregation checks every "
-                                     "node's signature against the enrolled identities");
-    }
   }
   if (o.mode == RoundMode::kBuffered) {
     if (o.buffer_size < o.min_clients || o.buffer_size > o.clients_per_round) {
@@ -188,6 +184,12 @@ Status CheckCommon(const RoundEngineOptions& options, const Env* env, const Stra
   FM_RETURN_IF_ERROR(Validate(options));
   if (env == nullptr) return Status::InvalidArgument("env is null");
   if (strategy == nullptr) return Status::InvalidArgument("strategy is null");
+  // Checked here, not in Validate: a config is validated before the service reads the
+  // enrolled identities into it.
+  if (options.secagg.enabled && options.secagg.allowlist.empty()) {
+    return Status::InvalidArgument("secagg.allowlist is empty: secure aggregation checks every "
+                                   "node's signature against the enrolled identities");
+  }
   if (global.empty()) return Status::InvalidArgument("the global model has no parameters");
   if (size_t i = FirstNonFinite(global); i != global.size()) {
     return Status::InvalidArgument("the global model holds " + Str(global[i]) + " at index " +

@@ -64,6 +64,9 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
                  config.allow_dir);
   }
   s->SetAllowlist(allowlist);
+  // Secure aggregation checks every node's advertised keys against these identities. A
+  // SIGHUP reloads the ZAP allowlist; the secure aggregation one is read at start.
+  if (s->config_.rounds.secagg.enabled) s->config_.rounds.secagg.allowlist = allowlist;
 
   // Eval data first: it fixes the model's input shape and class count.
   if (s->options_.eval_data) {

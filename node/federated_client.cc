@@ -1,5 +1,8 @@
 #include "node/federated_client.h"
 
+#include <csignal>
+#include <cstdlib>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -122,6 +125,9 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(c->default_chain_, config.error_feedback));
   c->carry_.feedback.emplace(std::move(feedback));
 
+  if (!config.secagg_allow_dir.empty()) {
+    FM_ASSIGN_OR_RETURN(c->secagg_allow_, ReadAllowlist(config.secagg_allow_dir));
+  }
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
   FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
   if (checkpoint.has_value()) {
@@ -285,6 +291,8 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
     } else if (const auto* task = std::get_if<wire::FitTask>(&m.body)) {
       FM_RETURN_IF_ERROR(HandleFitTask(m, *task, stop));
       last_heard = Clock::now();  // training time is not the aggregator's silence
+    } else if (IsSecAggServerMessage(m.body)) {
+      FM_RETURN_IF_ERROR(HandleSecAgg(m));
     } else if (const auto* rej = std::get_if<wire::Reject>(&m.body)) {
       ++stats_.rejects;
       Log("the aggregator rejected message " + std::to_string(rej->rejected_message_id) + " (" +
@@ -331,7 +339,14 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   ctx.clock = env_;
   ctx.stop = [stop] { return stop->load(); };
   const auto t0 = Clock::now();
-  FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, task, carry_));
+  if (task.secagg && secagg_allow_.empty()) {
+    return refuse("it asks for secure aggregation and this site has no [secagg] allow to "
+                  "check the other sites' keys with");
+  }
+  // Under secure aggregation the change is masked, not codec-encoded: train for it raw.
+  wire::FitTask effective = task;
+  if (task.secagg) effective.update_codec = "none";
+  FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, effective, carry_));
   if (!fit.refused.empty()) return refuse(fit.refused);
   if (fit.stopped) {
     Log("stopped during " + round + "; no result sent");
@@ -339,12 +354,30 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   }
   const EpochStats& last = fit.last_epoch;
   wire::FitResult r = std::move(fit.result);
-  const uint64_t bytes_raw = r.bytes_before_codec, bytes_sent = r.bytes_after_codec;
+  uint64_t bytes_raw = r.bytes_before_codec, bytes_sent = r.bytes_after_codec;
   model_version_ = m.header.model_version;
-  wire::Message out{OutHeader(task.round), std::move(r)};
-  if (Status s = transport_->Send(out); !s.ok()) {
-    Log("sending the FitResult for " + round + " failed: " + s.message());
-    return Status::OK();  // the aggregator re-sends the task when we register again
+  std::vector<float> secagg_input;
+  if (task.secagg) {
+    auto delta = wire::PayloadFloats(r.update);
+    if (!delta.ok()) return delta.status().WithContext("the update of " + round);
+    secagg_input = *delta;
+    auto participant = SecAggParticipant::Start(m.header, task, identity_, secagg_allow_, std::move(*delta));
+    if (!participant.ok()) return refuse("secure aggregation: " + participant.status().message());
+    secagg_.emplace(std::move(*participant));
+    wire::Message out{OutHeader(task.round), secagg_->advertisement()};
+    if (Status s = transport_->Send(out); !s.ok()) {
+      Log("sending the secure aggregation keys for " + round + " failed: " + s.message());
+      secagg_.reset();
+      return Status::OK();
+    }
+    bytes_sent = 0;  // the masked input goes later, in its own message
+    fit.chain_name = "secure aggregation";
+  } else {
+    wire::Message out{OutHeader(task.round), std::move(r)};
+    if (Status s = transport_->Send(out); !s.ok()) {
+      Log("sending the FitResult for " + round + " failed: " + s.message());
+      return Status::OK();  // the aggregator re-sends the task when we register again
+    }
   }
   ++stats_.rounds_served;
   stats_.bytes_up_raw += bytes_raw;
@@ -370,8 +403,42 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   cp.last_round_served = last_round_served_;
   if (!carry_.feedback->residual().empty()) cp.tensors[kResidualTensor] = carry_.feedback->residual();
   if (!carry_.feedback->velocity().empty()) cp.tensors[kDgcVelocityTensor] = carry_.feedback->velocity();
+  if (!secagg_input.empty()) cp.tensors[kSecAggInputTensor] = std::move(secagg_input);
   if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
     return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
+  }
+  return Status::OK();
+}
+
+Status FederatedClient::HandleSecAgg(const wire::Message& m) {
+  const std::string round = "round " + std::to_string(m.header.round);
+  if (!secagg_ || secagg_->round() != m.header.round) {
+    Log("ignored a secure aggregation message for " + round + ": not taking part in it");
+    return Status::OK();
+  }
+  if (std::holds_alternative<wire::SecAggUnmaskRequest>(m.body)) {
+    if (const char* fault = std::getenv("FEDMESH_FAULT");
+        fault != nullptr && std::string_view(fault) == "secagg-kill-before-unmask") {
+      Log("fault injection: killing this process before unmasking " + round);
+      std::raise(SIGKILL);
+    }
+  }
+  auto reply = secagg_->OnMessage(m.body);
+  if (!reply.ok()) {
+    Log("secure aggregation of " + round + " abandoned: " + reply.status().message());
+    secagg_.reset();
+    return Status::OK();
+  }
+  const bool masked = std::holds_alternative<wire::SecAggMaskedInput>(*reply);
+  if (Status s = transport_->Send(wire::Message{OutHeader(m.header.round), std::move(*reply)}); !s.ok()) {
+    Log("sending a secure aggregation message for " + round + " failed: " + s.message());
+    secagg_.reset();
+    return Status::OK();
+  }
+  if (masked) Log(round + ": sent the masked update");
+  if (secagg_->finished()) {
+    Log(round + ": sent the unmasking shares; secure aggregation done on this side");
+    secagg_.reset();
   }
   return Status::OK();
 }

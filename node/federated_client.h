@@ -9,6 +9,13 @@
 // feedback for lossy chains, and save a checkpoint (model, optimizer state, the codec's
 // residual) after the send.
 //
+// A FitTask that asks for secure aggregation (FitTask::secagg) is trained the same way, but
+// the change is not sent: the node takes part in SecAgg+ (node/secagg_participant.h) and
+// only its masked encoding leaves the site. The change it contributed is kept in its store
+// (checkpoint tensor kSecAggInputTensor, on site) as the record of what went into the sum. For
+// fault-injection tests, FEDMESH_FAULT=secagg-kill-before-unmask makes the process SIGKILL
+// itself when the unmask request of a round it masked arrives.
+//
 // A crash after the send but before the checkpoint leaves the previous residual; the
 // re-trained round's update then repeats what the lost residual step had already sent
 // (at most one round's compressed update counted twice), which the aggregator's duplicate
@@ -49,11 +56,16 @@
 #include "core/wire/messages.h"
 #include "crypto/identity.h"
 #include "node/fit_task_runner.h"
+#include "node/secagg_participant.h"
 #include "node/config/node_config.h"
 #include "node/zmq/zmq_client.h"
 #include "storage/node_store.h"
 
 namespace fedmesh {
+
+// NodeCheckpoint::tensors name of the change this node fed into its last secure round
+// (before clipping): the site's own record of what it contributed.
+inline constexpr char kSecAggInputTensor[] = "secagg/last_input";
 
 struct FederatedClientOptions {
   // The federation the aggregator serves (its [federation] id). Required; printable ASCII,
@@ -119,6 +131,9 @@ class FederatedClient {
   // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only
   // a transport or store failure is an error.
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
+  // The aggregator's secure aggregation messages for the round this node takes part in.
+  // A message for another round, or one that fails a check, ends this node's part (logged).
+  Status HandleSecAgg(const wire::Message& m);
   // One JSON line per round served to [node] metrics, when set.
   Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
                             uint64_t bytes, double wall_s);
@@ -138,6 +153,8 @@ class FederatedClient {
   FitCarry carry_;               // velocity and error feedback, across rounds and restarts
   uint64_t model_version_ = 0;
   std::optional<uint64_t> last_round_served_;
+  std::vector<PublicIdentity> secagg_allow_;  // [secagg] allow; empty: refuse secure rounds
+  std::optional<SecAggParticipant> secagg_;   // the secure round under way
   uint64_t next_message_id_ = 1;
   FederatedClientStats stats_;
 };

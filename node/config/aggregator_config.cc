@@ -62,6 +62,22 @@ const ConfigSchema& AggregatorConfigSchema() {
             .Min(0)
             .Max(1000000),
         StringKey("rounds", "strategy", "fedavg", "How updates are combined").Choices(strategies),
+        BoolKey("secagg", "enabled", false,
+                "Secure aggregation (SecAgg+): the aggregator learns only the sum of each "
+                "round's clipped updates; every node needs [secagg] allow"),
+        IntKey("secagg", "threshold", 0,
+               "Shamir threshold t; 0 = ceil(k/2) + 1 for the round's graph degree k")
+            .Min(0)
+            .Max(254),
+        IntKey("secagg", "neighbours", 0,
+               "Graph degree k (even); 0 = 2 ceil(log2 n) for n selected nodes")
+            .Min(0)
+            .Max(254),
+        FloatKey("secagg", "clip", 1.0, "L2 bound of each node's change before encoding").Min(0, true),
+        IntKey("secagg", "bits", 16, "Fixed-point bits per coordinate").Min(2).Max(32),
+        FloatKey("secagg", "stage_timeout_s", 60.0,
+                 "Seconds each protocol stage after the first waits for the nodes' messages")
+            .Min(0, true),
         FloatKey("rounds", "prox_mu", 0.01, "fedprox: the proximal coefficient mu sent to nodes")
             .Min(0, true),
         IntKey("train", "epochs", 1, "Local epochs each node runs per round").Min(1).Max(1000000),
@@ -120,6 +136,13 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.update_codec = v.GetString("codec", "update");
   r.downlink_codec = v.GetString("codec", "downlink");
 
+  r.secagg.enabled = v.GetBool("secagg", "enabled");
+  r.secagg.threshold = static_cast<uint32_t>(v.GetInt("secagg", "threshold"));
+  r.secagg.neighbours = static_cast<uint32_t>(v.GetInt("secagg", "neighbours"));
+  r.secagg.clip = v.GetFloat("secagg", "clip");
+  r.secagg.bits = static_cast<uint32_t>(v.GetInt("secagg", "bits"));
+  r.secagg.stage_timeout_s = v.GetFloat("secagg", "stage_timeout_s");
+
   c.strategy = v.GetString("rounds", "strategy");
   c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
   ReadStrategyOptions(v, static_cast<uint32_t>(r.clients_per_round), &c.strategy_options);
@@ -153,6 +176,23 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                                             {"", "rounds", "strategy"}, {"", "rounds", "prox_mu"})
                          .status());
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateModelName(c.model.name), v, {{"", "model", "name"}}));
+  if (r.secagg.enabled) {
+    // The strategy gets one update per round, the mean of the masked ones.
+    auto refuse = [&](std::string_view section, std::string_view key, const std::string& why) {
+      return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
+    };
+    if (c.strategy_options.dp.central) {
+      return refuse("dp", "mode", "[secagg] enabled with central DP: the aggregator would "
+                                  "clip and noise a mean it never sees per node; not supported");
+    }
+    for (std::string_view robust : {"median", "trimmed_mean", "krum", "multikrum"}) {
+      if (c.strategy == robust) {
+        return refuse("rounds", "strategy",
+                      "[secagg] enabled: a robust strategy needs the individual updates, which "
+                      "secure aggregation hides; use fedavg or a server optimiser");
+      }
+    }
+  }
   return c;
 }
 

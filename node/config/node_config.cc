@@ -39,6 +39,10 @@ const ConfigSchema& NodeConfigSchema() {
         StringListKey("gossip", "seeds", {},
                       "Peers to join through, as \"site-id@tcp://host:port\"; their keys come "
                       "from the allowlist. Empty: this node waits to be joined"),
+        StringKey("secagg", "allow", "",
+                  "Directory of the public key files of the sites this node may aggregate "
+                  "securely with; empty = refuse secure aggregation tasks")
+            .Path(),
         StringKey("gossip", "allow", "allow",
                   "Directory of the public key files of every site in the federation "
                   "(fedmesh-keys); only these peers are admitted")
@@ -186,6 +190,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.advertise = v.GetString("gossip", "advertise");
   g.seeds = v.GetStringList("gossip", "seeds");
   g.allow_dir = v.GetString("gossip", "allow");
+  c.secagg_allow_dir = v.GetString("secagg", "allow");
   g.protocol = v.GetString("gossip", "protocol");
   g.topology = v.GetString("gossip", "topology");
   g.period_ms = v.GetInt("gossip", "period_ms");

@@ -57,6 +57,11 @@ struct NodeConfig {
   std::string codec_chain = "none";
   codec::ErrorFeedbackOptions error_feedback;
   GossipConfig gossip;
+  // [secagg] allow: the public key files of every site that may share a secure
+  // aggregation round with this one. A node checks each member's signed keys against them
+  // (the aggregator relays the keys and must not be able to swap them). Empty (the
+  // default): this node refuses secure aggregation tasks.
+  std::string secagg_allow_dir;
 };
 
 const ConfigSchema& NodeConfigSchema();

@@ -271,7 +271,10 @@ TEST(RoundEngineSecAggOptions, RefusesBufferedRoundsOrNoAllowlist) {
   RoundEngineOptions o;
   o.federation_id = kFed;
   o.secagg.enabled = true;
-  EXPECT_THAT(Validate(o).message(), HasSubstr("secagg.allowlist is empty"));
+  FakeEnv env;
+  auto empty = RoundEngine::Create(o, &env, MakeStrategy("fedavg").value(), {0.0f});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("secagg.allowlist is empty"));
   auto id = Identity::Generate("a").value();
   o.secagg.allowlist.push_back(id.public_identity());
   EXPECT_TRUE(Validate(o).ok());

@@ -591,6 +591,58 @@ max_staleness = 3
   EXPECT_THAT(mode.status().message(), HasSubstr("[rounds] mode"));
 }
 
+// Issue 8: [secagg] on the aggregator and [secagg] allow on a node; combinations secure
+// aggregation cannot serve name the key to change.
+TEST(ConfigAggregator, SecAggKeysAndWhatTheyCannotBeCombinedWith) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"([federation]
+id = "f"
+[secagg]
+enabled = true
+threshold = 3
+neighbours = 4
+clip = 5.0
+bits = 20
+stage_timeout_s = 30
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const SecAggSettings& s = r->rounds.secagg;
+  EXPECT_TRUE(s.enabled);
+  EXPECT_EQ(s.threshold, 3u);
+  EXPECT_EQ(s.neighbours, 4u);
+  EXPECT_DOUBLE_EQ(s.clip, 5.0);
+  EXPECT_EQ(s.bits, 20u);
+  EXPECT_DOUBLE_EQ(s.stage_timeout_s, 30);
+  auto bits = LoadAggregatorConfig(path, {"secagg.bits=33"});
+  ASSERT_FALSE(bits.ok());
+  EXPECT_THAT(bits.status().message(), HasSubstr("[secagg] bits"));
+  auto dp = LoadAggregatorConfig(path, {"dp.mode=central", "rounds.clients_per_round=10"});
+  ASSERT_FALSE(dp.ok());
+  EXPECT_THAT(dp.status().message(), HasSubstr("[dp] mode"));
+  auto robust = LoadAggregatorConfig(path, {"rounds.strategy=krum"});
+  ASSERT_FALSE(robust.ok());
+  EXPECT_THAT(robust.status().message(), HasSubstr("[rounds] strategy"));
+  EXPECT_THAT(robust.status().message(), HasSubstr("secure aggregation hides"));
+  auto buffered = LoadAggregatorConfig(path, {"rounds.mode=buffered", "rounds.buffer_size=5"});
+  ASSERT_FALSE(buffered.ok());
+  EXPECT_THAT(buffered.status().message(), HasSubstr("synchronous"));
+
+  std::string node = dir.Write("node.toml", R"([federation]
+id = "f"
+[node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[secagg]
+allow = "sites"
+)");
+  auto n = LoadNodeConfig(node, {});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->secagg_allow_dir, (dir.path() / "sites").string());
+}
+
 // Issue 4: [codec] keys are parsed into canonical chains, and a bad chain names its key.
 TEST(ConfigCodec, ChainsAreCanonicalAndBadOnesNameTheKey) {
   TempDir dir;

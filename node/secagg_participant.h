@@ -1,0 +1,56 @@
+// SecAggParticipant: a node's part in one secure aggregation round. It wraps a
+// SecAggClient (crypto/secagg/secagg_client.h) for the round the FitTask named, holds the
+// node's change to the global model until the masking stage, and turns the aggregator's
+// SecAgg* messages into the node's replies, every one through the wire structs. The change
+// itself never leaves the node: only its masked encoding does.
+// Thread-safety: one thread of control (the client's event loop).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/wire/messages.h"
+#include "crypto/identity.h"
+#include "crypto/secagg/secagg_client.h"
+
+namespace fedmesh {
+
+class SecAggParticipant {
+ public:
+  // Starts this node's part in the secure aggregation `task` asks for, with `update` (the
+  // node's change to the global model). `allowlist`: the sites whose signed keys this node
+  // accepts in the roster. InvalidArgument / FailedPrecondition for settings the protocol
+  // refuses or a task without secure aggregation.
+  static Result<SecAggParticipant> Start(const wire::Header& header, const wire::FitTask& task,
+                                         const Identity& identity,
+                                         std::span<const PublicIdentity> allowlist,
+                                         std::vector<float> update);
+
+  uint64_t round() const { return round_; }
+  // Stage 0: the signed keys to send first.
+  wire::Body advertisement() const;
+  // The aggregator's roster, forwarded shares or unmask request: the reply to send. An
+  // error when the message is malformed, out of order or fails a check (a bad signature in
+  // the roster, a box that does not open); the round is then over for this node.
+  Result<wire::Body> OnMessage(const wire::Body& body);
+  // The node has sent its last message for the round.
+  bool finished() const { return finished_; }
+
+ private:
+  SecAggParticipant(SecAggClient client, uint64_t round, std::vector<float> update)
+      : client_(std::move(client)), round_(round), update_(std::move(update)) {}
+
+  SecAggClient client_;
+  uint64_t round_;
+  std::vector<float> update_;  // wiped once masked
+  bool finished_ = false;
+};
+
+// Whether `body` is a message the aggregator sends in secure aggregation.
+bool IsSecAggServerMessage(const wire::Body& body);
+
+}  // namespace fedmesh
