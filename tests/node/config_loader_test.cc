@@ -709,6 +709,27 @@ TEST(ConfigExamples, FashionMnistConfigsLoad) {
   }
 }
 
+// examples/hospital (issue 8): the coordinator runs secure aggregation and every hospital
+// can take part in it; run.sh sets each hospital's id, key, store and partition.
+TEST(ConfigExamples, HospitalConfigsLoad) {
+  const fs::path dir = fs::path(SourceDir()) / "examples/hospital";
+  auto agg = LoadAggregatorConfig((dir / "aggregator.toml").string(), {});
+  ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+  EXPECT_TRUE(agg->rounds.secagg.enabled);
+  EXPECT_EQ(agg->rounds.clients_per_round, 5);
+  for (int i = 1; i <= 5; ++i) {
+    const std::string id = "hospital-" + std::to_string(i);
+    auto n = LoadNodeConfig((dir / "hospital.toml").string(),
+                            {"node.id=" + id, "node.key=keys/" + id + ".key",
+                             "data.index=" + std::to_string(i - 1)});
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    EXPECT_FALSE(n->secagg_allow_dir.empty());
+    EXPECT_EQ(n->training.partition.num_partitions, 5);
+    EXPECT_EQ(n->federation_id, agg->federation_id);
+    EXPECT_EQ(n->training.model.name, agg->model.name);
+  }
+}
+
 // ConfigDocs.* (docs/config.md) live in tests/sim/config_docs_test.cc: the page covers
 // fedmesh-sim's schema too.
 
