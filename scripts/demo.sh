@@ -8,6 +8,7 @@
 # single-site local-training demo instead.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/scripts/lib.sh"
 build=${FEDMESH_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
 FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys" "$root/scripts/build.sh"
@@ -50,14 +51,7 @@ echo "== federation: 1 aggregator + 4 nodes on 127.0.0.1, $rounds rounds, update
   --set "rounds.total=$rounds" >aggregator.log 2>&1 &
 agg=$!
 pids+=("$agg")
-endpoint=""
-for _ in $(seq 1 100); do
-  endpoint=$(grep -o "tcp://127.0.0.1:[0-9]*" aggregator.log | head -1 || true)
-  [[ -n "$endpoint" ]] && break
-  kill -0 "$agg" 2>/dev/null || { cat aggregator.log; exit 1; }
-  sleep 0.1
-done
-[[ -n "$endpoint" ]] || { echo "aggregator did not start" >&2; cat aggregator.log; exit 1; }
+endpoint=$(wait_for_endpoint aggregator.log "$agg") || { echo "aggregator did not start" >&2; exit 1; }
 for i in 1 2 3 4; do
   "$bin/fedmesh-node" --config "node$i.toml" --set "aggregator.endpoint=$endpoint" \
     --set train.threads=1 --set "codec.chain=$codec" >"site-$i.log" 2>&1 &

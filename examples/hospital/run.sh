@@ -4,6 +4,7 @@
 # Usage: examples/hospital/run.sh   Environment: HOSPITAL_RUN_DIR (runs/hospital-<time>).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/lib.sh"
 build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
 [[ -x "$bin/fedmesh-node" && -x "$bin/fedmesh-aggregator" ]] ||
@@ -26,14 +27,7 @@ trap cleanup EXIT
   >coordinator.log 2>&1 &
 agg=$!
 pids+=("$agg")
-endpoint=""
-for _ in $(seq 1 100); do
-  endpoint=$(grep -o "tcp://127.0.0.1:[0-9]*" coordinator.log | head -1 || true)
-  [[ -n "$endpoint" ]] && break
-  kill -0 "$agg" 2>/dev/null || { cat coordinator.log; exit 1; }
-  sleep 0.1
-done
-[[ -n "$endpoint" ]] || { echo "the coordinator did not start" >&2; exit 1; }
+endpoint=$(wait_for_endpoint coordinator.log "$agg") || { echo "the coordinator did not start" >&2; exit 1; }
 echo "== coordinator on $endpoint, 5 hospitals, secure aggregation (logs in $run) =="
 for i in 1 2 3 4 5; do
   "$bin/fedmesh-node" --config hospital.toml --set "aggregator.endpoint=$endpoint" \

@@ -16,22 +16,14 @@
 #include "core/rng.h"
 #include "core/wire/fedmesh.pb.h"
 #include "core/wire/wire_codec.h"
+#include "tests/core/status_assertions.h"
 
 namespace fedmesh::wire {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-::testing::AssertionResult HasCode(const Status& s, StatusCode code, std::string_view needle = "") {
-  if (s.code() != code) {
-    return ::testing::AssertionFailure()
-           << "expected " << StatusCodeName(code) << ", got " << s.ToString();
-  }
-  if (!needle.empty() && s.message().find(needle) == std::string::npos) {
-    return ::testing::AssertionFailure() << "message lacks \"" << needle << "\": " << s.ToString();
-  }
-  return ::testing::AssertionSuccess() << s.ToString();
-}
+using fedmesh::testing::HasCode;
 
 Header TestHeader(uint64_t message_id = 42) {
   Header h;
