@@ -311,6 +311,25 @@ TEST_F(FederationTest, FederationSecureAggregationSurvivesASiteKilledBeforeUnmas
   EXPECT_GT(worst_four, 1e-3) << "the dropped site's input is part of the sum";
 }
 
+// Issue 8, FedBuff between real processes: buffers of 2 updates from 4 sites training
+// continuously; 6 models are made, each from 2 updates, and the model learns.
+TEST_F(FederationTest, FederationBufferedRoundsLearn) {
+  const std::string ep = StartAggregator({"rounds.total=6", "rounds.mode=buffered",
+                                          "rounds.buffer_size=2", "rounds.min_clients=2",
+                                          "rounds.min_available_clients=4"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  const auto rc = aggregator_->WaitExit(seconds(120));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 120 s";
+  ASSERT_EQ(*rc, 0);
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 6);
+  if (HasFatalFailure()) return;
+  for (const auto& l : lines) EXPECT_EQ(JsonNumber(l, "received").value_or(-1), 2) << l;
+  EXPECT_GT(JsonNumber(lines.back(), "test_accuracy").value_or(-1), 0.7) << lines.back();
+  std::cout << "[ info ] 6 buffered models in " << ElapsedS() << " s; final " << lines.back() << "\n";
+}
+
 // (f) Issue 4: every site sends its update as topk:0.01|int8|zstd (its own [codec] chain)
 // with error feedback, and the aggregator sends the global model as fp16. The updates shrink
 // at least 100x and the federation still learns.
