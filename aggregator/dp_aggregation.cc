@@ -27,6 +27,11 @@ Result<std::unique_ptr<Strategy>> CentralDpAggregation::Wrap(std::unique_ptr<Str
                  "server optimiser");
     }
   }
+  if (o.central && o.distributed) return Bad("central and distributed are exclusive: pick one");
+  if (o.distributed && o.adaptive_clip) {
+    return Bad("adaptive_clip needs each update's norm, which distributed DP (under secure "
+               "aggregation) hides");
+  }
   if (!std::isfinite(o.clip) || o.clip <= 0) return Bad("clip must be finite and > 0 (got " + Num(o.clip) + ")");
   if (!std::isfinite(o.noise_multiplier) || o.noise_multiplier < 0) {
     return Bad("noise_multiplier must be finite and >= 0 (got " + Num(o.noise_multiplier) + ")");
@@ -82,6 +87,12 @@ Status CentralDpAggregation::Aggregate(std::span<const float> global,
   // neither spend privacy nor move the bound.
   FM_RETURN_IF_ERROR(
       accountant_.EpsilonIfComposed(q_, options_.noise_multiplier, 1, options_.delta).status());
+  if (options_.distributed) {  // the nodes clipped and noised under secure aggregation
+    FM_RETURN_IF_ERROR(inner_->Aggregate(global, updates, new_global).WithContext(name_));
+    FM_RETURN_IF_ERROR(accountant_.Compose(q_, options_.noise_multiplier, 1));
+    ++rounds_;
+    return Status::OK();
+  }
   const size_t d = global.size();
   std::vector<double> sum(d, 0.0);
   double unclipped = 0;

@@ -29,6 +29,8 @@
 
 namespace fedmesh {
 
+// With DpOptions::distributed the nodes have clipped and noised under secure aggregation:
+// Aggregate passes the round's update to the wrapped strategy unchanged and only accounts.
 class CentralDpAggregation final : public Strategy {
  public:
   // InvalidArgument naming the option: clip not finite or <= 0, noise_multiplier < 0 or not

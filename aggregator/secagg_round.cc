@@ -27,6 +27,7 @@ Result<SecAggRound> SecAggRound::Open(const SecAggSettings& settings, std::strin
   o.neighbours = settings.neighbours;
   o.clip = settings.clip;
   o.bits = settings.bits;
+  o.noise_stddev = settings.noise_stddev;
   o.vector_size = vector_size;
   o.min_clients = std::max<size_t>(min_clients, 2);
   std::vector<PublicIdentity> members;

@@ -36,6 +36,9 @@ struct SecAggSettings {
   // coordinate before masking. Defaults 1.0 and 16.
   double clip = 1.0;
   uint32_t bits = 16;
+  // Distributed DP: the Gaussian noise each node adds before masking (update units);
+  // [dp] mode = "distributed" sets it. Default 0: none.
+  double noise_stddev = 0.0;
   // Seconds each stage after the first (which starts with training) waits for the nodes'
   // messages before it closes with those that came. > 0. Default: 60.
   double stage_timeout_s = 60.0;

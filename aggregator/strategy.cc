@@ -111,7 +111,7 @@ Result<std::unique_ptr<Strategy>> MakeBaseStrategy(std::string_view name,
 Result<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name,
                                                const StrategyOptions& options) {
   FM_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, MakeBaseStrategy(name, options));
-  if (!options.dp.central) return strategy;
+  if (!options.dp.central && !options.dp.distributed) return strategy;
   return CentralDpAggregation::Wrap(std::move(strategy), options.dp);
 }
 

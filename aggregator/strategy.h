@@ -41,6 +41,12 @@ struct ClientUpdate {
 struct DpOptions {
   // Off by default: no clipping, no noise, no accounting.
   bool central = false;
+  // Distributed DP under secure aggregation ([dp] mode = "distributed"): every node clips
+  // its change to `clip` and adds its share of the noise before masking
+  // (SecAggSettings::noise_stddev, sized so that the sum's noise is at least
+  // noise_multiplier * clip), and the strategy only accounts: it applies the round's
+  // update unchanged and composes the same mechanism as central DP. Not with `central`.
+  bool distributed = false;
   // Initial L2 bound of each update (the whole bound when adaptive_clip is off). > 0.
   // Default: 1.0.
   double clip = 1.0;

@@ -107,6 +107,10 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
   if (o.mode == SimMode::kAggregator) {
+    if (o.strategy_options.dp.distributed) {
+      return bad("dp mode distributed needs secure aggregation, which fedmesh-sim does not "
+                 "simulate; use central");
+    }
     FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, StrategyOptionsFor(o)).status());
     if (o.min_clients > o.clients_per_round) {
       return bad("min_clients must be <= clients_per_round (" +

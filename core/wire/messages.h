@@ -107,6 +107,9 @@ struct SecAggParameters {
   uint32_t bits = 16;        // fixed-point bits per coordinate; 2..32
   uint64_t min_clients = 3;  // >= 2
   uint64_t max_clients = 0;  // most updates summed (overflow bound); >= min_clients: set it
+  // Distributed DP: the standard deviation of the Gaussian noise each node adds to its
+  // clipped update before masking (in update units); finite, >= 0; 0 = none.
+  double noise_stddev = 0.0;
 
   friend bool operator==(const SecAggParameters&, const SecAggParameters&) = default;
 };

@@ -459,6 +459,10 @@ Status CheckSecAggParameters(const SecAggParameters& p) {
     return Status::InvalidArgument(
         StrCat("FitTask secagg.clip is ", p.clip, "; it must be finite and > 0"));
   }
+  if (!std::isfinite(p.noise_stddev) || p.noise_stddev < 0) {
+    return Status::InvalidArgument(
+        StrCat("FitTask secagg.noise_stddev is ", p.noise_stddev, "; it must be finite and >= 0"));
+  }
   if (p.bits < 2 || p.bits > 32) {
     return Status::InvalidArgument(
         StrCat("FitTask secagg.bits is ", p.bits, "; it must be in [2, 32]"));
@@ -780,6 +784,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
       os->set_bits(p.bits);
       os->set_min_clients(p.min_clients);
       os->set_max_clients(p.max_clients);
+      os->set_noise_stddev(p.noise_stddev);
     }
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
     auto* o = env->mutable_fit_result();
@@ -917,7 +922,8 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
-                                    p.bits(),      p.min_clients(), p.max_clients()};
+                                    p.bits(),      p.min_clients(), p.max_clients(),
+                                    p.noise_stddev()};
       }
       *body = std::move(m);
       return Status::OK();

@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -27,6 +28,15 @@ Result<GaussianNoise> GaussianNoise::Create(std::optional<uint64_t> seed) {
 GaussianNoise::~GaussianNoise() {
   sodium_memzero(key_.data(), key_.size());
   sodium_memzero(buf_.data(), sizeof(buf_));
+}
+
+Result<GaussianNoise> GaussianNoise::FromKey(std::span<const uint8_t, 32> key) {
+  FM_RETURN_IF_ERROR(InitSodium());
+  std::array<uint8_t, 32> k{};
+  std::copy(key.begin(), key.end(), k.begin());
+  GaussianNoise noise(k);
+  sodium_memzero(k.data(), k.size());
+  return noise;
 }
 
 uint64_t GaussianNoise::NextU64() {

@@ -24,6 +24,8 @@ class GaussianNoise {
   // nullopt: a fresh key from the OS CSPRNG; a seed: the key is BLAKE2b of it (reproducible).
   // Internal when libsodium cannot start.
   static Result<GaussianNoise> Create(std::optional<uint64_t> seed = std::nullopt);
+  // A stream under `key` (32 secret bytes the caller drew from a CSPRNG).
+  static Result<GaussianNoise> FromKey(std::span<const uint8_t, 32> key);
   ~GaussianNoise();
   GaussianNoise(const GaussianNoise&) = default;
   GaussianNoise& operator=(const GaussianNoise&) = default;

@@ -37,6 +37,21 @@ Status FixedPointOptions::Validate() const {
         " bits could exceed 2^31 - 1 and wrap around in Z_2^32: " + advice +
         "lower max_clients to " + std::to_string(kLimit / MaxMagnitude(bits)));
   }
+  if (!std::isfinite(noise_stddev) || noise_stddev < 0) {
+    return Status::InvalidArgument("secure aggregation noise_stddev must be finite and >= 0; got " +
+                                   std::to_string(noise_stddev));
+  }
+  if (noise_stddev > 0) {
+    const double per_client = static_cast<double>(MaxMagnitude(bits)) +
+                              std::ceil(kNoiseTail * noise_stddev * scale());
+    if (static_cast<double>(max_clients) * per_client > static_cast<double>(kLimit)) {
+      return Status::InvalidArgument(
+          "a sum of " + std::to_string(max_clients) + " noised updates at " +
+          std::to_string(bits) + " bits (noise_stddev " + std::to_string(noise_stddev) +
+          " = clip x " + std::to_string(noise_stddev / clip) +
+          ") could exceed 2^31 - 1: use fewer bits or less noise");
+    }
+  }
   return Status::OK();
 }
 
@@ -66,6 +81,17 @@ Result<std::vector<uint32_t>> EncodeFixedPoint(std::span<const float> update,
     out[i] = static_cast<uint32_t>(static_cast<int32_t>(q));
   }
   return out;
+}
+
+void AddEncodedNoise(std::span<uint32_t> encoded, const FixedPointOptions& options,
+                     GaussianNoise& noise) {
+  const double sigma = options.noise_stddev * options.scale();
+  if (sigma <= 0) return;
+  const double cut = kNoiseTail * sigma;
+  for (uint32_t& w : encoded) {
+    const double z = std::fmin(std::fmax(sigma * noise.Standard(), -cut), cut);
+    w += static_cast<uint32_t>(static_cast<int32_t>(std::llround(z)));
+  }
 }
 
 std::vector<float> DecodeFixedPointSum(std::span<const uint32_t> sum,

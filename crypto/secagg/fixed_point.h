@@ -16,8 +16,13 @@
 #include <vector>
 
 #include "core/status.h"
+#include "crypto/dp/gaussian_noise.h"
 
 namespace fedmesh {
+
+// Noise added by AddEncodedNoise is cut at this many standard deviations (a draw beyond it
+// has probability below 1e-15), so that a sum's magnitude stays bounded.
+inline constexpr double kNoiseTail = 8.0;
 
 struct FixedPointOptions {
   // L2 bound C on each client's update. Default 1.0. Must be finite and > 0.
@@ -28,6 +33,11 @@ struct FixedPointOptions {
   // The most clients whose encodings may be summed. Default 1000. Must be >= 1 and
   // satisfy max_clients * (2^(bits-1) - 1) < 2^31.
   uint64_t max_clients = 1000;
+  // Distributed DP: the standard deviation of the Gaussian noise a client adds to its
+  // encoding (in update units; AddEncodedNoise). The noise is rounded and cut at
+  // kNoiseTail standard deviations, and the overflow bound leaves room for it. Finite,
+  // >= 0. Default 0: none.
+  double noise_stddev = 0.0;
 
   // OK when the settings are usable; InvalidArgument saying which bound fails and what
   // would fit otherwise.
@@ -40,6 +50,12 @@ struct FixedPointOptions {
 // REQUIRES: options.Validate() is OK.
 Result<std::vector<uint32_t>> EncodeFixedPoint(std::span<const float> update,
                                                const FixedPointOptions& options);
+
+// Adds to each word of `encoded` an integer N(0, (noise_stddev * scale)^2) draw, rounded
+// and cut at +-kNoiseTail standard deviations, mod 2^32. `noise` must be keyed from a
+// secret the server does not know. REQUIRES: options.Validate() is OK.
+void AddEncodedNoise(std::span<uint32_t> encoded, const FixedPointOptions& options,
+                     GaussianNoise& noise);
 
 // The float value of a sum of encodings: int32(sum_i) / S for each coordinate. To get the
 // mean update, divide by the number of clients summed.

@@ -197,6 +197,16 @@ Result<MaskedInput> SecAggClient::OnForwardedShares(const ForwardedShares& share
                                    std::to_string(options_.vector_size));
   }
   FM_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded, EncodeFixedPoint(update, fixed_point_));
+  if (fixed_point_.noise_stddev > 0) {
+    // Distributed DP: the noise is keyed from this client's secure random source, so the
+    // server cannot subtract it.
+    std::array<uint8_t, 32> key{};
+    rng_->Fill(key);
+    auto noise = GaussianNoise::FromKey(key);
+    sodium_memzero(key.data(), key.size());
+    if (!noise.ok()) return noise.status();
+    AddEncodedNoise(encoded, fixed_point_, *noise);
+  }
   Result<MaskedInput> masked = MaskInput(shares, encoded);
   sodium_memzero(encoded.data(), encoded.size() * sizeof(uint32_t));  // the unmasked input
   return masked;

@@ -33,12 +33,13 @@ Status SecAggOptions::Validate() const {
         "secure aggregation min_clients must be at least 2: the sum of one update is that "
         "update");
   }
-  FixedPointOptions fp{clip, bits, max_clients == 0 ? 1 : max_clients};
+  FixedPointOptions fp{clip, bits, max_clients == 0 ? 1 : max_clients, noise_stddev};
   return fp.Validate();
 }
 
 FixedPointOptions SecAggOptions::fixed_point(size_t allowlist_size) const {
-  return {clip, bits, max_clients != 0 ? max_clients : static_cast<uint64_t>(allowlist_size)};
+  return {clip, bits, max_clients != 0 ? max_clients : static_cast<uint64_t>(allowlist_size),
+          noise_stddev};
 }
 
 Result<SecAggGraphParameters> ResolveGraphParameters(const SecAggOptions& options, size_t n) {

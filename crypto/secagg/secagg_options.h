@@ -39,6 +39,9 @@ struct SecAggOptions {
   // Defaults 1.0 and 16.
   double clip = 1.0;
   uint32_t bits = 16;
+  // Distributed DP: Gaussian noise each client adds to its encoded update before masking,
+  // standard deviation in update units (fixed_point.h AddEncodedNoise). Default 0: none.
+  double noise_stddev = 0.0;
   // Coordinates in every update. Required: in [1, kMaxSecAggVectorSize].
   size_t vector_size = 0;
   // Smallest number of clients the round may aggregate: the server will not close

@@ -212,6 +212,7 @@ wire::SecAggParameters ToWire(const SecAggOptions& options, size_t allowlist_siz
   p.bits = options.bits;
   p.min_clients = options.min_clients;
   p.max_clients = options.max_clients != 0 ? options.max_clients : allowlist_size;
+  p.noise_stddev = options.noise_stddev;
   return p;
 }
 
@@ -231,6 +232,7 @@ Result<SecAggOptions> FromWire(const wire::Header& header, const wire::FitTask& 
   options.vector_size = static_cast<size_t>(task.global_model.element_count);
   options.min_clients = static_cast<size_t>(p.min_clients);
   options.max_clients = p.max_clients;
+  options.noise_stddev = p.noise_stddev;
   Status valid = options.Validate();
   if (!valid.ok()) return valid.WithContext("the FitTask's secure aggregation settings");
   return options;

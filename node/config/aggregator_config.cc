@@ -1,5 +1,8 @@
 #include "node/config/aggregator_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "node/config/config_loader.h"
 #include "node/config/strategy_config.h"
 
@@ -146,6 +149,14 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.strategy = v.GetString("rounds", "strategy");
   c.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
   ReadStrategyOptions(v, static_cast<uint32_t>(r.clients_per_round), &c.strategy_options);
+  if (c.strategy_options.dp.distributed) {
+    // Each node's share of the noise, so that the sum of any n >= min_clients shares has a
+    // standard deviation of at least z * clip: the accountant's mechanism, conservatively.
+    c.strategy_options.dp.clip = r.secagg.clip;
+    const double n_min = std::max(2, r.min_clients);
+    r.secagg.noise_stddev =
+        c.strategy_options.dp.noise_multiplier * r.secagg.clip / std::sqrt(n_min);
+  }
   c.model.name = v.GetString("model", "name");
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
@@ -176,6 +187,12 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                                             {"", "rounds", "strategy"}, {"", "rounds", "prox_mu"})
                          .status());
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateModelName(c.model.name), v, {{"", "model", "name"}}));
+  if (c.strategy_options.dp.distributed && !r.secagg.enabled) {
+    return AttributeToKey(Status::InvalidArgument(
+                              "distributed DP adds the noise under secure aggregation: set "
+                              "[secagg] enabled = true, or use mode = \"central\""),
+                          v, {{"", "dp", "mode"}});
+  }
   if (r.secagg.enabled) {
     // The strategy gets one update per round, the mean of the masked ones.
     auto refuse = [&](std::string_view section, std::string_view key, const std::string& why) {

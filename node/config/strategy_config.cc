@@ -33,9 +33,10 @@ std::vector<ConfigKey> StrategyConfigKeys() {
           .Min(0)
           .Max(1000000),
       StringKey("dp", "mode", "off",
-                "Differential privacy: off, or central (the aggregator clips every update and "
-                "adds Gaussian noise to their sum)")
-          .Choices({"off", "central"}),
+                "Differential privacy: off; central (the aggregator clips every update and "
+                "adds Gaussian noise to their sum); distributed (with [secagg]: each node adds "
+                "its share of the noise before masking)")
+          .Choices({"off", "central", "distributed"}),
       FloatKey("dp", "clip", d.dp.clip, "L2 bound of each update's change to the model (initial "
                                         "bound with adaptive_clip)")
           .Min(0, true),
@@ -73,6 +74,7 @@ void ReadStrategyOptions(const ConfigValues& v, uint32_t expected_clients, Strat
   o->multikrum_select = static_cast<uint32_t>(v.GetInt("strategy", "multikrum_select"));
   DpOptions& dp = o->dp;
   dp.central = v.GetString("dp", "mode") == "central";
+  dp.distributed = v.GetString("dp", "mode") == "distributed";
   dp.clip = v.GetFloat("dp", "clip");
   dp.noise_multiplier = v.GetFloat("dp", "noise_multiplier");
   dp.adaptive_clip = v.GetBool("dp", "adaptive_clip");
@@ -105,6 +107,8 @@ Result<std::unique_ptr<Strategy>> MakeConfiguredStrategy(const std::string& name
                          {"dp: adaptive_clip", "dp", "noise_multiplier"},
                          {"dp: noise_multiplier", "dp", "noise_multiplier"},
                          {"dp: central DP hands", "rounds", "strategy"},
+                         {"dp: central and distributed", "dp", "mode"},
+                         {"dp: adaptive_clip needs each", "dp", "adaptive_clip"},
                          strategy_key});
 }
 

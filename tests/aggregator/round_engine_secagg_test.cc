@@ -17,6 +17,7 @@
 #include "aggregator/round_engine.h"
 #include "core/env.h"
 #include "core/wire/wire_codec.h"
+#include "crypto/dp/rdp_accountant.h"
 #include "crypto/identity.h"
 #include "crypto/secagg/secagg_client.h"
 #include "crypto/secagg/secagg_wire.h"
@@ -223,6 +224,42 @@ TEST_F(SecAggRoundTest, TooFewNodesFailTheAttemptAndItIsRetried) {
     }
   }
   EXPECT_TRUE(finished);
+}
+
+// Distributed DP: every node adds its share of the noise before masking; the strategy
+// only accounts. The round's model is the mean plus noise of about sqrt(5) * sigma / 5
+// per coordinate, and its metrics carry the accountant's epsilon.
+TEST_F(SecAggRoundTest, DistributedNoiseIsInTheSumAndAccounted) {
+  RoundEngineOptions o = Options();
+  o.secagg.noise_stddev = 0.02;
+  StrategyOptions so;
+  so.dp.distributed = true;
+  so.dp.clip = o.secagg.clip;
+  so.dp.noise_multiplier = 1.0;
+  so.dp.expected_clients = 5;
+  auto e = RoundEngine::Create(o, &env_, MakeStrategy("fedavg", so).value(),
+                               std::vector<float>(kDim, 0.5f));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  engine_.emplace(std::move(*e));
+  Pump(engine_->Start());
+  for (auto& [id, n] : nodes_) Deliver(id, wire::Register{id, 100, {}});
+  auto closed = Closed();
+  ASSERT_EQ(closed.size(), 1u);
+  ASSERT_TRUE(closed[0].metrics.privacy.has_value());
+  auto reference = RdpAccountant::Create().value();
+  ASSERT_TRUE(reference.Compose(1.0, 1.0).ok());
+  EXPECT_DOUBLE_EQ(closed[0].metrics.privacy->epsilon, reference.Epsilon(1e-5)->epsilon);
+  double worst = 0, moved = 0;
+  for (size_t k = 0; k < kDim; ++k) {
+    double mean = 0;
+    for (const auto& [id, n] : nodes_) mean += n.delta[k] / 5.0;
+    const double off = std::abs(closed[0].global[k] - (0.5 + mean));
+    worst = std::max(worst, off);
+    moved += off;
+  }
+  const double sd = std::sqrt(5.0) * 0.02 / 5.0;  // 0.0089 on the mean
+  EXPECT_LT(worst, 6 * sd) << "more than the nodes' noise";
+  EXPECT_GT(moved / kDim, 0.2 * sd) << "no noise reached the model";
 }
 
 TEST_F(SecAggRoundTest, HostileMessagesAreRejectedWithTheirCause) {

@@ -410,3 +410,55 @@ TEST_F(SecAggProtocolTest, ServerBoundMessagesNeverCarryAClientSecret) {
 
 }  // namespace
 }  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// Distributed DP (issue 8): each client adds N(0, noise_stddev^2) to its encoding before
+// masking. The unmasked sum then differs from the noise-free one by noise of standard
+// deviation sqrt(n) * noise_stddev per coordinate, centred, and its words still decode
+// without overflow.
+TEST(SecAggDistributedNoise, TheSumCarriesTheClientsNoiseAndNothingElse) {
+  const size_t n = 6, d = 20000;
+  SecAggOptions options;
+  options.vector_size = d;
+  options.clip = 10.0;
+  options.bits = 24;
+  options.noise_stddev = 0.05;
+  secagg_test::SecAggRound round(n, options, 17);
+  Result<SecAggOutbox> out = round.Run({});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_TRUE(out->result.has_value());
+  std::vector<size_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  const FixedPointOptions fp = options.fixed_point(n);
+  const std::vector<float> clean = DecodeFixedPointSum(round.ExpectedSum(all), fp);
+  double sum = 0, sq = 0;
+  for (size_t k = 0; k < d; ++k) {
+    const double e = double(out->result->decoded_sum[k]) - clean[k];
+    sum += e;
+    sq += e * e;
+  }
+  const double mean = sum / d, sd = std::sqrt(sq / d - mean * mean);
+  const double want = std::sqrt(double(n)) * options.noise_stddev;  // 0.1225
+  EXPECT_NEAR(sd, want, 0.03 * want);
+  EXPECT_NEAR(mean, 0.0, 5 * want / std::sqrt(double(d)));
+  EXPECT_NE(out->result->sum, round.ExpectedSum(all)) << "no noise was added";
+}
+
+TEST(SecAggDistributedNoise, NoiseThatCouldOverflowTheSumIsRefused) {
+  SecAggOptions options;
+  options.federation_id = "f";
+  options.vector_size = 10;
+  options.clip = 1.0;
+  options.bits = 24;
+  options.max_clients = 200;  // 200 x 2^23 fits 2^31 without noise, not with 8 x 1.0 of it
+  EXPECT_TRUE(options.Validate().ok());
+  options.noise_stddev = 1.0;
+  EXPECT_THAT(options.Validate().message(), ::testing::HasSubstr("noised updates"));
+  options.noise_stddev = -1;
+  EXPECT_THAT(options.Validate().message(), ::testing::HasSubstr("noise_stddev must be finite"));
+}
+
+}  // namespace
+}  // namespace fedmesh

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -624,6 +625,21 @@ stage_timeout_s = 30
   ASSERT_FALSE(robust.ok());
   EXPECT_THAT(robust.status().message(), HasSubstr("[rounds] strategy"));
   EXPECT_THAT(robust.status().message(), HasSubstr("secure aggregation hides"));
+  // Distributed DP: each node's share of the noise, for any min_clients (2 here) survivors.
+  auto dist = LoadAggregatorConfig(path, {"dp.mode=distributed", "dp.noise_multiplier=0.8",
+                                          "rounds.min_clients=2"});
+  ASSERT_TRUE(dist.ok()) << dist.status().ToString();
+  EXPECT_TRUE(dist->strategy_options.dp.distributed);
+  EXPECT_DOUBLE_EQ(dist->strategy_options.dp.clip, 5.0);  // [secagg] clip
+  EXPECT_NEAR(dist->rounds.secagg.noise_stddev, 0.8 * 5.0 / std::sqrt(2.0), 1e-12);
+  auto no_secagg = LoadAggregatorConfig(path, {"dp.mode=distributed", "secagg.enabled=false"});
+  ASSERT_FALSE(no_secagg.ok());
+  EXPECT_THAT(no_secagg.status().message(), HasSubstr("[dp] mode"));
+  EXPECT_THAT(no_secagg.status().message(), HasSubstr("under secure aggregation"));
+  auto adaptive = LoadAggregatorConfig(path, {"dp.mode=distributed", "dp.adaptive_clip=true",
+                                              "rounds.clients_per_round=40"});
+  ASSERT_FALSE(adaptive.ok());
+  EXPECT_THAT(adaptive.status().message(), HasSubstr("[dp] adaptive_clip"));
   auto buffered = LoadAggregatorConfig(path, {"rounds.mode=buffered", "rounds.buffer_size=5"});
   ASSERT_FALSE(buffered.ok());
   EXPECT_THAT(buffered.status().message(), HasSubstr("synchronous"));

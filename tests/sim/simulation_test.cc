@@ -398,6 +398,13 @@ TEST(Simulation, BadOptionsAreRefusedWithTheField) {
   o.crashes = {CrashEvent{20, 1, 0}};
   EXPECT_NE(Validate(o).message().find("crash of client 20"), std::string::npos);
   o = Small();
+  o.strategy_options.dp.distributed = true;  // needs secure aggregation, not simulated
+  EXPECT_NE(Validate(o).message().find("dp mode distributed"), std::string::npos);
+  o = Small();
+  o.round_mode = RoundMode::kBuffered;
+  o.buffer_size = 6;  // more than clients_per_round (5)
+  EXPECT_NE(Validate(o).message().find("buffer_size 6"), std::string::npos);
+  o = Small();
   o.data_shards = 21;
   EXPECT_NE(Validate(o).message().find("data_shards"), std::string::npos);
   EXPECT_FALSE(ParseCrashEvent("3@0").ok());
