@@ -92,18 +92,6 @@ const ConfigSchema& SimConfigSchema() {
             .Min(0),
         FloatKey("rounds", "timeout_s", 600.0, "Virtual seconds from a round's opening to its deadline")
             .Min(0, true),
-        StringKey("rounds", "mode", "sync",
-                  "sync: rounds wait for their selected clients; buffered: FedBuff, clients_per_round "
-                  "clients train continuously and every buffer_size updates make a new model")
-            .Choices({"sync", "buffered"}),
-        IntKey("rounds", "buffer_size", 0,
-               "buffered: updates per new model; 0 = half of clients_per_round")
-            .Min(0)
-            .Max(1000000),
-        IntKey("rounds", "max_staleness", 10,
-               "buffered: refuse updates trained from a model more than this many versions old")
-            .Min(0)
-            .Max(1000000),
         StringKey("rounds", "downlink", "none",
                   "Codec chain of the global model sent to clients (none, fp16, bf16, int8, qsgd:N)"),
         StringKey("rounds", "error_feedback", "auto",
@@ -141,6 +129,9 @@ const ConfigSchema& SimConfigSchema() {
             .Choices({"signflip", "scaled", "noise"}),
         FloatKey("faults", "attack_scale", 10.0, "The attack's scale").Min(0),
     };
+    for (ConfigKey& k : RoundModeConfigKeys(0, "0 = half of clients_per_round")) {
+      s->keys.push_back(std::move(k));
+    }
     for (ConfigKey& k : StrategyConfigKeys()) s->keys.push_back(std::move(k));
     return s;
   }();
@@ -182,8 +173,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
                       &o.strategy_options);
   o.min_clients = static_cast<uint32_t>(v.GetInt("rounds", "min_clients"));
   o.round_timeout_s = v.GetFloat("rounds", "timeout_s");
-  o.round_mode = v.GetString("rounds", "mode") == "buffered" ? RoundMode::kBuffered
-                                                             : RoundMode::kSynchronous;
+  o.round_mode = ReadRoundMode(v);
   o.buffer_size = static_cast<uint32_t>(v.GetInt("rounds", "buffer_size"));
   o.max_staleness = static_cast<uint32_t>(v.GetInt("rounds", "max_staleness"));
   o.downlink = v.GetString("rounds", "downlink");

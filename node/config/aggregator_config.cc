@@ -52,18 +52,6 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("rounds", "max_retries", 3, "Retries of a round that timed out below min_clients")
             .Min(0)
             .Max(1000000),
-        StringKey("rounds", "mode", "sync",
-                  "sync: rounds wait for their selected nodes; buffered: FedBuff, nodes train "
-                  "continuously and every buffer_size updates make a new model")
-            .Choices({"sync", "buffered"}),
-        IntKey("rounds", "buffer_size", 10,
-               "buffered: updates per new model (K), in [min_clients, clients_per_round]")
-            .Min(1)
-            .Max(1000000),
-        IntKey("rounds", "max_staleness", 10,
-               "buffered: refuse updates trained from a model more than this many versions old")
-            .Min(0)
-            .Max(1000000),
         StringKey("rounds", "strategy", "fedavg", "How updates are combined").Choices(strategies),
         BoolKey("secagg", "enabled", false,
                 "Secure aggregation (SecAgg+): the aggregator learns only the sum of each "
@@ -100,6 +88,9 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
     };
+    for (ConfigKey& k : RoundModeConfigKeys(10, "in [min_clients, clients_per_round]")) {
+      s->keys.push_back(std::move(k));
+    }
     for (ConfigKey& k : StrategyConfigKeys()) s->keys.push_back(std::move(k));
     return s;
   }();
@@ -128,8 +119,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.min_available_clients = static_cast<int>(v.GetInt("rounds", "min_available_clients"));
   r.timeout_s = v.GetFloat("rounds", "timeout_s");
   r.max_retries = static_cast<int>(v.GetInt("rounds", "max_retries"));
-  r.mode = v.GetString("rounds", "mode") == "buffered" ? RoundMode::kBuffered
-                                                       : RoundMode::kSynchronous;
+  r.mode = ReadRoundMode(v);
   r.buffer_size = static_cast<int>(v.GetInt("rounds", "buffer_size"));
   r.max_staleness = static_cast<int>(v.GetInt("rounds", "max_staleness"));
   r.local_epochs = static_cast<int>(v.GetInt("train", "epochs"));

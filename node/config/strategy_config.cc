@@ -2,6 +2,29 @@
 
 namespace fedmesh {
 
+std::vector<ConfigKey> RoundModeConfigKeys(int64_t default_buffer_size,
+                                           const std::string& buffer_size_rule) {
+  return {
+      StringKey("rounds", "mode", "sync",
+                "sync: rounds wait for their selected nodes; buffered: FedBuff, the selected "
+                "nodes train continuously and every buffer_size updates make a new model")
+          .Choices({"sync", "buffered"}),
+      IntKey("rounds", "buffer_size", default_buffer_size,
+             "buffered: updates per new model (K); " + buffer_size_rule)
+          .Min(default_buffer_size == 0 ? 0 : 1)
+          .Max(1000000),
+      IntKey("rounds", "max_staleness", 10,
+             "buffered: refuse updates trained from a model more than this many versions old")
+          .Min(0)
+          .Max(1000000),
+  };
+}
+
+RoundMode ReadRoundMode(const ConfigValues& v) {
+  return v.GetString("rounds", "mode") == "buffered" ? RoundMode::kBuffered
+                                                     : RoundMode::kSynchronous;
+}
+
 std::vector<ConfigKey> StrategyConfigKeys() {
   const StrategyOptions d;
   return {

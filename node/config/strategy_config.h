@@ -7,12 +7,20 @@
 
 #include <vector>
 
+#include "aggregator/round_engine.h"
 #include "aggregator/strategy.h"
 #include "core/status.h"
 #include "node/config/config_loader.h"
 #include "node/config/config_schema.h"
 
 namespace fedmesh {
+
+// [rounds] mode, buffer_size and max_staleness (RoundMode, FedBuff), shared by the
+// aggregator's and the simulator's configs; they differ only in buffer_size's default and
+// what it means.
+std::vector<ConfigKey> RoundModeConfigKeys(int64_t default_buffer_size,
+                                           const std::string& buffer_size_rule);
+RoundMode ReadRoundMode(const ConfigValues& values);
 
 // The [strategy] and [dp] keys, with StrategyOptions' defaults and ranges.
 std::vector<ConfigKey> StrategyConfigKeys();
