@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/host_device.h"
 #include "core/status.h"
 
 namespace fedmesh {
@@ -24,8 +25,8 @@ struct WindowGeometry {
   int kernel_h = 0, kernel_w = 0;
   int stride = 1;
   int pad = 0;
-  int out_h() const { return (in_h + 2 * pad - kernel_h) / stride + 1; }
-  int out_w() const { return (in_w + 2 * pad - kernel_w) / stride + 1; }
+  FM_HD int out_h() const { return (in_h + 2 * pad - kernel_h) / stride + 1; }
+  FM_HD int out_w() const { return (in_w + 2 * pad - kernel_w) / stride + 1; }
 };
 
 // Hyper-parameters of one fused SGD step over the flat parameter buffer:
@@ -48,6 +49,11 @@ class Backend {
   // Worker threads for this backend's kernels (CPU: OpenMP + OpenBLAS). n >= 1.
   virtual void set_threads(int n) = 0;
   virtual int threads() const = 0;
+  // Waits for the work queued so far and returns the first error the backend met since it
+  // was created (CUDA: the failing call, its code and message). Errors are sticky: a
+  // backend that failed keeps failing, and its buffers' contents are undefined. The CPU
+  // backend has nothing to wait for and never fails here.
+  virtual Status Synchronize() { return Status::OK(); }
 
   // ---- memory ---------------------------------------------------------------------------
   // Returns `bytes` of backend memory aligned to at least 64 bytes; never null (aborts on

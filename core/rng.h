@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
+
 namespace fedmesh {
 
 // One step of splitmix64; also a good 64-bit mixer for counter-based randomness.
-inline uint64_t SplitMix64(uint64_t x) {
+FM_HD inline uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -22,7 +24,7 @@ inline uint64_t SplitMix64(uint64_t x) {
 
 // Uniform float in [0, 1) from a counter: the same (seed, index) gives the same number on
 // any backend or thread, which keeps dropout masks identical on CPU and GPU.
-inline float CounterUniform(uint64_t seed, uint64_t index) {
+FM_HD inline float CounterUniform(uint64_t seed, uint64_t index) {
   return static_cast<float>(SplitMix64(seed ^ SplitMix64(index)) >> 40) * 0x1.0p-24f;
 }
 

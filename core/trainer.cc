@@ -51,6 +51,8 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
     stats.samples += batch;
     ++stats.steps;
   }
+  // A device backend queues its kernels: a failure surfaces here, not as a wrong model.
+  FM_RETURN_IF_ERROR(model_->backend().Synchronize());
   stats.seconds = env_->NowSeconds() - start;
   stats.mean_loss = stats.samples ? loss_sum / stats.samples : 0.0;
   stats.train_accuracy = stats.samples ? double(correct) / stats.samples : 0.0;
@@ -71,6 +73,7 @@ Result<EvalStats> Trainer::Evaluate(const Dataset& data) {
     loss_sum += r.loss_sum;
     correct += r.correct;
   }
+  FM_RETURN_IF_ERROR(model_->backend().Synchronize());
   stats.samples = static_cast<int64_t>(data.size());
   stats.loss = loss_sum / stats.samples;
   stats.accuracy = double(correct) / stats.samples;
