@@ -40,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print exactly one JSON line to stdout")
+    p.add_argument("--device", default="cpu",
+                   help="torch device: cpu (default) or cuda[:N]; on cuda the batches live on the GPU "
+                        "before timing, TF32 is off (fedmesh's GEMMs are full FP32) and the clock "
+                        "stops after torch.cuda.synchronize()")
     p.add_argument("--blas", choices=["openmp", "system"], default="openmp",
                    help="which OpenBLAS build torch's GEMMs use: 'openmp' (default) preloads Debian's "
                         "OpenMP build from " + OPENBLAS_OPENMP_DIR + " (the one fedmesh links) so GEMMs share "
@@ -183,25 +187,33 @@ def make_step(model, opt, loss_fn):
 
 # ---------------------------------------------------------------- modes
 
+def sync(a):
+    if a.device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def run_throughput(a, model, step):
     x, y = load_split(a.data_dir, "train")
     total = a.warmup + a.steps
-    batches = prebuild_batches(x, y, a.batch, total, a.model)
+    batches = [(xb.to(a.device), yb.to(a.device))
+               for xb, yb in prebuild_batches(x, y, a.batch, total, a.model)]
     del x, y
     model.train()
     loss = None
     for i in range(a.warmup):
         loss = step(*batches[i])
+    sync(a)
     t0 = time.perf_counter()
     for i in range(a.warmup, total):
         loss = step(*batches[i])
+    sync(a)
     elapsed = time.perf_counter() - t0
     final_loss = float(loss.item())  # after timing (the last step is already complete on CPU)
     sps = a.steps * a.batch / elapsed
     if a.json:
         print(json.dumps({
             "impl": "pytorch", "torch_version": torch.__version__, "model": a.model,
-            "batch": a.batch, "threads": a.threads, "steps": a.steps,
+            "device": a.device, "batch": a.batch, "threads": a.threads, "steps": a.steps,
             "seconds": round(elapsed, 6), "samples_per_s": round(sps, 2), "loss": round(final_loss, 6),
             "blas": blas_variant(),
         }))
@@ -262,7 +274,10 @@ def main():
     torch.set_num_interop_threads(1)
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
-    model = build_model(a.model)
+    if a.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = build_model(a.model).to(a.device)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=0)
     step = make_step(model, opt, nn.CrossEntropyLoss())
     if a.check_accuracy is not None:

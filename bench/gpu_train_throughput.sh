@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# GPU training throughput, fedmesh's CUDA backend vs PyTorch on the same GPU, side by side
+# in one run: same architecture, batch, SGD+momentum, real Fashion-MNIST, FP32 (TF32 off on
+# both sides). Configurations from the GPU issue: mlp batch 32 and 256, cnn batch 64. Each
+# is measured REPEATS times alternating the implementations; the table reports the best of
+# each and fedmesh's ratio.
+#   bench/gpu_train_throughput.sh        # needs a CUDA build (scripts/build.sh) and torch with CUDA
+# Environment: REPEATS (3), BUILD (build), DEVICE (cuda), PY (python3).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD:-$root/build}
+repeats=${REPEATS:-3}
+device=${DEVICE:-cuda}
+py=${PY:-python3}
+fm="$build/bench/fedmesh_train_throughput"
+[[ -x "$fm" ]] || { echo "build first: scripts/build.sh" >&2; exit 2; }
+
+configs=("mlp 32 3000" "mlp 256 2000" "cnn 64 600")
+field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+best() { sort -g | tail -1; }
+
+"$fm" --model mlp --batch 32 --steps 1 --warmup 0 --device "$device" | field device >&2
+"$py" -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' >&2
+printf "%-6s %-6s %14s %14s %9s\n" model batch fedmesh_sps torch_sps ratio
+for c in "${configs[@]}"; do
+  read -r model batch steps <<<"$c"
+  fms=() pts=()
+  for ((r = 0; r < repeats; ++r)); do
+    fms+=("$("$fm" --model "$model" --batch "$batch" --threads 1 --steps "$steps" --warmup 50 \
+            --device "$device" | field samples_per_s)")
+    pts+=("$("$py" "$root/bench/torch_train_throughput.py" --model "$model" --batch "$batch" \
+            --threads 1 --steps "$steps" --warmup 50 --device "$device" --blas system --json |
+          field samples_per_s)")
+  done
+  f=$(printf "%s\n" "${fms[@]}" | best)
+  p=$(printf "%s\n" "${pts[@]}" | best)
+  printf "%-6s %-6s %14.0f %14.0f %9.2f\n" "$model" "$batch" "$f" "$p" \
+    "$(awk -v a="$f" -v b="$p" 'BEGIN{print a/b}')"
+  echo "  runs fedmesh: ${fms[*]}" >&2
+  echo "  runs pytorch: ${pts[*]}" >&2
+done
