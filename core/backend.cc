@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "core/cuda/cuda_backend.h"
 #include "core/cuda/device_info.h"
 
 namespace fedmesh {
@@ -11,32 +12,39 @@ namespace fedmesh {
 Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int threads) {
   if (device == "cpu") return MakeCpuBackend(threads);
   if (device == "auto") {
-    const int gpus = CudaDeviceCount();
-    if (gpus > 0) {
-      // The CUDA backend itself lands with the GPU issue; until then a present GPU is
-      // reported but not used.
-      spdlog::info("device auto: {} CUDA device(s) present but this build has no CUDA training backend; using CPU", gpus);
-    } else {
+    if (CudaDeviceCount() == 0) {
       spdlog::info("device auto: no CUDA device ({}); using CPU", CudaUnavailableReason());
+      return MakeCpuBackend(threads);
     }
-    return MakeCpuBackend(threads);
+    auto cuda = MakeCudaBackend(0);
+    if (!cuda.ok()) {
+      // A present but unusable GPU (driver mismatch, device busy in exclusive mode, out of
+      // memory) should not stop a run that asked for "whatever works".
+      spdlog::warn("device auto: CUDA device 0 present but unusable ({}); using CPU",
+                   cuda.status().ToString());
+      return MakeCpuBackend(threads);
+    }
+    spdlog::info("device auto: using {}", (*cuda)->name());
+    return cuda;
   }
   if (device == "cuda" || device.starts_with("cuda:")) {
     int index = 0;
-    if (device.size() > 5) {
-      auto sv = device.substr(5);
+    if (device != "cuda") {
+      auto sv = device.substr(5);  // "cuda:" with nothing after it fails below
       auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), index);
       if (ec != std::errc() || p != sv.data() + sv.size() || index < 0) {
-        return Status::InvalidArgument("device '" + std::string(device) + "': expected cuda:N with N >= 0");
+        return Status::InvalidArgument("device '" + std::string(device) +
+                                       "': expected cuda:N with N >= 0");
       }
     }
     const int gpus = CudaDeviceCount();
     if (index >= gpus) {
+      const std::string why = gpus == 0 ? " (" + CudaUnavailableReason() + ")" : "";
       return Status::Unavailable("device '" + std::string(device) + "' requested but " +
-                                 std::to_string(gpus) + " CUDA device(s) available (" +
-                                 CudaUnavailableReason() + "); use --device cpu or auto");
+                                 std::to_string(gpus) + " CUDA device(s) available" + why +
+                                 "; use --device cpu or auto");
     }
-    return Status::Unimplemented("the CUDA training backend is not built yet; use --device cpu or auto");
+    return MakeCudaBackend(index);
   }
   return Status::InvalidArgument("unknown device '" + std::string(device) +
                                  "'; expected auto, cpu, cuda or cuda:N");

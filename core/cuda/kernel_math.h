@@ -43,6 +43,26 @@ FM_HD inline float BiasGradColumn(const float* dy, int rows, int cols, int c) {
   return s;
 }
 
+// The bias gradient on the GPU is a column sum over a tall matrix (rows = N*OH*OW for a
+// convolution): one thread per column would walk all rows alone. So it runs in two passes:
+// thread (chunk, c) sums kBiasGradChunkRows consecutive rows of column c into
+// partial[chunk, c], then BiasGradColumn sums partial's column c over chunks in order.
+// With a single chunk (dense layers at small batch) the one-pass BiasGradColumn is used,
+// which matches the CPU bit for bit; with more chunks only the float summation order
+// differs. Deterministic either way (no atomics).
+inline constexpr int kBiasGradChunkRows = 64;
+FM_HD inline int BiasGradChunks(int rows) {
+  return static_cast<int>((static_cast<int64_t>(rows) + kBiasGradChunkRows - 1) /
+                          kBiasGradChunkRows);
+}
+FM_HD inline float BiasGradPartial(const float* dy, int rows, int cols, int chunk, int c) {
+  const int64_t r0 = static_cast<int64_t>(chunk) * kBiasGradChunkRows;
+  const int64_t r1 = r0 + kBiasGradChunkRows < rows ? r0 + kBiasGradChunkRows : rows;
+  float s = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) s += dy[r * cols + c];
+  return s;
+}
+
 // im2col (Backend::Im2Col): the flat NHWC input index that cols[row, col] is read from, or
 // -1 where the window lies outside the image (zero padding).
 FM_HD inline int64_t Im2ColSource(const WindowGeometry& g, int64_t row, int64_t col) {

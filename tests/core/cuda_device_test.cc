@@ -1,29 +1,65 @@
-// CUDA device discovery works in every build: without CUDA (or without a GPU) it reports
-// zero devices and a reason; with a GPU it describes it.
+// CUDA device discovery and backend selection work in every build: without CUDA (or
+// without a GPU) they report zero devices, a reason, and fall back to the CPU for "auto";
+// with a GPU, "auto" and "cuda:N" give the CUDA backend.
 #include <gtest/gtest.h>
 
 #include "core/backend.h"
+#include "core/cuda/cuda_backend.h"
 #include "core/cuda/device_info.h"
+#include "tests/core/status_assertions.h"
 
 namespace fedmesh {
 namespace {
 
+using testing::HasCode;
+
 TEST(CudaDevice, NoDeviceMeansAReasonAndCpuFallback) {
-  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is present: " << CudaDeviceDescription(0);
+  if (CudaDeviceCount() > 0)
+    GTEST_SKIP() << "a CUDA device is present: " << CudaDeviceDescription(0);
   EXPECT_FALSE(CudaUnavailableReason().empty());
   auto cuda = MakeBackend("cuda", 1);
   ASSERT_FALSE(cuda.ok());
-  EXPECT_EQ(cuda.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(cuda.status().message().find("use --device cpu or auto"), std::string::npos);
+  EXPECT_TRUE(HasCode(cuda.status(), StatusCode::kUnavailable, "use --device cpu or auto"));
+  EXPECT_NE(cuda.status().message().find(CudaUnavailableReason()), std::string::npos)
+      << cuda.status().ToString();
+  // The factory itself refuses too (the build-without-CUDA stub or the device check).
+  auto direct = MakeCudaBackend(0);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_TRUE(HasCode(direct.status(), StatusCode::kUnavailable, "use --device cpu or auto"));
   auto autod = MakeBackend("auto", 1);
   ASSERT_TRUE(autod.ok());
   EXPECT_EQ((*autod)->kind(), BackendKind::kCpu);
 }
 
-TEST(CudaDevice, PresentDeviceIsDescribed) {
+TEST(CudaDevice, MalformedDeviceIndexIsInvalidArgument) {
+  for (const char* name : {"cuda:", "cuda:-1", "cuda:1x", "cuda:x"}) {
+    auto be = MakeBackend(name, 1);
+    ASSERT_FALSE(be.ok()) << name;
+    EXPECT_TRUE(HasCode(be.status(), StatusCode::kInvalidArgument, "expected cuda:N")) << name;
+  }
+}
+
+TEST(CudaDevice, PresentDeviceIsDescribedAndChosen) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: " << CudaUnavailableReason();
   const std::string d = CudaDeviceDescription(0);
   EXPECT_NE(d.find("SMs"), std::string::npos) << d;
+
+  auto autod = MakeBackend("auto", 1);
+  ASSERT_TRUE(autod.ok()) << autod.status().ToString();
+  EXPECT_EQ((*autod)->kind(), BackendKind::kCuda);
+  EXPECT_EQ((*autod)->name(), "cuda:0 (" + d + ")");
+
+  auto cuda = MakeBackend("cuda", 1);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
+  EXPECT_EQ((*cuda)->kind(), BackendKind::kCuda);
+  auto last = MakeBackend("cuda:" + std::to_string(CudaDeviceCount() - 1), 1);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_TRUE((*last)->Synchronize().ok());
+
+  auto absent = MakeBackend("cuda:99", 1);
+  ASSERT_FALSE(absent.ok());
+  EXPECT_TRUE(HasCode(absent.status(), StatusCode::kUnavailable, "use --device cpu or auto"));
+  EXPECT_TRUE(HasCode(MakeCudaBackend(99).status(), StatusCode::kUnavailable));
 }
 
 }  // namespace

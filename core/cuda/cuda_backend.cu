@@ -1,0 +1,441 @@
+#include "core/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstring>
+#include <new>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_kernels.h"
+#include "core/cuda/device_info.h"
+
+namespace fedmesh {
+namespace {
+
+// Pinned host memory that reduction results are copied into (a few scalars).
+constexpr size_t kHostResultBytes = 64;
+
+struct HostLoss {
+  double loss_sum;
+  int64_t correct;
+};
+
+int64_t OutputRows(const WindowGeometry& g) {
+  return static_cast<int64_t>(g.batch) * g.out_h() * g.out_w();
+}
+int64_t ColumnLength(const WindowGeometry& g) {
+  return static_cast<int64_t>(g.kernel_h) * g.kernel_w * g.channels;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  int device = 0;
+  std::string description;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cuda::LaunchConfig launch;
+  Status error;             // the first failure: sticky
+  void* scratch = nullptr;  // device scratch for reductions, grown on demand
+  size_t scratch_bytes = 0;
+  void* host_result = nullptr;  // pinned, kHostResultBytes
+
+  // Keeps the first failure. Returns s.ok().
+  bool Check(const Status& s) {
+    if (s.ok()) return true;
+    // A failed runtime call also sets the thread's "last error"; clear it so a later
+    // cudaGetLastError() (here or in another backend on this thread) does not report it
+    // against an innocent kernel launch. Sticky context errors stay regardless.
+    (void)cudaGetLastError();
+    if (error.ok()) error = s;
+    return false;
+  }
+
+  // Makes this backend's device current on the calling thread (cheap when it already is).
+  Status MakeCurrent() {
+    int current = -1;
+    FM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    if (current != device) FM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return Status::OK();
+  }
+
+  // The top of every entry point that queues work: false (do nothing) after a failure.
+  bool Enter() { return error.ok() && Check(MakeCurrent()); }
+
+  // At least `bytes` of device scratch, or null after recording a failure. Growing waits
+  // for the stream first: queued kernels may still use the old buffer.
+  void* Scratch(size_t bytes) {
+    if (bytes <= scratch_bytes) return scratch;
+    if (!Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream)))) return nullptr;
+    const size_t old_bytes = scratch_bytes;
+    if (scratch != nullptr) {
+      const Status s = FM_CUDA_STATUS(cudaFree(scratch));
+      scratch = nullptr;
+      scratch_bytes = 0;
+      if (!Check(s)) return nullptr;
+    }
+    // Doubling keeps regrowth (a stream wait, a free and a malloc) rare as sizes creep up.
+    const size_t want = std::max({bytes, 2 * old_bytes, size_t{1} << 16});
+    void* p = nullptr;
+    if (!Check(FM_CUDA_STATUS(cudaMalloc(&p, want)))) return nullptr;
+    scratch = p;
+    scratch_bytes = want;
+    return scratch;
+  }
+
+  // Copies `bytes` of device results into host_result and waits for them.
+  bool FetchResult(const void* device_src, size_t bytes) {
+    return Check(FM_CUDA_STATUS(
+               cudaMemcpyAsync(host_result, device_src, bytes, cudaMemcpyDeviceToHost, stream))) &&
+           Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream)));
+  }
+};
+
+// A kernel launcher's result (core/cuda/cuda_kernels.h) checked, naming the launcher call.
+#define FM_LAUNCHED(call) impl_->Check(FM_CUDA_STATUS(call))
+
+CudaBackend::CudaBackend(int device_index) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.device = device_index;
+  m.description = CudaDeviceDescription(device_index);
+  if (!m.Check(FM_CUDA_STATUS(cudaSetDevice(device_index)))) return;
+  int sms = 0;
+  if (!m.Check(FM_CUDA_STATUS(
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_index)))) {
+    return;
+  }
+  // Enough resident blocks to fill every SM several times over; grid-stride loops cover
+  // the rest, so a huge n never needs a huge grid.
+  m.launch.max_blocks = static_cast<unsigned>(std::max(1, sms)) * 32;
+  // Non-blocking: work on the legacy default stream (other libraries) does not serialise
+  // with ours. Every operation of this backend goes to this one stream.
+  if (!m.Check(FM_CUDA_STATUS(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking)))) {
+    return;
+  }
+  m.launch.stream = m.stream;
+  if (!m.Check(FM_CUBLAS_STATUS(cublasCreate(&m.blas)))) return;
+  if (!m.Check(FM_CUBLAS_STATUS(cublasSetStream(m.blas, m.stream)))) return;
+  // FP32 GEMMs must stay FP32: CUBLAS_DEFAULT_MATH never lets cublasSgemm use TF32 tensor
+  // cores (CUBLAS_TF32_TENSOR_OP_MATH would: ~1e-3 relative error, and the CPU and GPU
+  // backends must agree to 1e-4). Set explicitly rather than trusting the default.
+  if (!m.Check(FM_CUBLAS_STATUS(cublasSetMathMode(m.blas, CUBLAS_DEFAULT_MATH)))) return;
+  m.Check(FM_CUDA_STATUS(cudaMallocHost(&m.host_result, kHostResultBytes)));
+}
+
+CudaBackend::~CudaBackend() {
+  Impl& m = *impl_;
+  // Best effort: a destructor has nowhere to report to. Restores the caller's device.
+  int previous = -1;
+  const bool had_device = cudaGetDevice(&previous) == cudaSuccess;
+  if (had_device && previous != m.device) (void)cudaSetDevice(m.device);
+  if (m.stream != nullptr) (void)cudaStreamSynchronize(m.stream);
+  if (m.blas != nullptr) (void)cublasDestroy(m.blas);
+  if (m.scratch != nullptr) (void)cudaFree(m.scratch);
+  if (m.host_result != nullptr) (void)cudaFreeHost(m.host_result);
+  if (m.stream != nullptr) (void)cudaStreamDestroy(m.stream);
+  if (had_device && previous != m.device) (void)cudaSetDevice(previous);
+  (void)cudaGetLastError();
+}
+
+int CudaBackend::device_index() const { return impl_->device; }
+
+std::string CudaBackend::name() const {
+  return "cuda:" + std::to_string(impl_->device) + " (" + impl_->description + ")";
+}
+
+Status CudaBackend::Synchronize() {
+  Impl& m = *impl_;
+  if (m.Enter()) m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  return m.error;
+}
+
+// ---- memory ---------------------------------------------------------------------------
+
+void* CudaBackend::Allocate(size_t bytes) {
+  Impl& m = *impl_;
+  // Tried even after an earlier failure: the interface has no way to return "nothing".
+  void* p = nullptr;
+  // cudaMalloc aligns to at least 256 bytes; a zero-byte request still gets a pointer.
+  if (!m.Check(m.MakeCurrent()) || !m.Check(FM_CUDA_STATUS(cudaMalloc(&p, bytes ? bytes : 1))) ||
+      p == nullptr) {
+    throw std::bad_alloc();
+  }
+  return p;
+}
+
+void CudaBackend::Free(void* p) {
+  if (p == nullptr) return;
+  Impl& m = *impl_;
+  if (!m.Check(m.MakeCurrent())) return;
+  // Queued kernels may still use p. cudaFree synchronises in practice, but the runtime
+  // documents that only as "for most use cases": wait for our stream explicitly.
+  if (m.error.ok()) m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  // Freed even after a failure, so a failed backend does not also leak.
+  m.Check(FM_CUDA_STATUS(cudaFree(p)));
+}
+
+void CudaBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
+  Impl& m = *impl_;
+  if (bytes == 0 || !m.Enter()) return;
+  if (!m.Check(
+          FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m.stream)))) {
+    return;
+  }
+  // The caller may overwrite src as soon as we return (and src may be pinned, in which case
+  // the copy above is fully asynchronous).
+  m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+}
+
+void CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  Impl& m = *impl_;
+  if (bytes == 0 || !m.Enter()) return;
+  if (!m.Check(
+          FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m.stream)))) {
+    return;
+  }
+  m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));  // the caller reads dst next
+}
+
+void CudaBackend::Copy(void* dst, const void* src, size_t bytes) {
+  Impl& m = *impl_;
+  if (bytes == 0 || dst == src || !m.Enter()) return;
+  m.Check(FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream)));
+}
+
+void CudaBackend::Fill(float* x, size_t n, float value) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Fill(impl_->launch, x, n, value));
+}
+
+// ---- dense linear algebra -------------------------------------------------------------
+
+void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  Impl& im = *impl_;
+  if (!im.Enter()) return;
+  // cuBLAS is column-major. A row-major matrix with leading dimension ld is, read
+  // column-major with the same ld, its transpose. So row-major C = op(A) op(B) is
+  // column-major C^T = op(B)^T op(A)^T: B goes first with its own transpose flag, then A,
+  // and m and n swap. cuBLAS's ld checks then read: ldb >= (trans_b ? k : n),
+  // lda >= (trans_a ? m : k), ldc >= n, exactly the row-major requirements.
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  im.Check(FM_CUBLAS_STATUS(
+      cublasSgemm(im.blas, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc)));
+}
+
+void CudaBackend::AddBias(float* y, const float* bias, int rows, int cols) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::AddBias(impl_->launch, y, bias, rows, cols));
+}
+
+void CudaBackend::BiasGrad(const float* dy, float* dbias, int rows, int cols) {
+  Impl& m = *impl_;
+  if (!m.Enter()) return;
+  float* partial = nullptr;
+  if (const size_t floats = cuda::BiasGradScratchFloats(rows, cols); floats > 0) {
+    partial = static_cast<float*>(m.Scratch(floats * sizeof(float)));
+    if (partial == nullptr) return;
+  }
+  FM_LAUNCHED(cuda::BiasGrad(m.launch, dy, dbias, rows, cols, partial));
+}
+
+void CudaBackend::Axpy(size_t n, float alpha, const float* x, float* y) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Axpy(impl_->launch, n, alpha, x, y));
+}
+
+void CudaBackend::Scale(size_t n, float alpha, float* x) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Scale(impl_->launch, n, alpha, x));
+}
+
+double CudaBackend::SquaredNorm(size_t n, const float* x) {
+  Impl& m = *impl_;
+  if (n == 0 || !m.Enter()) return 0.0;
+  const unsigned blocks = cuda::ReductionBlocks(m.launch, n);
+  auto* partial = static_cast<double*>(m.Scratch((blocks + 1) * sizeof(double)));
+  if (partial == nullptr) return 0.0;
+  double* out = partial + blocks;
+  if (!FM_LAUNCHED(cuda::SquaredNorm(m.launch, n, x, partial, out))) return 0.0;
+  if (!m.FetchResult(out, sizeof(double))) return 0.0;
+  double result;
+  std::memcpy(&result, m.host_result, sizeof(result));
+  return result;
+}
+
+// ---- activations ----------------------------------------------------------------------
+
+void CudaBackend::ReluForward(const float* x, float* y, size_t n) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::ReluForward(impl_->launch, x, y, n));
+}
+
+void CudaBackend::ReluBackward(const float* y, const float* dy, float* dx, size_t n) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::ReluBackward(impl_->launch, y, dy, dx, n));
+}
+
+void CudaBackend::DropoutForward(const float* x, float* y, float* mask, size_t n, float p,
+                                 uint64_t seed) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::DropoutForward(impl_->launch, x, y, mask, n, p, seed));
+}
+
+void CudaBackend::Multiply(const float* a, const float* b, float* out, size_t n) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Multiply(impl_->launch, a, b, out, n));
+}
+
+// ---- convolution and pooling ----------------------------------------------------------
+
+void CudaBackend::Im2Col(const float* x, const WindowGeometry& g, float* cols) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Im2Col(impl_->launch, x, g, cols));
+}
+
+void CudaBackend::Col2Im(const float* dcols, const WindowGeometry& g, float* dx) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::Col2Im(impl_->launch, dcols, g, dx));
+}
+
+size_t CudaBackend::ConvWorkspaceFloats(const WindowGeometry& g, int) {
+  return static_cast<size_t>(OutputRows(g)) * static_cast<size_t>(ColumnLength(g));
+}
+
+namespace {
+
+// cuBLAS takes int dimensions: a batch whose column matrix has more rows is refused (split
+// the batch) rather than silently truncated.
+Status CheckConvDims(const WindowGeometry& g, int out_channels) {
+  if (OutputRows(g) > INT_MAX || ColumnLength(g) > INT_MAX || out_channels <= 0) {
+    return Status::OutOfRange(
+        "Conv2d on the GPU: N*OH*OW = " + std::to_string(OutputRows(g)) + " rows of " +
+        std::to_string(ColumnLength(g)) + " columns, " + std::to_string(out_channels) +
+        " output channels do not fit cuBLAS's int sizes; use a smaller batch");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+void CudaBackend::Conv2dForward(const float* x, const WindowGeometry& g, const float* w,
+                                const float* bias, int out_channels, float* y, float* workspace,
+                                size_t workspace_floats) {
+  FM_CHECK_GE(workspace_floats, ConvWorkspaceFloats(g, out_channels));
+  Impl& m = *impl_;
+  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+  const int rows = static_cast<int>(OutputRows(g));
+  const int row_len = static_cast<int>(ColumnLength(g));
+  float* cols = workspace;
+  Im2Col(x, g, cols);
+  // y[rows, OC] = cols[rows, row_len] * W^T, W stored [OC, row_len].
+  Gemm(false, true, rows, out_channels, row_len, 1.0f, cols, row_len, w, row_len, 0.0f, y,
+       out_channels);
+  AddBias(y, bias, rows, out_channels);
+}
+
+void CudaBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
+                                 int out_channels, const float* dy, float* dw, float* dbias,
+                                 float* dx, float* workspace, size_t workspace_floats) {
+  FM_CHECK_GE(workspace_floats, ConvWorkspaceFloats(g, out_channels));
+  Impl& m = *impl_;
+  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+  const int rows = static_cast<int>(OutputRows(g));
+  const int row_len = static_cast<int>(ColumnLength(g));
+  float* cols = workspace;
+  Im2Col(x, g, cols);  // recomputed: Forward keeps nothing
+  // dW[OC, row_len] = dy^T * cols, dy stored [rows, OC].
+  Gemm(true, false, out_channels, row_len, rows, 1.0f, dy, out_channels, cols, row_len, 0.0f, dw,
+       row_len);
+  BiasGrad(dy, dbias, rows, out_channels);
+  if (dx != nullptr) {
+    // The dW GEMM has consumed the columns (same stream), so their gradient can take the
+    // workspace: dcols[rows, row_len] = dy * W.
+    float* dcols = workspace;
+    Gemm(false, false, rows, row_len, out_channels, 1.0f, dy, out_channels, w, row_len, 0.0f, dcols,
+         row_len);
+    Col2Im(dcols, g, dx);
+  }
+}
+
+void CudaBackend::MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
+                                 int32_t* argmax) {
+  Impl& m = *impl_;
+  if (!m.Enter()) return;
+  // argmax holds int32 input indices (the interface's type).
+  const int64_t in_elements = static_cast<int64_t>(g.batch) * g.in_h * g.in_w * g.channels;
+  if (in_elements > INT32_MAX) {
+    m.Check(Status::OutOfRange("MaxPool2d input of " + std::to_string(in_elements) +
+                               " elements exceeds int32 argmax indices; use a smaller batch"));
+    return;
+  }
+  FM_LAUNCHED(cuda::MaxPoolForward(m.launch, x, g, y, argmax));
+}
+
+void CudaBackend::MaxPoolBackward(const float* dy, const int32_t* argmax, size_t out_size,
+                                  float* dx, size_t in_size) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::MaxPoolBackward(impl_->launch, dy, argmax, out_size, dx, in_size));
+}
+
+// ---- loss -----------------------------------------------------------------------------
+
+Backend::LossResult CudaBackend::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
+                                                     int rows, int classes, float* dlogits) {
+  Impl& m = *impl_;
+  LossResult result;
+  if (rows <= 0 || classes <= 0 || !m.Enter()) return result;
+  // Scratch: row_loss[rows] doubles, row_correct[rows] int64s, then the two totals.
+  const size_t n = static_cast<size_t>(rows);
+  char* s =
+      static_cast<char*>(m.Scratch(n * (sizeof(double) + sizeof(int64_t)) + sizeof(HostLoss)));
+  if (s == nullptr) return result;
+  auto* row_loss = reinterpret_cast<double*>(s);
+  auto* row_correct = reinterpret_cast<int64_t*>(s + n * sizeof(double));
+  char* totals = s + n * (sizeof(double) + sizeof(int64_t));
+  auto* loss_sum = reinterpret_cast<double*>(totals + offsetof(HostLoss, loss_sum));
+  auto* correct = reinterpret_cast<int64_t*>(totals + offsetof(HostLoss, correct));
+  if (!FM_LAUNCHED(cuda::SoftmaxCrossEntropy(m.launch, logits, labels, rows, classes, dlogits,
+                                             row_loss, row_correct, loss_sum, correct))) {
+    return result;
+  }
+  if (!m.FetchResult(totals, sizeof(HostLoss))) return result;
+  HostLoss host;
+  std::memcpy(&host, m.host_result, sizeof(host));
+  result.loss_sum = host.loss_sum;
+  result.correct = host.correct;
+  return result;
+}
+
+// ---- optimizer ------------------------------------------------------------------------
+
+void CudaBackend::SgdStep(float* w, const float* grad, float* velocity, const float* w_global,
+                          size_t n, const SgdStepParams& p) {
+  if (!impl_->Enter()) return;
+  FM_LAUNCHED(cuda::SgdStep(impl_->launch, w, grad, velocity, w_global, n, p));
+}
+
+#undef FM_LAUNCHED
+
+Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index) {
+  const int count = CudaDeviceCount();
+  if (device_index < 0 || device_index >= count) {
+    std::string why = "CUDA device " + std::to_string(device_index) + " requested but " +
+                      std::to_string(count) + " present";
+    if (count == 0) why += " (" + CudaUnavailableReason() + ")";
+    return Status::Unavailable(why + "; use --device cpu or auto");
+  }
+  auto backend = std::make_unique<CudaBackend>(device_index);
+  if (Status s = backend->Synchronize(); !s.ok()) {
+    return s.WithContext("initialising CUDA device " + std::to_string(device_index));
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace fedmesh
