@@ -23,17 +23,20 @@ inline bool AllFinite(std::span<const float> values) {
   return bad == 0;
 }
 
+// The error for the first non-finite value, `value` at `index`, of what `stage` encodes.
+// Also used by encoders that find the index elsewhere (core/cuda/cuda_codecs.h).
+inline Status NonFiniteError(std::string_view stage, uint64_t index, float value) {
+  return Status::InvalidArgument(std::string(stage) + " cannot encode value " +
+                                 (std::isnan(value) ? "NaN" : "infinity") + " at index " +
+                                 std::to_string(index) + "; an update must be finite");
+}
+
 // InvalidArgument naming the first non-finite value of `values` (`stage` encodes them), or
 // OK when there is none.
 inline Status CheckFinite(std::span<const float> values, std::string_view stage) {
   if (AllFinite(values)) return Status::OK();
   for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      return Status::InvalidArgument(std::string(stage) + " cannot encode value " +
-                                     (std::isnan(values[i]) ? "NaN" : "infinity") +
-                                     " at index " + std::to_string(i) +
-                                     "; an update must be finite");
-    }
+    if (!std::isfinite(values[i])) return NonFiniteError(stage, i, values[i]);
   }
   return Status::OK();
 }

@@ -183,6 +183,26 @@ uint64_t Chain::MaxEncodedBytes(uint64_t count) const {
   return compressor_->MaxCompressedBytes(raw);
 }
 
+Status Chain::CheckCount(uint64_t n) const {
+  if (n > kMaxCount) {
+    return Status::InvalidArgument("codec chains encode at most 2^40 values, got " +
+                                   std::to_string(n));
+  }
+  if (sparsifier_ != nullptr && n > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument(sparsifier_->name() + " handles at most 2^32 - 1 values, got " +
+                                   std::to_string(n));
+  }
+  return Status::OK();
+}
+
+template <typename F>
+Status Chain::EncodeThenCompress(const F& encode, std::vector<uint8_t>* out) const {
+  if (compressor_ == nullptr) return encode(out);
+  std::vector<uint8_t>& raw = Scratch();
+  FM_RETURN_IF_ERROR(encode(&raw));
+  return compressor_->Compress(raw, out);
+}
+
 Status Chain::EncodeUncompressed(std::span<const float> values, uint64_t seed,
                                  std::vector<uint8_t>* out) const {
   // Stages draw from independent streams of the one seed.
@@ -190,10 +210,6 @@ Status Chain::EncodeUncompressed(std::span<const float> values, uint64_t seed,
   if (sparsifier_ == nullptr) {
     out->resize(quantizer_->EncodedBytes(values.size()));
     return quantizer_->Encode(values, quantizer_seed, out->data());
-  }
-  if (values.size() > std::numeric_limits<uint32_t>::max()) {
-    return Status::InvalidArgument(sparsifier_->name() + " handles at most 2^32 - 1 values, got " +
-                                   std::to_string(values.size()));
   }
   out->clear();
   ByteWriter w(out);
@@ -205,14 +221,47 @@ Status Chain::EncodeUncompressed(std::span<const float> values, uint64_t seed,
 
 Status Chain::Encode(std::span<const float> values, uint64_t seed,
                      std::vector<uint8_t>* out) const {
-  if (values.size() > kMaxCount) {
-    return Status::InvalidArgument("codec chains encode at most 2^40 values, got " +
-                                   std::to_string(values.size()));
+  FM_RETURN_IF_ERROR(CheckCount(values.size()));
+  return EncodeThenCompress(
+      [&](std::vector<uint8_t>* raw) { return EncodeUncompressed(values, seed, raw); }, out);
+}
+
+Status Chain::EncodePartsUncompressed(uint64_t n, std::span<const uint32_t> kept,
+                                      const std::function<Status(std::span<uint8_t>)>& write_values,
+                                      std::vector<uint8_t>* out) const {
+  out->clear();
+  ByteWriter w(out);
+  uint64_t m = n;
+  if (sparsifier_ != nullptr) {
+    FM_RETURN_IF_ERROR(sparsifier_->WriteIndices(kept, &w));
+    m = kept.size();
   }
-  if (compressor_ == nullptr) return EncodeUncompressed(values, seed, out);
-  std::vector<uint8_t>& raw = Scratch();
-  FM_RETURN_IF_ERROR(EncodeUncompressed(values, seed, &raw));
-  return compressor_->Compress(raw, out);
+  const uint64_t bytes = quantizer_->EncodedBytes(m);
+  return write_values(std::span<uint8_t>(w.Extend(bytes), bytes));
+}
+
+Status Chain::EncodeParts(uint64_t n, std::span<const uint32_t> kept,
+                          const std::function<Status(std::span<uint8_t>)>& write_values,
+                          std::vector<uint8_t>* out) const {
+  FM_RETURN_IF_ERROR(CheckCount(n));
+  const uint64_t want = sparsifier_ != nullptr ? sparsifier_->KeptCount(n) : 0;
+  if (kept.size() != want) {
+    return Status::InvalidArgument(name_ + " keeps " + std::to_string(want) + " of " +
+                                   std::to_string(n) + " values, but " +
+                                   std::to_string(kept.size()) + " kept indices were given");
+  }
+  for (size_t j = 0; j < kept.size(); ++j) {
+    if (kept[j] >= n || (j > 0 && kept[j] <= kept[j - 1])) {
+      return Status::InvalidArgument(
+          name_ + ": kept index " + std::to_string(j) + " is " + std::to_string(kept[j]) +
+          "; kept indices must be increasing and below " + std::to_string(n));
+    }
+  }
+  return EncodeThenCompress(
+      [&](std::vector<uint8_t>* raw) {
+        return EncodePartsUncompressed(n, kept, write_values, raw);
+      },
+      out);
 }
 
 Status Chain::DecodeUncompressed(std::span<const uint8_t> bytes, std::span<float> out) const {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,28 @@ class Chain {
   // values.
   Status Encode(std::span<const float> values, uint64_t seed, std::vector<uint8_t>* out) const;
 
+  // The size limits Encode checks first: InvalidArgument for more than 2^40 values, or
+  // more than 2^32 - 1 with a sparsifier.
+  Status CheckCount(uint64_t n) const;
+
+  // Encode for callers that run the sparsifier and quantizer elsewhere (the CUDA codecs,
+  // core/cuda/cuda_codecs.h): writes the sparsifier's index section for `kept`, the
+  // KeptCount(n) indices it chose (increasing, < n; empty without a sparsifier), then has
+  // `write_values` fill the value section, quantizer().EncodedBytes(m) bytes for the m
+  // kept values (n without a sparsifier), then compresses. Equal parts give Encode's bytes.
+  // InvalidArgument for a bad count or bad `kept`; Unimplemented for randk (its index
+  // section is a seed); write_values's error as it is. write_values must not itself encode
+  // on this thread: with zstd it writes into Encode's per-thread scratch buffer.
+  Status EncodeParts(uint64_t n, std::span<const uint32_t> kept,
+                     const std::function<Status(std::span<uint8_t>)>& write_values,
+                     std::vector<uint8_t>* out) const;
+
+  // The stages, for encoders that run them elsewhere. sparsifier() and compressor() are
+  // null when the chain has none; quantizer() is a Float32Quantizer when none is named.
+  const Sparsifier* sparsifier() const { return sparsifier_.get(); }
+  const Quantizer& quantizer() const { return *quantizer_; }
+  const Compressor* compressor() const { return compressor_.get(); }
+
   // Decodes `bytes` into `out`, whose size is the element count the header declared.
   // Corruption when the bytes are not what this chain produces for that many elements;
   // `out` may then hold partial results.
@@ -86,6 +109,12 @@ class Chain {
   uint64_t MaxUncompressedBytes(uint64_t count) const;
   Status EncodeUncompressed(std::span<const float> values, uint64_t seed,
                             std::vector<uint8_t>* out) const;
+  Status EncodePartsUncompressed(uint64_t n, std::span<const uint32_t> kept,
+                                 const std::function<Status(std::span<uint8_t>)>& write_values,
+                                 std::vector<uint8_t>* out) const;
+  // Runs `encode` into *out, or into a scratch buffer compressed into *out.
+  template <typename F>
+  Status EncodeThenCompress(const F& encode, std::vector<uint8_t>* out) const;
   Status DecodeUncompressed(std::span<const uint8_t> bytes, std::span<float> out) const;
 
   std::string name_;

@@ -1,30 +1,39 @@
 #include "core/codec/int8_quantizer.h"
 
 #include <algorithm>
-#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 
 #include "core/codec/byte_io.h"
 #include "core/codec/checks.h"
+#include "core/codec/float_bits.h"
+#include "core/codec/int8_math.h"
 
 namespace fedmesh::codec {
+
+// The per-element arithmetic is in int8_math.h, shared with the CUDA kernel. With FMA
+// hardware (the default -march=x86-64-v3) Int8CodeFma is one vfmadd and vectorises; without
+// it std::fma is a libm call per value, so such builds take Int8CodeExact, the same codes
+// through an exact double product.
 namespace {
 
-// Adding and subtracting 1.5 * 2^23 rounds a float in (-2^22, 2^22) to the nearest integer,
-// ties to even, in plain arithmetic the compiler vectorises (lrintf does not, without
-// -fno-math-errno).
-constexpr float kRoundMagic = 12582912.0f;
+inline int8_t HostInt8Code(float x, float inv) {
+#if defined(__FMA__)
+  return Int8CodeFma(x, inv);
+#else
+  return Int8CodeExact(x, inv);
+#endif
+}
 
 }  // namespace
 
 Status Int8Quantizer::Encode(std::span<const float> values, uint64_t /*seed*/,
                              uint8_t* out) const {
   const size_t n = values.size();
-  const size_t blocks = (n + block_ - 1) / block_;
+  const size_t blocks = Int8BlockCount(n, block_);
   uint8_t* scales = out;
-  int8_t* codes = reinterpret_cast<int8_t*>(out + 4 * blocks);
+  int8_t* codes = reinterpret_cast<int8_t*>(out + Int8CodesOffset(n, block_));
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * block_;
     const size_t len = std::min<size_t>(block_, n - begin);
@@ -34,30 +43,19 @@ Status Int8Quantizer::Encode(std::span<const float> values, uint64_t /*seed*/,
     // scalar maxss chain was ~90% of the encode time). Any inf / NaN gives a max pattern
     // >= 0x7F800000.
     uint32_t amax_bits = 0;
-    for (size_t j = 0; j < len; ++j) {
-      amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(x[j]) & 0x7FFFFFFFu);
-    }
-    if (amax_bits >= 0x7F800000u) return CheckFinite(values, "int8");
-    const float amax = std::bit_cast<float>(amax_bits);
-    const float scale = amax / 127.0f;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    StoreF32(scales + 4 * b, scale);
+    for (size_t j = 0; j < len; ++j) amax_bits = std::max(amax_bits, MagnitudeKey(x[j]));
+    if (amax_bits >= kNonFiniteKey) return CheckFinite(values, "int8");
+    const float amax = FloatFromBits(amax_bits);
+    const Int8BlockScale s = Int8ScaleFor(amax);
+    StoreF32(scales + 4 * b, s.scale);
     int8_t* q = codes + begin;
-    if (!(inv <= FLT_MAX)) {
-      // amax < 127 / FLT_MAX (~3.7e-37): 127 / amax overflows float (0 * inf would be NaN);
-      // the rare tiny block takes double precision.
-      const double inv_d = 127.0 / static_cast<double>(amax);
-      for (size_t j = 0; j < len; ++j) {
-        const double r = std::nearbyint(static_cast<double>(x[j]) * inv_d);
-        q[j] = static_cast<int8_t>(std::min(127.0, std::max(-127.0, r)));
-      }
+    if (s.tiny) {
+      const double inv_d = Int8TinyInverse(amax);
+      for (size_t j = 0; j < len; ++j) q[j] = Int8CodeTiny(x[j], inv_d);
       continue;
     }
-    for (size_t j = 0; j < len; ++j) {
-      float r = (x[j] * inv + kRoundMagic) - kRoundMagic;
-      r = std::min(127.0f, std::max(-127.0f, r));
-      q[j] = static_cast<int8_t>(static_cast<int32_t>(r));
-    }
+    const float inv = s.inv;
+    for (size_t j = 0; j < len; ++j) q[j] = HostInt8Code(x[j], inv);
   }
   return Status::OK();
 }

@@ -6,11 +6,14 @@
 // first (all of them, then all codes: zstd finds more to compress that way).
 // Decoding rejects a scale that is negative, not finite or above FLT_MAX / 127, and the
 // code -128, which the encoder never writes.
+// The per-element arithmetic (int8_math.h) is shared with the CUDA encoder, which writes
+// the same bytes (core/cuda/cuda_codecs.h).
 // Thread-safety: immutable.
 #pragma once
 
 #include <cstdint>
 
+#include "core/codec/int8_math.h"
 #include "core/codec/stage.h"
 
 namespace fedmesh::codec {
@@ -22,8 +25,9 @@ class Int8Quantizer final : public Quantizer {
   // REQUIRES: 1 <= block <= kMaxBlock (Chain::Parse checks it).
   explicit Int8Quantizer(uint32_t block = kDefaultBlock) : block_(block) {}
   std::string name() const override { return "int8:" + std::to_string(block_); }
+  uint32_t block() const { return block_; }
   uint64_t EncodedBytes(uint64_t count) const override {
-    return 4 * ((count + block_ - 1) / block_) + count;
+    return Int8CodesOffset(count, block_) + count;
   }
   Status Encode(std::span<const float> values, uint64_t seed, uint8_t* out) const override;
   Status Decode(std::span<const uint8_t> in, std::span<float> out) const override;

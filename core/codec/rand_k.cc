@@ -54,6 +54,13 @@ Status RandKSparsifier::Select(std::span<const float> x, uint64_t seed, ByteWrit
   return Status::OK();
 }
 
+Status RandKSparsifier::WriteIndices(std::span<const uint32_t> /*indices*/,
+                                     ByteWriter* /*out*/) const {
+  return Status::Unimplemented(
+      "randk's index section is the seed its indices are drawn from, not the indices; "
+      "encode randk chains with Chain::Encode");
+}
+
 Status RandKSparsifier::ReadIndices(ByteReader* in, uint64_t n,
                                     std::vector<uint32_t>* indices) const {
   uint64_t seed = 0;

@@ -25,6 +25,7 @@ class RandKSparsifier final : public RatioSparsifier {
   uint64_t MaxIndexBytes(uint64_t /*n*/) const override { return 8; }
   Status Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                 std::vector<float>* values) const override;
+  Status WriteIndices(std::span<const uint32_t> indices, ByteWriter* out) const override;
   Status ReadIndices(ByteReader* in, uint64_t n, std::vector<uint32_t>* indices) const override;
 };
 

@@ -32,6 +32,10 @@ class Sparsifier {
   // InvalidArgument for a non-finite value. REQUIRES: x.size() < 2^32.
   virtual Status Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                         std::vector<float>* values) const = 0;
+  // Appends the index section Select writes when it keeps `indices` (increasing, < 2^32),
+  // for encoders that select elsewhere (Chain::EncodeParts). Unimplemented for a stage whose
+  // section is not its indices (randk sends its seed).
+  virtual Status WriteIndices(std::span<const uint32_t> indices, ByteWriter* out) const = 0;
   // Reads the index section for `n` coordinates into *indices: KeptCount(n) entries,
   // strictly increasing, each < n. Corruption otherwise.
   virtual Status ReadIndices(ByteReader* in, uint64_t n, std::vector<uint32_t>* indices) const = 0;

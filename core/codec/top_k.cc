@@ -1,19 +1,40 @@
 #include "core/codec/top_k.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "core/codec/checks.h"
+#include "core/codec/float_bits.h"
 #include "core/codec/sparsify_ratio.h"
 
 namespace fedmesh::codec {
 namespace {
 
-constexpr uint32_t kBuckets = 1u << 15;       // top 16 bits of |x|'s pattern, sign cleared
-constexpr uint32_t kNonFiniteBucket = 0x7F80;  // exponent all ones: inf / NaN
+constexpr uint32_t kBuckets = 1u << 15;  // top 16 bits of |x|'s pattern, sign cleared
+constexpr uint32_t kNonFiniteBucket = kNonFiniteKey >> 16;  // exponent all ones: inf / NaN
 
-inline uint32_t MagnitudeKey(float v) { return std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu; }
+// The index section: the first index, then the gaps, as LEB128 varints. `visit(j)` runs
+// for each index in the same loop (Select gathers the values there: the loads of x then
+// overlap the byte writing).
+template <typename Visit>
+void AppendIndexGaps(std::span<const uint32_t> idx, ByteWriter* out, const Visit& visit) {
+  std::vector<uint8_t>* buf = out->buffer();
+  const size_t start = buf->size();
+  buf->resize(start + 5 * idx.size());
+  uint8_t* p = buf->data() + start;
+  uint32_t prev = 0;
+  for (size_t j = 0; j < idx.size(); ++j) {
+    uint32_t gap = idx[j] - prev;
+    prev = idx[j];
+    while (gap >= 0x80) {
+      *p++ = static_cast<uint8_t>(gap | 0x80);
+      gap >>= 7;
+    }
+    *p++ = static_cast<uint8_t>(gap);
+    visit(j);
+  }
+  buf->resize(static_cast<size_t>(p - buf->data()));
+}
 
 }  // namespace
 
@@ -85,23 +106,14 @@ Status TopKSparsifier::Select(std::span<const float> x, uint64_t /*seed*/, ByteW
                               std::vector<float>* values) const {
   std::vector<uint32_t> idx;
   FM_RETURN_IF_ERROR(SelectTopK(x, KeptCount(x.size()), &idx));
-  std::vector<uint8_t>* buf = out->buffer();
-  const size_t start = buf->size();
-  buf->resize(start + 5 * idx.size());
-  uint8_t* p = buf->data() + start;
-  uint32_t prev = 0;
   values->resize(idx.size());
-  for (size_t j = 0; j < idx.size(); ++j) {
-    uint32_t gap = idx[j] - prev;
-    prev = idx[j];
-    while (gap >= 0x80) {
-      *p++ = static_cast<uint8_t>(gap | 0x80);
-      gap >>= 7;
-    }
-    *p++ = static_cast<uint8_t>(gap);
-    (*values)[j] = x[idx[j]];
-  }
-  buf->resize(static_cast<size_t>(p - buf->data()));
+  float* v = values->data();
+  AppendIndexGaps(idx, out, [&](size_t j) { v[j] = x[idx[j]]; });
+  return Status::OK();
+}
+
+Status TopKSparsifier::WriteIndices(std::span<const uint32_t> indices, ByteWriter* out) const {
+  AppendIndexGaps(indices, out, [](size_t) {});
   return Status::OK();
 }
 

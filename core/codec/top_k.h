@@ -7,6 +7,8 @@
 // bit pattern orders like the value): one pass builds a histogram of the top 16 bits,
 // a second collects the indices above the threshold bucket and the candidates in it, and
 // only those candidates are ordered. Two streaming passes, no sort of the whole vector.
+// The CUDA encoder keeps the same set with a radix select of its own (top_k_radix.h) and
+// writes the index section with WriteIndices.
 // Thread-safety: immutable; SelectTopK is a pure function.
 #pragma once
 
@@ -32,6 +34,7 @@ class TopKSparsifier final : public RatioSparsifier {
   uint64_t MaxIndexBytes(uint64_t n) const override { return 5 * KeptCount(n); }
   Status Select(std::span<const float> x, uint64_t seed, ByteWriter* out,
                 std::vector<float>* values) const override;
+  Status WriteIndices(std::span<const uint32_t> indices, ByteWriter* out) const override;
   Status ReadIndices(ByteReader* in, uint64_t n, std::vector<uint32_t>* indices) const override;
 };
 
