@@ -10,6 +10,7 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/cuda/kernel_math.h"
 #include "core/rng.h"
 
 namespace fedmesh {
@@ -323,28 +324,11 @@ Backend::LossResult CpuBackend::SoftmaxCrossEntropy(const float* logits, const i
   LossResult result;
   const float inv_rows = 1.0f / static_cast<float>(rows);
   for (int r = 0; r < rows; ++r) {
-    const float* z = logits + static_cast<size_t>(r) * classes;
-    int best = 0;
-    float zmax = z[0];
-    for (int c = 1; c < classes; ++c) {
-      if (z[c] > zmax) {
-        zmax = z[c];
-        best = c;
-      }
-    }
-    double sum = 0.0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(z[c] - zmax));
-    const int label = labels[r];
-    result.loss_sum += std::log(sum) - static_cast<double>(z[label] - zmax);
-    result.correct += (best == label);
-    if (dlogits != nullptr) {
-      float* d = dlogits + static_cast<size_t>(r) * classes;
-      const double inv_sum = 1.0 / sum;
-      for (int c = 0; c < classes; ++c) {
-        d[c] = static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) * inv_sum) * inv_rows;
-      }
-      d[label] -= inv_rows;
-    }
+    const size_t at = static_cast<size_t>(r) * classes;
+    // The row math the CUDA kernel runs too (one definition, so the backends agree).
+    kmath::SoftmaxCrossEntropyRow(logits + at, classes, labels[r], inv_rows,
+                                  dlogits != nullptr ? dlogits + at : nullptr, &result.loss_sum,
+                                  &result.correct);
   }
   return result;
 }

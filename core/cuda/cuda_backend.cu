@@ -67,6 +67,13 @@ struct CudaBackend::Impl {
   // The top of every entry point that queues work: false (do nothing) after a failure.
   bool Enter() { return error.ok() && Check(MakeCurrent()); }
 
+  // A copy between host and device that returns once it is complete.
+  void CopyAndWait(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0 || !Enter()) return;
+    if (!Check(FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, kind, stream)))) return;
+    Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream)));
+  }
+
   // At least `bytes` of device scratch, or null after recording a failure. Growing waits
   // for the stream first: queued kernels may still use the old buffer.
   void* Scratch(size_t bytes) {
@@ -179,26 +186,14 @@ void CudaBackend::Free(void* p) {
   m.Check(FM_CUDA_STATUS(cudaFree(p)));
 }
 
+// Host copies wait for the stream: the caller may reuse src (CopyFromHost; src may also be
+// pinned, making the copy fully asynchronous) or read dst (CopyToHost) as soon as we return.
 void CudaBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
-  Impl& m = *impl_;
-  if (bytes == 0 || !m.Enter()) return;
-  if (!m.Check(
-          FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m.stream)))) {
-    return;
-  }
-  // The caller may overwrite src as soon as we return (and src may be pinned, in which case
-  // the copy above is fully asynchronous).
-  m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  impl_->CopyAndWait(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
 void CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
-  Impl& m = *impl_;
-  if (bytes == 0 || !m.Enter()) return;
-  if (!m.Check(
-          FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m.stream)))) {
-    return;
-  }
-  m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));  // the caller reads dst next
+  impl_->CopyAndWait(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 void CudaBackend::Copy(void* dst, const void* src, size_t bytes) {
