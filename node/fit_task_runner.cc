@@ -25,58 +25,92 @@ FitOutcome Refuse(std::string why) {
 
 }  // namespace
 
-Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, FitCarry& carry) {
-  codec::Chain chain = *ctx.default_chain;
+PreparedFitTask PrepareFitTask(const FitContext& ctx, const wire::FitTask& task) {
+  PreparedFitTask p;
+  auto refuse = [&p](std::string why) {
+    p = PreparedFitTask{};
+    p.refused = std::move(why);
+    return std::move(p);
+  };
+  p.chain = *ctx.default_chain;
   if (!task.update_codec.empty()) {
     auto prescribed = codec::Chain::Parse(task.update_codec);
-    if (!prescribed.ok()) return Refuse("update codec: " + prescribed.status().message());
-    chain = std::move(*prescribed);
+    if (!prescribed.ok()) return refuse("update codec: " + prescribed.status().message());
+    p.chain = std::move(*prescribed);
   }
-  Model& model = *ctx.model;
-  const size_t n = model.num_params();
+  const size_t n = ctx.model->num_params();
   // Size first: it bounds what decoding allocates.
   if (task.global_model.element_count != n) {
-    return Refuse("global model has " + std::to_string(task.global_model.element_count) +
+    return refuse("global model has " + std::to_string(task.global_model.element_count) +
                   " values but this node's model has " + std::to_string(n) +
                   " parameters; check that [model] matches the aggregator's");
   }
   // Any chain; decoding guarantees finite values.
   auto global = codec::DecodePayload(task.global_model);
-  if (!global.ok()) return Refuse("global model: " + global.status().message());
-  TrainerOptions topt = ctx.trainer;
-  topt.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
-  topt.sgd.lr = static_cast<float>(task.learning_rate);
-  topt.sgd.momentum = static_cast<float>(task.momentum);
-  topt.sgd.prox_mu = static_cast<float>(task.prox_mu);
-  if (task.local_epochs < 1) return Refuse("local_epochs must be >= 1");
-  if (Status s = ValidateTrainerOptions(topt); !s.ok()) return Refuse(s.message());
+  if (!global.ok()) return refuse("global model: " + global.status().message());
+  p.global = std::move(*global);
+  p.trainer = ctx.trainer;
+  p.trainer.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
+  p.trainer.sgd.lr = static_cast<float>(task.learning_rate);
+  p.trainer.sgd.momentum = static_cast<float>(task.momentum);
+  p.trainer.sgd.prox_mu = static_cast<float>(task.prox_mu);
+  if (task.local_epochs < 1) return refuse("local_epochs must be >= 1");
+  if (Status s = ValidateTrainerOptions(p.trainer); !s.ok()) return refuse(s.message());
+  p.round = task.round;
+  p.epochs = task.local_epochs;
+  p.env = SeededEnv(ctx.clock, FitSeed(ctx.seed, ctx.node_id, task.round));
+  return p;
+}
 
-  SeededEnv env(ctx.clock, FitSeed(ctx.seed, ctx.node_id, task.round));
-  FM_RETURN_IF_ERROR(model.SetParams(*global));
-  Trainer trainer(&model, topt, &env);
-  if (topt.sgd.momentum > 0 && carry.velocity.size() == n) {
-    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(carry.velocity));
+std::span<const float> StartVelocity(const PreparedFitTask& p, const FitCarry& carry) {
+  if (p.trainer.sgd.momentum > 0 && carry.velocity.size() == p.global.size()) {
+    return carry.velocity;
   }
-  if (topt.sgd.prox_mu > 0) FM_RETURN_IF_ERROR(trainer.optimizer().SetProxAnchor(*global));
+  return {};
+}
 
-  FitOutcome out;
-  for (uint32_t e = 0; e < task.local_epochs; ++e) {
+Result<TrainedFit> TrainFitTask(const FitContext& ctx, PreparedFitTask& p, const FitCarry& carry) {
+  Model& model = *ctx.model;
+  FM_RETURN_IF_ERROR(model.SetParams(p.global));
+  Trainer trainer(&model, p.trainer, &p.env);
+  if (auto v = StartVelocity(p, carry); !v.empty()) {
+    FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(v));
+  }
+  if (p.trainer.sgd.prox_mu > 0) FM_RETURN_IF_ERROR(trainer.optimizer().SetProxAnchor(p.global));
+
+  TrainedFit out;
+  for (uint32_t e = 0; e < p.epochs; ++e) {
     if (ctx.stop && ctx.stop()) {
       out.stopped = true;
       return out;
     }
     FM_ASSIGN_OR_RETURN(out.last_epoch, trainer.TrainEpoch(*ctx.train));
   }
+  out.params = model.GetParams();
+  if (p.trainer.sgd.momentum > 0) out.velocity = trainer.optimizer().GetVelocity();
+  return out;
+}
+
+Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, TrainedFit trained,
+                                 FitCarry& carry) {
+  FitOutcome out;
+  out.last_epoch = trained.last_epoch;
   if (!std::isfinite(out.last_epoch.mean_loss)) return Refuse("training diverged (non-finite loss)");
-  std::vector<float> delta = model.GetParams();
+  const size_t n = p.global.size();
+  if (trained.params.size() != n) {
+    return Status::Internal("trained " + std::to_string(trained.params.size()) +
+                            " parameters for a model of " + std::to_string(n));
+  }
+  std::vector<float> delta = std::move(trained.params);
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(delta[i])) return Refuse("training diverged (non-finite weights)");
-    delta[i] -= (*global)[i];  // the update is the change to the model received
+    delta[i] -= p.global[i];  // the update is the change to the model received
   }
   if (ctx.corrupt) ctx.corrupt(delta);
 
   // Error feedback: rebuilt when the chain changes. What the old chain left behind is still
   // owed to the aggregator, so its state carries over.
+  const codec::Chain& chain = p.chain;
   std::optional<codec::ErrorFeedback> feedback = carry.feedback;
   if (!feedback || !(feedback->chain() == chain)) {
     auto next = codec::ErrorFeedback::Create(chain, ctx.feedback);
@@ -89,27 +123,41 @@ Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, 
     feedback.emplace(std::move(*next));
   }
   std::vector<uint8_t> bytes;
-  if (Status s = feedback->Encode(delta, env.rng().NextU64(), &bytes); !s.ok()) {
+  // Drawn after the epochs' shuffles: the batched trainer leaves p.env where a Trainer would.
+  if (Status s = feedback->Encode(delta, p.env.rng().NextU64(), &bytes); !s.ok()) {
     return Refuse("encoding the update failed: " + s.message());
   }
 
-  out.result.round = task.round;
+  out.result.round = p.round;
   out.result.num_examples = ctx.train->size();
   out.result.train_loss = out.last_epoch.mean_loss;
   out.result.update = codec::MakePayload(chain, delta.size(), std::move(bytes));
   out.result.bytes_before_codec = 4 * static_cast<uint64_t>(n);
   out.result.bytes_after_codec = out.result.update.bytes.size();
-  out.global = std::move(*global);
+  out.global = std::move(p.global);
   out.chain_name = chain.name();
   carry.feedback = std::move(feedback);
   // Without momentum the optimizer's buffer is all zeros: carrying it would cost a model's
   // worth of memory (a simulator's million clients) or checkpoint space for nothing.
-  if (topt.sgd.momentum > 0) {
-    carry.velocity = trainer.optimizer().GetVelocity();
+  if (p.trainer.sgd.momentum > 0) {
+    carry.velocity = std::move(trained.velocity);
   } else {
     carry.velocity.clear();
   }
   return out;
+}
+
+Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, FitCarry& carry) {
+  PreparedFitTask prepared = PrepareFitTask(ctx, task);
+  if (!prepared.refused.empty()) return Refuse(std::move(prepared.refused));
+  FM_ASSIGN_OR_RETURN(TrainedFit trained, TrainFitTask(ctx, prepared, carry));
+  if (trained.stopped) {
+    FitOutcome out;
+    out.stopped = true;
+    out.last_epoch = trained.last_epoch;
+    return out;
+  }
+  return FinishFitTask(ctx, prepared, std::move(trained), carry);
 }
 
 }  // namespace fedmesh

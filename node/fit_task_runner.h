@@ -3,7 +3,9 @@
 // encode the change (local weights - global model) with the prescribed or the node's own
 // codec chain through error feedback. fedmesh-node's FederatedClient wraps it with ZeroMQ,
 // the wall clock and a checkpoint; fedmesh-sim calls the very same function for each
-// virtual client, so simulated and real federations train identically.
+// virtual client (or, batching clients, its prepare and finish phases around a batched
+// trainer that reproduces TrainFitTask), so simulated and real federations train
+// identically.
 //
 // Randomness is a pure function of (seed, node id, round): the batch order and the codec's
 // seed come from FitSeed, not from a stream that other events (retries, earlier rounds)
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,7 +73,51 @@ uint64_t FitSeed(uint64_t seed, std::string_view node_id, uint64_t round);
 // Serves `task`. A bad task (size or codec mismatch, invalid settings, divergence) is a
 // refusal in FitOutcome::refused; an error Status means the model or trainer failed
 // (internal). `carry` changes only when a result is produced.
+// It is the three phases below in a row; fedmesh-sim's batched trainer (sim/, [sim]
+// batched_clients) runs the middle one for many tasks at once instead.
 Result<FitOutcome> RunFitTask(const FitContext& context, const wire::FitTask& task,
                               FitCarry& carry);
+
+// ---- RunFitTask's phases ----------------------------------------------------------------
+// A task checked and decoded, ready to train.
+struct PreparedFitTask {
+  // Non-empty: the task is refused (a sentence saying why) and nothing else is set.
+  std::string refused;
+  uint64_t round = 0;
+  uint32_t epochs = 0;          // local_epochs, >= 1
+  codec::Chain chain;           // the update's chain: the task's, else the node's default
+  std::vector<float> global;    // the decoded global model: start weights, FedProx anchor
+  TrainerOptions trainer;       // the node's options with the task's batch, lr, momentum, mu
+  // Randomness of the task (FitSeed): each epoch's shuffle, then the codec's seed, in
+  // that order. Whatever trains the task must draw its shuffles from env.rng().
+  SeededEnv env{nullptr, 0};
+};
+
+// What training produced, for FinishFitTask.
+struct TrainedFit {
+  bool stopped = false;          // context.stop() ended it early; nothing else is final
+  std::vector<float> params;     // the weights after the last epoch
+  std::vector<float> velocity;   // the momentum buffer; read only when momentum > 0
+  EpochStats last_epoch;
+};
+
+// Phase 1: checks the task against the node (reads only context.model->num_params()),
+// decodes the global model and builds the training settings and the seeded Env.
+PreparedFitTask PrepareFitTask(const FitContext& context, const wire::FitTask& task);
+
+// The momentum buffer training starts from: the carried one when momentum is on and it
+// fits, else empty (zeros).
+std::span<const float> StartVelocity(const PreparedFitTask& prepared, const FitCarry& carry);
+
+// Phase 2 as a node runs it: prepared.epochs epochs with a Trainer on context.model,
+// checking context.stop() before each.
+Result<TrainedFit> TrainFitTask(const FitContext& context, PreparedFitTask& prepared,
+                                const FitCarry& carry);
+
+// Phase 3: refuses a diverged result, then the change (trained - global), the corrupt
+// hook, error feedback and encoding (codec seed from prepared.env), and the carry update.
+// REQUIRES: !trained.stopped, trained.params.size() == prepared.global.size().
+Result<FitOutcome> FinishFitTask(const FitContext& context, PreparedFitTask& prepared,
+                                 TrainedFit trained, FitCarry& carry);
 
 }  // namespace fedmesh

@@ -6,7 +6,9 @@
 // (local_epochs * samples / the client's speed). Jobs are run lazily, all pending ones at
 // once on the workers, when the first of them is due: every client of a round trains in
 // parallel, and since a job depends only on its task and the client's own state, the run
-// is the same whatever the thread count.
+// is the same whatever the thread count. With [sim] batched_clients the pending jobs train
+// in groups through the BatchedTrainer instead (RunPendingBatched), with the same results on
+// the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +81,12 @@ class AggregatorSim {
   void OnClientMessage(const std::string& id, wire::Message message);
   void OnJobDue(const std::shared_ptr<Job>& job);
   void RunPending();  // every job not yet run, on the workers
+  // RunPending with ctx_.batched: prepares every job, trains them in groups of up to
+  // batched_clients with the BatchedTrainer, and finishes each group on the workers.
+  void RunPendingBatched(const std::vector<std::shared_ptr<Job>>& jobs,
+                         std::vector<FitCarry>& carries);
+  // The FitContext of a job: the client's node-side settings.
+  FitContext ContextOf(const Job& job, Model* model, const Dataset* data) const;
   // The client's carried state from the store (empty when it has none).
   Result<FitCarry> TakeCarry(uint64_t client);
   // Applies the crash schedule's events of every round up to `round`: crashes go down
@@ -288,6 +296,22 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnJobDue(job); });
 }
 
+FitContext AggregatorSim::ContextOf(const Job& job, Model* model, const Dataset* data) const {
+  FitContext fc;
+  fc.model = model;
+  fc.train = data;
+  fc.trainer = o_.trainer;
+  fc.default_chain = &chain_;
+  fc.feedback = o_.error_feedback;
+  fc.node_id = SimClientId(job.client);
+  fc.seed = o_.seed;
+  if (job.attack) {
+    const uint64_t seed = FitSeed(o_.seed ^ 0x617474ull, fc.node_id, job.task.round);
+    fc.corrupt = [this, seed](std::vector<float>& delta) { ApplyAttack(o_, seed, delta); };
+  }
+  return fc;
+}
+
 void AggregatorSim::RunPending() {
   if (pending_.empty()) return;
   std::vector<std::shared_ptr<Job>> jobs;
@@ -301,26 +325,18 @@ void AggregatorSim::RunPending() {
     }
     carries[j] = std::move(*carry);
   }
-  Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
-    Job& job = *jobs[j];
-    const Dataset data = ctx_.data.DataOf(job.client);
-    FitContext fc;
-    fc.model = &model;
-    fc.train = &data;
-    fc.trainer = o_.trainer;
-    fc.default_chain = &chain_;
-    fc.feedback = o_.error_feedback;
-    fc.node_id = SimClientId(job.client);
-    fc.seed = o_.seed;
-    if (job.attack) {
-      const uint64_t seed = FitSeed(o_.seed ^ 0x617474ull, fc.node_id, job.task.round);
-      fc.corrupt = [this, seed](std::vector<float>& delta) { ApplyAttack(o_, seed, delta); };
-    }
-    job.outcome = RunFitTask(fc, job.task, carries[j]);
-    job.done = true;
-    return Status::OK();
-  });
-  if (!s.ok()) Fail(s);
+  if (ctx_.batched != nullptr) {
+    RunPendingBatched(jobs, carries);
+  } else {
+    Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
+      Job& job = *jobs[j];
+      const Dataset data = ctx_.data.DataOf(job.client);
+      job.outcome = RunFitTask(ContextOf(job, &model, &data), job.task, carries[j]);
+      job.done = true;
+      return Status::OK();
+    });
+    if (!s.ok()) Fail(s);
+  }
   ctx_.client_updates += jobs.size();
   for (size_t j = 0; j < jobs.size(); ++j) {
     ClientState state;
@@ -330,6 +346,89 @@ void AggregatorSim::RunPending() {
       state.dgc_velocity = carries[j].feedback->velocity();
     }
     if (Status put = states_->Put(jobs[j]->client, std::move(state)); !put.ok()) Fail(put);
+  }
+}
+
+void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& jobs,
+                                      std::vector<FitCarry>& carries) {
+  BatchedTrainer& trainer = *ctx_.batched;
+  // Preparation reads only the model's size: any worker's model serves.
+  Model* sizing = &ctx_.workers.model(0);
+  std::vector<PreparedFitTask> prepared(jobs.size());
+  // Jobs that train together share their settings (a round's tasks all do; buffered rounds
+  // may mix rounds); groups keep the pending order, so the run is deterministic.
+  struct Group {
+    TrainerOptions options;
+    uint32_t epochs;
+    std::vector<size_t> jobs;
+  };
+  std::vector<Group> groups;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Job& job = *jobs[j];
+    prepared[j] = PrepareFitTask(ContextOf(job, sizing, nullptr), job.task);
+    if (!prepared[j].refused.empty()) {
+      FitOutcome refused;
+      refused.refused = std::move(prepared[j].refused);
+      job.outcome = std::move(refused);
+      job.done = true;
+      continue;
+    }
+    const PreparedFitTask& p = prepared[j];
+    auto same = [&](const Group& g) {
+      const SgdOptions &a = g.options.sgd, &b = p.trainer.sgd;
+      return g.epochs == p.epochs && g.options.batch_size == p.trainer.batch_size &&
+             a.lr == b.lr && a.momentum == b.momentum && a.weight_decay == b.weight_decay &&
+             a.prox_mu == b.prox_mu && g.jobs.size() < static_cast<size_t>(trainer.capacity());
+    };
+    auto g = std::find_if(groups.begin(), groups.end(), same);
+    if (g == groups.end()) {
+      groups.push_back(Group{p.trainer, p.epochs, {}});
+      g = groups.end() - 1;
+    }
+    g->jobs.push_back(j);
+  }
+
+  for (const Group& group : groups) {
+    const size_t n = group.jobs.size();
+    std::vector<Dataset> data(n);
+    Status s = ctx_.workers.Run(n, [&](size_t i, Model&) {
+      data[i] = ctx_.data.DataOf(jobs[group.jobs[i]]->client);
+      return Status::OK();
+    });
+    std::vector<BatchedClient> clients(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t j = group.jobs[i];
+      PreparedFitTask& p = prepared[j];
+      clients[i].params = p.global;
+      clients[i].velocity = StartVelocity(p, carries[j]);
+      if (p.trainer.sgd.prox_mu > 0) clients[i].prox_anchor = p.global;
+      clients[i].data = &data[i];
+      clients[i].rng = &p.env.rng();
+    }
+    auto trained = s.ok() ? trainer.Train(clients, group.options, static_cast<int>(group.epochs))
+                          : Result<std::vector<BatchedClientResult>>(s);
+    if (!trained.ok()) {
+      for (size_t j : group.jobs) {
+        jobs[j]->outcome = trained.status();
+        jobs[j]->done = true;
+      }
+      continue;
+    }
+    // Finishing (delta, codecs, error feedback) is per client: on the workers.
+    s = ctx_.workers.Run(n, [&](size_t i, Model&) {
+      const size_t j = group.jobs[i];
+      Job& job = *jobs[j];
+      BatchedClientResult& r = (*trained)[i];
+      TrainedFit fit;
+      fit.params = std::move(r.params);
+      fit.velocity = std::move(r.velocity);
+      fit.last_epoch = r.epochs.back();
+      job.outcome = FinishFitTask(ContextOf(job, sizing, &data[i]), prepared[j], std::move(fit),
+                                  carries[j]);
+      job.done = true;
+      return Status::OK();
+    });
+    if (!s.ok()) Fail(s);
   }
 }
 

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fedmesh-sim: stopped after %zu rounds: %s\n", report->rounds.size(),
                  report->stopped_early.c_str());
   }
+  std::fprintf(stderr, "fedmesh-sim: training %s\n", report->training.c_str());
   if (report->rounds.empty()) return 0;
   const auto& last = report->rounds.back();
   std::fprintf(stderr,

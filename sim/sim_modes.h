@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "core/batched/batched_trainer.h"
 #include "core/model.h"
 #include "core/status.h"
 #include "core/trainer.h"
@@ -36,6 +37,9 @@ struct SimContext {
   std::function<Status(const SimRoundMetrics&)> report;
   uint64_t client_updates = 0;    // local trainings run (modes add to it)
   std::string stopped_early = {}; // why an aggregator run ended before its last round
+  // aggregator mode with [sim] batched_clients > 0: trains the pending clients in groups;
+  // null otherwise.
+  BatchedTrainer* batched = nullptr;
 };
 
 Result<std::vector<float>> RunAggregatorMode(SimContext& ctx);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "aggregator/strategy.h"
+#include "core/batched/batched_ops.h"
 #include "core/codec/codec.h"
 #include "gossip/averager.h"
 #include "gossip/topology.h"
@@ -106,6 +107,22 @@ Status Validate(const SimOptions& o) {
   if (o.local_epochs < 1) return bad("local_epochs must be >= 1");
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
+  FM_RETURN_IF_ERROR(ValidateDeviceName(o.device));
+  if (o.batched_clients > 0) {
+    if (o.mode != SimMode::kAggregator) {
+      return bad("batched_clients applies to aggregator mode only (" +
+                 std::string(SimModeName(o.mode)) +
+                 " mode trains one client per worker); set it to 0");
+    }
+    if (o.model.name != "logreg" && o.model.name != "mlp") {
+      return bad("batched_clients trains models of Dense, ReLU and Dropout layers (logreg, "
+                 "mlp); model " + o.model.name + " has other layers: set batched_clients = 0");
+    }
+  } else if (o.device != "cpu" && o.device != "auto") {
+    return bad("device " + o.device + " runs batched training only, and batched_clients is "
+               "0 (per-client training runs on the CPU workers): set batched_clients >= 1 "
+               "or device = \"cpu\"");
+  }
   if (o.mode == SimMode::kAggregator) {
     if (o.strategy_options.dp.distributed) {
       return bad("dp mode distributed needs secure aggregation, which fedmesh-sim does not "

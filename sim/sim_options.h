@@ -51,6 +51,14 @@ struct SimOptions {
   uint64_t seed = 0;     // model init, selection, partition, client traits, faults
   // Training workers (each with its own model workspace); 0 = all cores.
   int threads = 0;
+  // aggregator mode: clients trained at once by one BatchedTrainer (core/batched/) on
+  // `device`; 0 = off, each client on a worker's model. Needs a Dense/ReLU/Dropout model
+  // (logreg, mlp). Results are those of per-client training on the CPU, to float rounding
+  // on a GPU.
+  uint32_t batched_clients = 0;
+  // Where batched training runs: "cpu", "auto" (a GPU when present), "cuda" or "cuda:N".
+  // Per-client training (batched_clients = 0) always runs on the CPU workers.
+  std::string device = "cpu";
   std::string metrics_path;  // JSON lines, one per round; empty = none
   // Per-client state between selections (error-feedback residuals, momentum buffers) kept in
   // memory up to this many MiB; beyond it the least recently used go to a scratch SQLite

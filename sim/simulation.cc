@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -117,9 +118,31 @@ Result<SimReport> RunSimulation(const SimOptions& options,
                                 const std::function<void(const std::string&)>& progress) {
   FM_RETURN_IF_ERROR(Validate(options));
   const auto t0 = std::chrono::steady_clock::now();
+  // The device first: a missing GPU fails the run before the data is loaded.
+  std::unique_ptr<BatchedOps> batched_ops;
+  const bool batched = options.batched_clients > 0 && options.mode == SimMode::kAggregator;
+  if (batched) {
+    auto ops = MakeBatchedOps(options.device, options.threads);
+    if (!ops.ok()) return ops.status().WithContext("[sim] device");
+    batched_ops = std::move(*ops);
+  }
   FM_ASSIGN_OR_RETURN(SimData data, LoadSimData(options));
   const ModelSpec spec = data.Spec(options.model);
   FM_ASSIGN_OR_RETURN(Workspaces workers, Workspaces::Create(spec, options.threads));
+  std::unique_ptr<BatchedTrainer> batched_trainer;
+  SimReport report;
+  report.training = "per client on " + std::to_string(workers.size()) + " CPU worker" +
+                    (workers.size() == 1 ? "" : "s");
+  if (batched) {
+    const std::string ops_name = batched_ops->name();
+    // Room for one round's clients (more pending at once train in further groups): the
+    // buffers (weights, gradients, momentum per client) are allocated up front.
+    const uint32_t capacity = std::min(options.batched_clients, options.clients_per_round);
+    FM_ASSIGN_OR_RETURN(batched_trainer, BatchedTrainer::Create(spec, std::move(batched_ops),
+                                                                static_cast<int>(capacity)));
+    report.training = "batched, up to " + std::to_string(capacity) +
+                      " clients at once on " + ops_name;
+  }
   // The initial model: what fedmesh-aggregator's [model] seed gives.
   std::vector<float> initial;
   {
@@ -133,8 +156,8 @@ Result<SimReport> RunSimulation(const SimOptions& options,
     if (!truncate) return Status::InvalidArgument("cannot write metrics file '" + options.metrics_path + "'");
   }
 
-  SimReport report;
   sim_internal::SimContext ctx{options, data, spec, workers, std::move(initial), {}, 0};
+  ctx.batched = batched_trainer.get();
   ctx.report = [&](const SimRoundMetrics& m) -> Status {
     report.rounds.push_back(m);
     if (!options.metrics_path.empty()) {

@@ -9,8 +9,10 @@
 //   central     all clients' data pooled, one model (the upper bound)
 // Virtual time advances by each client's compute time (samples / its speed) and the
 // transfer time of the actual encoded bytes over its link. Training of the clients busy at
-// the same time runs on `threads` workers, one model workspace each; results depend only
-// on (seed, client, round), so a run is identical line for line whatever the thread count.
+// the same time runs on `threads` workers, one model workspace each, or (aggregator mode,
+// batched_clients > 0) in groups through one BatchedTrainer on `device`; results depend
+// only on (seed, client, round), so a run is identical line for line whatever the thread
+// count, and on the CPU whether batched or not.
 // Thread-safety: RunSimulation blocks; it uses its own workers.
 #pragma once
 
@@ -48,6 +50,9 @@ struct SimReport {
                                    // average of the live clients'; local: client 0's
   double wall_seconds = 0.0;
   uint64_t client_updates = 0;     // local trainings run
+  // How clients trained: "per client on N CPU workers" or "batched, up to B clients at
+  // once on <ops name>".
+  std::string training;
   uint64_t peak_rss_bytes = 0;     // of this process at the end (VmHWM)
   // Why the run ended before options.rounds (a [dp] epsilon_budget); empty otherwise.
   std::string stopped_early;
