@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/host_device.h"
+#include "core/owned_buffer.h"
 #include "core/status.h"
 
 namespace fedmesh {
@@ -145,42 +146,13 @@ Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int thread
 
 // An owned typed buffer in a backend's memory (RAII, move-only).
 template <typename T>
-class DeviceBuffer {
+class DeviceBuffer : public OwnedBuffer<T, Backend> {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(Backend* backend, size_t count)
-      : backend_(backend),
-        count_(count),
-        data_(count ? static_cast<T*>(backend->Allocate(count * sizeof(T))) : nullptr) {}
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      backend_ = o.backend_;
-      count_ = o.count_;
-      data_ = o.data_;
-      o.data_ = nullptr;
-      o.count_ = 0;
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void reset() {
-    if (data_) backend_->Free(data_);
-    data_ = nullptr;
-    count_ = 0;
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return count_; }
-
- private:
-  Backend* backend_ = nullptr;
-  size_t count_ = 0;
-  T* data_ = nullptr;
+      : OwnedBuffer<T, Backend>(
+            backend, count ? static_cast<T*>(backend->Allocate(count * sizeof(T))) : nullptr,
+            count) {}
 };
 
 }  // namespace fedmesh

@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "core/backend.h"
+#include "core/owned_buffer.h"
 #include "core/status.h"
 
 namespace fedmesh {
@@ -107,48 +108,18 @@ class BatchedOps {
 
 // An owned typed buffer in a BatchedOps' memory (RAII, move-only).
 template <typename T>
-class OpsBuffer {
+class OpsBuffer : public OwnedBuffer<T, BatchedOps> {
  public:
   OpsBuffer() = default;
   static Result<OpsBuffer> Make(BatchedOps* ops, size_t count) {
-    OpsBuffer out;
-    out.ops_ = ops;
-    if (count == 0) return out;
+    if (count == 0) return OpsBuffer(ops, nullptr, 0);
     Result<void*> p = ops->Allocate(count * sizeof(T));
     if (!p.ok()) return p.status();
-    out.data_ = static_cast<T*>(*p);
-    out.count_ = count;
-    return out;
+    return OpsBuffer(ops, static_cast<T*>(*p), count);
   }
-  ~OpsBuffer() { reset(); }
-  OpsBuffer(OpsBuffer&& o) noexcept { *this = std::move(o); }
-  OpsBuffer& operator=(OpsBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      ops_ = o.ops_;
-      data_ = o.data_;
-      count_ = o.count_;
-      o.data_ = nullptr;
-      o.count_ = 0;
-    }
-    return *this;
-  }
-  OpsBuffer(const OpsBuffer&) = delete;
-  OpsBuffer& operator=(const OpsBuffer&) = delete;
-
-  void reset() {
-    if (data_ != nullptr) ops_->Free(data_);
-    data_ = nullptr;
-    count_ = 0;
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return count_; }
 
  private:
-  BatchedOps* ops_ = nullptr;
-  T* data_ = nullptr;
-  size_t count_ = 0;
+  using OwnedBuffer<T, BatchedOps>::OwnedBuffer;
 };
 
 // The CPU implementation: `threads` OpenMP threads split the clients (0 = all cores).

@@ -7,16 +7,10 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "tests/core/random_vector.h"
 
 namespace fedmesh {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.Normal());
-  return v;
-}
 
 class CpuBackendTest : public ::testing::TestWithParam<int> {
  protected:

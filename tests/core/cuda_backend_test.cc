@@ -17,17 +17,11 @@
 #include "core/env.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
+#include "tests/core/random_vector.h"
 #include "core/trainer.h"
 
 namespace fedmesh {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.Normal());
-  return v;
-}
 
 // max |got - want| / max |want| (a floor keeps all-zero references meaningful): robust to
 // the cancellation that makes element-wise relative errors of sums meaningless.

@@ -14,16 +14,10 @@
 
 #include "core/cpu/cpu_backend.h"
 #include "core/rng.h"
+#include "tests/core/random_vector.h"
 
 namespace fedmesh {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.Normal());
-  return v;
-}
 
 // Values from {0, 1, 2}: max-pool windows then contain ties.
 std::vector<float> TiedVector(size_t n, uint64_t seed) {

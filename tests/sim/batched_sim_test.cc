@@ -11,31 +11,12 @@
 #include "core/data/data_source.h"
 #include "sim/sim_config.h"
 #include "sim/simulation.h"
+#include "tests/sim/sim_test_util.h"
 
 namespace fedmesh {
 namespace {
 
-bool HaveData() {
-  DataSourceSpec s;
-  return LoadDataSource(s, DataSplit::kTest).ok();
-}
-
-#define REQUIRE_DATA()                                            \
-  if (!HaveData())                                                \
-  GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install " \
-                  "dataset-fashion-mnist)"
-
-// 20 clients, 5 per round, 1,000 test samples (as simulation_test.cc's Small()).
-SimOptions Small() {
-  SimOptions o;
-  o.clients = 20;
-  o.clients_per_round = 5;
-  o.rounds = 3;
-  o.test_samples = 1000;
-  o.threads = 2;
-  o.trainer.sgd.lr = 0.1f;
-  return o;
-}
+SimOptions Small() { return SmallSim(3); }
 
 void ExpectSameRun(const SimReport& batched, const SimReport& per_client) {
   ASSERT_EQ(batched.rounds.size(), per_client.rounds.size());

@@ -11,6 +11,7 @@
 
 #include "core/data/data_source.h"
 #include "sim/simulation.h"
+#include "tests/sim/sim_test_util.h"
 #include "storage/aggregator_store.h"
 #include "tests/node/process_harness.h"
 
@@ -28,12 +29,10 @@ using std::chrono::seconds;
 const std::string kBin = FEDMESH_BINARY_DIR "/bin/";
 const fs::path kExampleDir = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "fashion-mnist";
 
-bool HaveData() { return LoadDataSource(DataSourceSpec{}, DataSplit::kTest).ok(); }
-
 class SimEquivalenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)";
+    REQUIRE_DATA();
     dir_ = fs::path(::testing::TempDir()) /
            ("fedmesh_simeq_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
             "_" + std::to_string(getpid()));

@@ -13,32 +13,14 @@
 #include "core/data/data_source.h"
 #include "crypto/dp/rdp_accountant.h"
 #include "sim/sim_config.h"
+#include "tests/sim/sim_test_util.h"
 
 namespace fedmesh {
 namespace {
 
 namespace fs = std::filesystem;
 
-bool HaveData() {
-  DataSourceSpec s;
-  return LoadDataSource(s, DataSplit::kTest).ok();
-}
-
-#define REQUIRE_DATA()                                                                   \
-  if (!HaveData()) GTEST_SKIP() << "Fashion-MNIST not installed (apt-get install "       \
-                                   "dataset-fashion-mnist)"
-
-// A small, quick experiment: 20 clients, 5 per round, 1,000 test samples.
-SimOptions Small() {
-  SimOptions o;
-  o.clients = 20;
-  o.clients_per_round = 5;
-  o.rounds = 4;
-  o.test_samples = 1000;
-  o.threads = 2;
-  o.trainer.sgd.lr = 0.1f;
-  return o;
-}
+SimOptions Small() { return SmallSim(4); }
 
 std::string TempPath(const std::string& name) {
   return (fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()))).string();
