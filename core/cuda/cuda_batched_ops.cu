@@ -193,16 +193,16 @@ class CudaBatchedOps final : public BatchedOps {
 
   void CopyFromHost(void* dst, const void* src, size_t bytes) override {
     if (!Begin() || bytes == 0) return;
-    Check(FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)));
-    // From pageable memory the driver has taken its own copy of `src` when the call returns;
-    // from page-locked memory the copy runs later, so wait for it: `src` is the caller's
-    // again on return either way.
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, src) != cudaSuccess) {
-      cudaGetLastError();  // unregistered host memory on old drivers: pageable
-    } else if (attr.type == cudaMemoryTypeHost) {
-      Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream_)));
+    if (!Check(FM_CUDA_STATUS(
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_)))) {
+      return;
     }
+    // Always wait: `src` is the caller's again on return. For page-locked memory the copy
+    // runs later; for pageable memory the runtime documents cudaMemcpyAsync only as "might
+    // be synchronous" (staging is not promised to be complete on return, and HMM systems
+    // may read the pages directly). BatchedTrainer rewrites its pageable staging buffer
+    // for the next step, and frees temporaries, right after this returns.
+    Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream_)));
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
@@ -307,9 +307,12 @@ class CudaBatchedOps final : public BatchedOps {
     Check(FM_CUDA_STATUS(cudaSetDevice(device_)));
     return status_.ok();
   }
-  void Check(Status s) {
+  // Keeps the first failure. Returns s.ok().
+  bool Check(Status s) {
+    if (s.ok()) return true;
     // (The cast: nvcc warns about the discarded Status& of the [[nodiscard]] type.)
-    if (status_.ok() && !s.ok()) static_cast<void>(status_ = std::move(s));
+    if (status_.ok()) static_cast<void>(status_ = std::move(s));
+    return false;
   }
   // A launch's configuration errors surface here; faults during execution surface at the
   // next synchronizing call.
