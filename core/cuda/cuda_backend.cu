@@ -65,7 +65,15 @@ struct CudaBackend::Impl {
   }
 
   // The top of every entry point that queues work: false (do nothing) after a failure.
-  bool Enter() { return error.ok() && Check(MakeCurrent()); }
+  bool Enter() {
+    if (!error.ok() || !Check(MakeCurrent())) return false;
+    // The launchers report cudaGetLastError(), which also returns a failure that an earlier
+    // runtime call on this thread left behind (another library's, the codecs' cudaMalloc
+    // when out of memory): it would be blamed on our kernel and fail this backend for good.
+    // Such a failure was returned by its own call; sticky (context) errors survive this.
+    (void)cudaGetLastError();
+    return true;
+  }
 
   // A copy between host and device that returns once it is complete.
   void CopyAndWait(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {

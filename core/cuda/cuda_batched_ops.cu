@@ -304,8 +304,12 @@ class CudaBatchedOps final : public BatchedOps {
   // False once an error was recorded: the op is skipped. Selects the device for this thread.
   bool Begin() {
     if (!status_.ok()) return false;
-    Check(FM_CUDA_STATUS(cudaSetDevice(device_)));
-    return status_.ok();
+    if (!Check(FM_CUDA_STATUS(cudaSetDevice(device_)))) return false;
+    // Launched() reads cudaGetLastError(), which also returns a failure an earlier runtime
+    // call on this thread left behind (its own call returned it already): clear it so it
+    // is not blamed on our kernel and made sticky here. Context errors survive this.
+    cudaGetLastError();
+    return true;
   }
   // Keeps the first failure. Returns s.ok().
   bool Check(Status s) {

@@ -288,6 +288,11 @@ CodecDeviceWorkspace::~CodecDeviceWorkspace() {
 
 Status CodecDeviceWorkspace::Begin() {
   topk_k_ = 0;
+  // Every launch is checked with cudaGetLastError(), which also returns a failure an
+  // earlier runtime call on this thread left behind, e.g. Grow's cudaMalloc running out of
+  // memory in a previous Encode (already returned as that call's Status): clear it so the
+  // next launch is not failed for it. Context (sticky) errors survive this.
+  (void)cudaGetLastError();
   Small* small = static_cast<Small*>(small_);
   FM_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(&small->tail.first_non_finite, 0xFF, sizeof(unsigned long long), S(stream_)));
