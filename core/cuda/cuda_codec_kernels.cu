@@ -241,9 +241,13 @@ Status Grow(T** p, size_t* capacity, size_t count) {
   if (count <= *capacity) return Status::OK();
   // Grow by half again, so slowly growing inputs do not reallocate every call.
   const size_t want = std::max(count, *capacity + *capacity / 2);
-  if (*p != nullptr) FM_CUDA_RETURN_IF_ERROR(cudaFree(*p));  // waits for kernels using it
-  *p = nullptr;
-  *capacity = 0;
+  if (*p != nullptr) {
+    const Status freed = FM_CUDA_STATUS(cudaFree(*p));  // waits for kernels using it
+    // Forgotten even when the free failed: the destructor must not free it again.
+    *p = nullptr;
+    *capacity = 0;
+    FM_RETURN_IF_ERROR(freed);
+  }
   FM_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(p), want * sizeof(T)));
   *capacity = want;
   return Status::OK();
