@@ -188,8 +188,10 @@ void CudaBackend::Free(void* p) {
   Impl& m = *impl_;
   if (!m.Check(m.MakeCurrent())) return;
   // Queued kernels may still use p. cudaFree synchronises in practice, but the runtime
-  // documents that only as "for most use cases": wait for our stream explicitly.
-  if (m.error.ok()) m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  // documents that only as "for most use cases": wait for our stream explicitly. Also
+  // after a failure: an out-of-memory Allocate or a refused argument (cuBLAS, conv sizes)
+  // leaves the kernels queued before it running. (Check keeps the first error only.)
+  if (m.stream != nullptr) m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
   // Freed even after a failure, so a failed backend does not also leak.
   m.Check(FM_CUDA_STATUS(cudaFree(p)));
 }

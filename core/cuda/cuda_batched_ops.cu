@@ -187,7 +187,10 @@ class CudaBatchedOps final : public BatchedOps {
   void Free(void* p) override {
     if (p == nullptr) return;
     cudaSetDevice(device_);
-    // cudaFree waits for the work queued on the device; a failure here is recorded.
+    // Kernels queued on our stream may still use p (also after a failure, which leaves the
+    // work queued before it running). cudaFree synchronises in practice, but the runtime
+    // does not promise it: wait for the stream first. Failures are recorded.
+    Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream_)));
     Check(FM_CUDA_STATUS(cudaFree(p)));
   }
 
@@ -322,10 +325,11 @@ class CudaBatchedOps final : public BatchedOps {
   // next synchronizing call.
   void Launched() { Check(FM_CUDA_STATUS(cudaGetLastError())); }
 
-  // The per-row scratch of SoftmaxCrossEntropy, grown on demand (cudaFree waits for the
-  // kernels still reading the old one).
+  // The per-row scratch of SoftmaxCrossEntropy, grown on demand.
   bool ReserveScratch(int64_t cells) {
     if (cells <= scratch_cells_) return true;
+    // The previous call's kernels may still read the old scratch (see Free).
+    if (!Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream_)))) return false;
     if (row_loss_ != nullptr) Check(FM_CUDA_STATUS(cudaFree(row_loss_)));
     if (row_hit_ != nullptr) Check(FM_CUDA_STATUS(cudaFree(row_hit_)));
     row_loss_ = nullptr;
