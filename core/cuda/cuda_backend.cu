@@ -165,7 +165,11 @@ std::string CudaBackend::name() const {
 
 Status CudaBackend::Synchronize() {
   Impl& m = *impl_;
-  if (m.Enter()) m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  // Waits even after a failure: work queued before it may still be running, and a caller
+  // that sees the error may free the buffers it uses next.
+  if (m.stream != nullptr && m.Check(m.MakeCurrent())) {
+    m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  }
   return m.error;
 }
 
