@@ -237,10 +237,13 @@ TEST_F(BatchedCuda, TrainerOnCudaMatchesTrainerOnCpu) {
   EXPECT_TRUE((*on_gpu)->ops().Synchronize().ok());
 }
 
-TEST_F(BatchedCuda, MissingDeviceIsUnavailable) {
+// Runs everywhere: the device one past the last (device 0 without a GPU or without CUDA).
+TEST(BatchedCudaDevice, MissingDeviceIsUnavailableWithAHint) {
   auto ops = MakeCudaBatchedOps(CudaDeviceCount());
   ASSERT_FALSE(ops.ok());
   EXPECT_EQ(ops.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(ops.status().message().find("use device cpu or auto"), std::string::npos)
+      << ops.status().message();
 }
 
 }  // namespace
