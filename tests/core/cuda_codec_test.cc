@@ -23,6 +23,7 @@
 #include "core/cuda/cuda_codecs.h"
 #include "core/cuda/device_info.h"
 #include "core/rng.h"
+#include "tests/core/random_vector.h"
 #include "core/sha256.h"
 
 #if defined(FEDMESH_HAVE_CUDA)
@@ -54,16 +55,20 @@ std::vector<float> Bell(size_t n, uint64_t seed) {
     x = static_cast<float>(rng.Uniform() + rng.Uniform() + rng.Uniform() + rng.Uniform() - 2.0);
   return v;
 }
-// Five distinct magnitudes (zero among them), random signs: massive ties.
-std::vector<float> Ties(size_t n, uint64_t seed) {
-  static constexpr float kMagnitudes[5] = {0.0f, 0.25f, 1.0f, 3.5f, 1e-3f};
+// Values drawn from five magnitudes with random signs: massive ties.
+std::vector<float> SignedFrom(const float (&magnitudes)[5], size_t n, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> v(n);
   for (float& x : v) {
-    x = kMagnitudes[rng.UniformInt(5)];
+    x = magnitudes[rng.UniformInt(5)];
     if (rng.UniformInt(2) != 0) x = -x;
   }
   return v;
+}
+// Five distinct magnitudes, zero among them.
+std::vector<float> Ties(size_t n, uint64_t seed) {
+  static constexpr float kMagnitudes[5] = {0.0f, 0.25f, 1.0f, 3.5f, 1e-3f};
+  return SignedFrom(kMagnitudes, n, seed);
 }
 // Magnitudes from 2^-149 (subnormal) to 2^120.
 std::vector<float> Wide(size_t n, uint64_t seed) {
@@ -507,21 +512,9 @@ class DeviceStream {
 };
 #endif
 
-std::vector<float> Normal(size_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(rng.Normal());
-  return v;
-}
 std::vector<float> FiveMagnitudes(size_t n, uint64_t seed) {
   static constexpr float kMagnitudes[5] = {0.5f, 1.0f, 2.0f, 1e-3f, 7.25f};
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) {
-    x = kMagnitudes[rng.UniformInt(5)];
-    if (rng.UniformInt(2) != 0) x = -x;
-  }
-  return v;
+  return codec::SignedFrom(kMagnitudes, n, seed);
 }
 
 constexpr const char* kDeviceChains[] = {
@@ -560,7 +553,7 @@ TEST_F(CudaCodec, BytesEqualTheCpuCodecs) {
   for (size_t n : {size_t{1}, size_t{7}, size_t{255}, size_t{256}, size_t{257}, size_t{100000},
                    (size_t{1} << 20) + 3}) {
     const std::string at = " n=" + std::to_string(n);
-    ExpectSameBytes("normal" + at, Normal(n, n));
+    ExpectSameBytes("normal" + at, RandomVector(n, n));
     ExpectSameBytes("five magnitudes" + at, FiveMagnitudes(n, n + 1));
     ExpectSameBytes("zeros" + at, std::vector<float>(n, 0.0f));
   }
@@ -575,7 +568,7 @@ TEST_F(CudaCodec, NonFiniteValuesAreRefusedLikeOnTheCpu) {
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
           -std::numeric_limits<float>::infinity()}) {
-      std::vector<float> x = Normal(n, 3);
+      std::vector<float> x = RandomVector(n, 3);
       x[n / 2] = bad;
       if (n > 2) x[n - 1] = std::numeric_limits<float>::quiet_NaN();  // a later one too
       DeviceValues d(x);
@@ -604,7 +597,7 @@ TEST_F(CudaCodec, EmptyInputAndReusedScratch) {
     auto enc = CudaCodecEncoder::Create(stream.get());
     ASSERT_TRUE(enc.ok()) << enc.status().ToString();
     for (size_t n : {size_t{1000}, size_t{300000}, size_t{17}, size_t{300001}, size_t{1000}}) {
-      const std::vector<float> x = Normal(n, n);
+      const std::vector<float> x = RandomVector(n, n);
       DeviceValues d(x);
       for (const char* text : {"topk:0.01|int8|zstd", "int8:64", "topk:0.2", "none"}) {
         const Chain chain = Parse(text);
