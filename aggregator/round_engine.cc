@@ -8,6 +8,7 @@
 #include "aggregator/weighted_average.h"
 #include "core/check.h"
 #include "core/codec/payload.h"
+#include "core/codec/update_prediction.h"
 #include "core/wire/wire_codec.h"
 
 namespace fedmesh {
@@ -107,6 +108,18 @@ Status Validate(const RoundEngineOptions& o) {
     return Status::InvalidArgument("downlink_codec \"" + o.downlink_codec +
                                    "\" sparsifies; the global model is sent whole, so use "
                                    "fp16, bf16, int8, qsgd and/or zstd");
+  }
+  if (!(o.update_prediction >= 0 && o.update_prediction <= 1)) {
+    return bad("update_prediction", o.update_prediction, "in [0, 1]");
+  }
+  if (o.update_prediction > 0 && o.mode != RoundMode::kSynchronous) {
+    return Status::InvalidArgument(
+        "update_prediction needs synchronous rounds: a buffered update was trained from an "
+        "older model than the prediction describes");
+  }
+  if (o.update_prediction > 0 && o.secagg.enabled) {
+    return Status::InvalidArgument(
+        "update_prediction does not work with secagg: set it to 0 for secure aggregation");
   }
   return Status::OK();
 }
@@ -478,10 +491,18 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
     return reject(RejectCause::kNonFinite,
                   "update holds " + Str((*params)[i]) + " at index " + Str(i));
   }
+  if (r.applied_prediction && sent_prediction_.size() != global_.size()) {
+    return reject(RejectCause::kMalformed,
+                  "update applied an update prediction but round " + Str(round_) +
+                      "'s FitTask carried none (the aggregator may have restarted since)");
+  }
   // The update is the node's change to the global model: its new weights are global + it
-  // (a buffered round's stale change weighted by s(tau)).
+  // (a buffered round's stale change weighted by s(tau)), plus the prediction it subtracted.
   for (size_t i = 0; i < global_.size(); ++i) {
-    (*params)[i] = static_cast<float>(global_[i] + staleness_weight * (*params)[i]);
+    const double change = r.applied_prediction
+                              ? static_cast<double>((*params)[i]) + sent_prediction_[i]
+                              : static_cast<double>((*params)[i]);
+    (*params)[i] = static_cast<float>(global_[i] + staleness_weight * change);
   }
   if (size_t i = FirstNonFinite(*params); i != params->size()) {
     return reject(RejectCause::kNonFinite,
@@ -640,13 +661,31 @@ std::vector<std::string> RoundEngine::SelectBuffered(std::vector<std::string> id
   return busy;
 }
 
-wire::FitTask RoundEngine::BuildFitTask() const {
+wire::FitTask RoundEngine::BuildFitTask() {
   wire::FitTask task;
   task.round = round_;
-  // A lossy downlink chain may refuse a model (fp16 beyond 65504): send it exact instead;
-  // the payload names its chain, so nodes decode either.
-  auto encoded = codec::EncodePayload(downlink_chain_, global_, env_->rng().NextU64());
-  task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
+  const uint64_t seed = env_->rng().NextU64();
+  if (prediction_round_ != round_) {  // first attempt of the round
+    prediction_round_ = round_;
+    sent_prediction_.clear();
+    prediction_payload_ = {};
+    if (!next_prediction_.empty() && !secagg_) {
+      auto packed = codec::PackWithPrediction(downlink_chain_, global_, next_prediction_, seed);
+      if (packed.ok()) {
+        prediction_payload_ = std::move(packed->payload);
+        sent_prediction_ = std::move(packed->prediction);
+      }
+    }
+  }
+  if (!sent_prediction_.empty()) {
+    task.global_model = prediction_payload_;
+    task.with_prediction = true;
+  } else {
+    // A lossy downlink chain may refuse a model (fp16 beyond 65504): send it exact instead;
+    // the payload names its chain, so nodes decode either.
+    auto encoded = codec::EncodePayload(downlink_chain_, global_, seed);
+    task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
+  }
   task.update_codec = options_.update_codec;
   task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
@@ -689,6 +728,10 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
     // Every update was validated on arrival, so this is a bug in the strategy or engine.
     Finish(Status::Internal("aggregating round " + Str(round_) + " failed: " + s.ToString()), out);
     return;
+  }
+  next_prediction_.clear();
+  if (options_.update_prediction > 0) {
+    next_prediction_ = codec::PredictUpdate(global_, next, options_.update_prediction);
   }
   global_ = std::move(next);
   ++model_version_;

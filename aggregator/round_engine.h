@@ -105,6 +105,14 @@ struct RoundEngineOptions {
   // and send their change relative to it, so the aggregate stays exact in the updates.
   // Sparsifiers are refused: the global model is sent whole.
   std::string downlink_codec = "none";
+  // Update prediction beta (core/codec/update_prediction.h): from round 2 on, each FitTask
+  // also carries p = beta * (the last round's global change) in downlink_codec; nodes send
+  // their change minus p and the engine adds p back, so the round's result is unchanged
+  // with a lossless update chain while a sparsifying one (topk) spends its coordinates on
+  // what p does not already say. Costs a second model's worth of downlink (a quarter of it
+  // with downlink_codec int8). Synchronous rounds without secagg only. After a restart the
+  // first round goes without. Default: 0 (off). Must be in [0, 1].
+  double update_prediction = 0.0;
   // Secure aggregation (aggregator/secagg_round.h): each round's selected nodes train, then
   // run SecAgg+ through the engine instead of sending FitResults; the engine learns only
   // the sum of their clipped changes and the strategy gets their mean as the round's one
@@ -352,7 +360,7 @@ class RoundEngine {
   // (at its deadline).
   void AdvanceSecAgg(bool at_deadline, std::vector<Output>& out);
   void Finish(Status status, std::vector<Output>& out, std::string stopped_early = {});
-  wire::FitTask BuildFitTask() const;
+  wire::FitTask BuildFitTask();
   void SendFitTask(const std::string& to, std::vector<Output>& out);
   wire::Header OutHeader();
   bool IsSelected(const std::string& node_id) const;
@@ -384,6 +392,13 @@ class RoundEngine {
   double deadline_s_ = 0.0;
   double round_started_s_ = 0.0;
   std::optional<wire::FitTask> fit_task_;  // the open attempt's task, built once
+  // Update prediction: for the next round (beta * the last global change; empty: none),
+  // and the one this round's FitTasks carry, as nodes decode it (empty: none), built once
+  // per round so that every attempt's nodes subtract the same values.
+  std::vector<float> next_prediction_;
+  uint64_t prediction_round_ = 0;
+  wire::TensorPayload prediction_payload_;
+  std::vector<float> sent_prediction_;
   std::map<std::string, NodeInfo> nodes_;  // every node that ever registered
   size_t connected_ = 0;                   // of nodes_, those connected
   codec::Chain downlink_chain_;  // parsed options_.downlink_codec

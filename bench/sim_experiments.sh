@@ -83,6 +83,10 @@ for t in "${tables[@]}"; do
       for c in none fp16 int8 topk:0.1 'topk:0.01|int8'; do
         run "fedavg-codec-$c" --config "$root/examples/sim/fedavg.toml" "${common[@]}" --set "sim.codec=$c"
       done
+      # Update prediction (docs/codecs.md): the top-k uplink sends only what the last
+      # round's global change does not already predict.
+      run "fedavg-codec-topk:0.01|int8-predict0.9" --config "$root/examples/sim/fedavg.toml" \
+          "${common[@]}" --set 'sim.codec=topk:0.01|int8' --set rounds.update_prediction=0.9
       ;;
     dropout)
       header "100 clients, Dirichlet(0.5), FedAvg, dropout sweep (min_clients 1, timeout 120 s)"

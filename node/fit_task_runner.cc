@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/codec/payload.h"
+#include "core/codec/update_prediction.h"
 #include "core/rng.h"
 
 namespace fedmesh {
@@ -39,16 +40,28 @@ PreparedFitTask PrepareFitTask(const FitContext& ctx, const wire::FitTask& task)
     p.chain = std::move(*prescribed);
   }
   const size_t n = ctx.model->num_params();
-  // Size first: it bounds what decoding allocates.
-  if (task.global_model.element_count != n) {
+  if (task.with_prediction && task.secagg.has_value()) {
+    return refuse("an update prediction cannot be applied under secure aggregation");
+  }
+  // Size first: it bounds what decoding allocates. With a prediction: model, then p.
+  const uint64_t values = task.with_prediction ? 2 * uint64_t{n} : n;
+  if (task.global_model.element_count != values) {
     return refuse("global model has " + std::to_string(task.global_model.element_count) +
-                  " values but this node's model has " + std::to_string(n) +
-                  " parameters; check that [model] matches the aggregator's");
+                  " values but this node's model has " + std::to_string(n) + " parameters" +
+                  (task.with_prediction ? " (x2 with its update prediction)" : "") +
+                  "; check that [model] matches the aggregator's");
   }
   // Any chain; decoding guarantees finite values.
   auto global = codec::DecodePayload(task.global_model);
   if (!global.ok()) return refuse("global model: " + global.status().message());
-  p.global = std::move(*global);
+  if (task.with_prediction) {
+    if (Status s = codec::SplitPrediction(std::move(*global), n, &p.global, &p.prediction);
+        !s.ok()) {
+      return refuse("global model: " + s.message());
+    }
+  } else {
+    p.global = std::move(*global);
+  }
   p.trainer = ctx.trainer;
   p.trainer.batch_size = static_cast<int>(std::min<uint32_t>(task.batch_size, 1u << 30));
   p.trainer.sgd.lr = static_cast<float>(task.learning_rate);
@@ -107,6 +120,10 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
     delta[i] -= p.global[i];  // the update is the change to the model received
   }
   if (ctx.corrupt) ctx.corrupt(delta);
+  // What the aggregator already predicted need not be sent (it adds p back).
+  if (!p.prediction.empty()) {
+    for (size_t i = 0; i < n; ++i) delta[i] -= p.prediction[i];
+  }
 
   // Error feedback: rebuilt when the chain changes. What the old chain left behind is still
   // owed to the aggregator, so its state carries over.
@@ -130,6 +147,7 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
 
   out.result.round = p.round;
   out.result.num_examples = ctx.train->size();
+  out.result.applied_prediction = !p.prediction.empty();
   out.result.train_loss = out.last_epoch.mean_loss;
   out.result.update = codec::MakePayload(chain, delta.size(), std::move(bytes));
   out.result.bytes_before_codec = 4 * static_cast<uint64_t>(n);

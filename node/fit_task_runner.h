@@ -87,6 +87,9 @@ struct PreparedFitTask {
   uint32_t epochs = 0;          // local_epochs, >= 1
   codec::Chain chain;           // the update's chain: the task's, else the node's default
   std::vector<float> global;    // the decoded global model: start weights, FedProx anchor
+  // The task's update prediction (core/codec/update_prediction.h), subtracted from the
+  // change before encoding; empty when the task has none.
+  std::vector<float> prediction;
   TrainerOptions trainer;       // the node's options with the task's batch, lr, momentum, mu
   // Randomness of the task (FitSeed): each epoch's shuffle, then the codec's seed, in
   // that order. Whatever trains the task must draw its shuffles from env.rng().

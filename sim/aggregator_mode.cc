@@ -142,6 +142,7 @@ Status AggregatorSim::Init() {
   eo.momentum = o_.trainer.sgd.momentum;
   eo.update_codec = o_.codec;
   eo.downlink_codec = o_.downlink;
+  eo.update_prediction = o_.update_prediction;
   FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, StrategyOptionsFor(o_)));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
   ClientStateStoreOptions so_state;

@@ -103,6 +103,12 @@ const ConfigSchema& SimConfigSchema() {
             .Min(0, true),
         StringKey("rounds", "downlink", "none",
                   "Codec chain of the global model sent to clients (none, fp16, bf16, int8, qsgd:N)"),
+        FloatKey("rounds", "update_prediction", 0.0,
+                 "Update prediction beta: FitTasks also carry beta x the last global change, "
+                 "clients send their change minus it (helps sparse codecs; doubles the "
+                 "downlink with downlink = none); 0 = off")
+            .Min(0)
+            .Max(1),
         StringKey("rounds", "error_feedback", "auto",
                   "Error feedback on clients: auto, off, residual or dgc")
             .Choices({"auto", "off", "residual", "dgc"}),
@@ -188,6 +194,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.buffer_size = static_cast<uint32_t>(v.GetInt("rounds", "buffer_size"));
   o.max_staleness = static_cast<uint32_t>(v.GetInt("rounds", "max_staleness"));
   o.downlink = v.GetString("rounds", "downlink");
+  o.update_prediction = v.GetFloat("rounds", "update_prediction");
   o.error_feedback.mode = codec::ParseFeedbackMode(v.GetString("rounds", "error_feedback")).value();
   o.fanout = static_cast<uint32_t>(v.GetInt("gossip", "fanout"));
   o.choco_gamma = v.GetFloat("gossip", "choco_gamma");
@@ -224,6 +231,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"gossip mode", "sim", "clients"},
       {"codec", "sim", "codec"},
       {"downlink", "rounds", "downlink"},
+      {"update_prediction", "rounds", "update_prediction"},
       {"choco", "sim", "protocol"},
       {"prox_mu", "rounds", "prox_mu"},
       {"server_lr", "strategy", "server_lr"},

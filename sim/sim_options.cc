@@ -146,6 +146,14 @@ Status Validate(const SimOptions& o) {
                  std::to_string(o.clients_per_round) + "]");
     }
   }
+  if (!(o.update_prediction >= 0 && o.update_prediction <= 1)) {
+    return bad("update_prediction must be in [0, 1], got " + std::to_string(o.update_prediction));
+  }
+  if (o.update_prediction > 0 &&
+      (o.mode != SimMode::kAggregator || o.round_mode != RoundMode::kSynchronous)) {
+    return bad("update_prediction needs mode = \"aggregator\" with synchronous rounds; set it "
+               "to 0 otherwise");
+  }
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.codec).status().WithContext("codec"));
   FM_RETURN_IF_ERROR(codec::Chain::Parse(o.downlink).status().WithContext("downlink"));
   if (o.mode == SimMode::kGossip) {

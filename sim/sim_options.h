@@ -99,6 +99,8 @@ struct SimOptions {
   uint32_t max_staleness = 10;
   std::string codec = "none";      // update chain (aggregator) / payload chain (gossip)
   std::string downlink = "none";   // aggregator: the global model's chain in FitTasks
+  // aggregator: RoundEngineOptions::update_prediction (beta; 0 = off), synchronous rounds
+  double update_prediction = 0.0;
   codec::ErrorFeedbackOptions error_feedback;
 
   // gossip mode.

@@ -131,6 +131,10 @@ struct FitTask {
   // (its update masked) rather than a FitResult update. Unset in every FitTask from a
   // sender that predates it, so those decode with secure aggregation off.
   std::optional<SecAggParameters> secagg;
+  // True: global_model holds 2n values, the model and then the update prediction p (the
+  // aggregator's guess of this round's change, aggregator/update_prediction.h). The node
+  // encodes its change minus p and sets FitResult::applied_prediction. Never with secagg.
+  bool with_prediction = false;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -145,6 +149,9 @@ struct FitResult {
   TensorPayload update;             // local - global; decodes to finite values
   uint64_t bytes_before_codec = 0;  // reported: 4 * element_count, the dense float32 size
   uint64_t bytes_after_codec = 0;   // must equal update.bytes.size()
+  // True: `update` is the change minus the FitTask's prediction; the aggregator adds the
+  // prediction back. Only in answer to a FitTask with_prediction.
+  bool applied_prediction = false;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };

@@ -540,6 +540,18 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       }
     }
     if (m->secagg.has_value()) FM_RETURN_IF_ERROR(CheckSecAggParameters(*m->secagg));
+    if (m->with_prediction) {
+      if (m->secagg.has_value()) {
+        return Status::InvalidArgument(
+            "FitTask with_prediction and secagg are both set; a prediction is never sent to a "
+            "secure aggregation round");
+      }
+      if (m->global_model.element_count == 0 || m->global_model.element_count % 2 != 0) {
+        return Status::InvalidArgument(
+            StrCat("FitTask with_prediction has global_model.element_count ",
+                   m->global_model.element_count, "; it must be 2n, the model and its prediction"));
+      }
+    }
     FM_RETURN_IF_ERROR(
         CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
@@ -775,6 +787,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_prox_mu(m->prox_mu);
     o->set_deadline_unix_ms(m->deadline_unix_ms);
     o->set_update_codec(m->update_codec);
+    o->set_with_prediction(m->with_prediction);
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
       auto* os = o->mutable_secagg();
@@ -794,6 +807,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     ToProto(m->update, framing, o->mutable_update());
     o->set_bytes_before_codec(m->bytes_before_codec);
     o->set_bytes_after_codec(m->bytes_after_codec);
+    o->set_applied_prediction(m->applied_prediction);
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -919,6 +933,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.prox_mu = i.prox_mu();
       m.deadline_unix_ms = i.deadline_unix_ms();
       m.update_codec = i.update_codec();
+      m.with_prediction = i.with_prediction();
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
@@ -937,6 +952,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       FM_RETURN_IF_ERROR(FromProto(i.update(), "FitResult.update", l, &m.update, framing));
       m.bytes_before_codec = i.bytes_before_codec();
       m.bytes_after_codec = i.bytes_after_codec();
+      m.applied_prediction = i.applied_prediction();
       *body = std::move(m);
       return Status::OK();
     }

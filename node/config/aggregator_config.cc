@@ -84,6 +84,13 @@ const ConfigSchema& AggregatorConfigSchema() {
         StringKey("codec", "downlink", "none",
                   "Codec chain of the global model sent to nodes: none, or fp16, bf16, int8, "
                   "qsgd and/or zstd (no sparsifier)"),
+        FloatKey("rounds", "update_prediction", 0.0,
+                 "Update prediction beta: FitTasks also carry beta x the last round's global "
+                 "change and nodes send their change minus it, which lets sparse update codecs "
+                 "(topk) spend their coordinates on what differs; doubles the downlink with "
+                 "[codec] downlink = none. Synchronous rounds, no secagg. 0 = off")
+            .Min(0)
+            .Max(1),
         StringKey("eval", "dataset", "fashion-mnist",
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
@@ -128,6 +135,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.momentum = v.GetFloat("train", "momentum");
   r.update_codec = v.GetString("codec", "update");
   r.downlink_codec = v.GetString("codec", "downlink");
+  r.update_prediction = v.GetFloat("rounds", "update_prediction");
 
   r.secagg.enabled = v.GetBool("secagg", "enabled");
   r.secagg.threshold = static_cast<uint32_t>(v.GetInt("secagg", "threshold"));
@@ -171,6 +179,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
       {"heartbeat_interval_ms", "aggregator", "heartbeat_ms"},
       {"update_codec", "codec", "update"},
       {"downlink_codec", "codec", "downlink"},
+      {"update_prediction", "rounds", "update_prediction"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(r), v, kRoundFields));
   FM_RETURN_IF_ERROR(MakeConfiguredStrategy(c.strategy, c.strategy_options, v,

@@ -1268,5 +1268,122 @@ TEST(RoundEngineCodec, UndecodableOrMisshapenCodedUpdatesAreRejected) {
   EXPECT_EQ(h.Events<RoundEngine::UpdateAccepted>().size(), 1u);
 }
 
+// ---- Update prediction -------------------------------------------------------------------
+
+// A FitResult whose update is `change` minus the task's prediction, marked as such.
+wire::Message PredictedResult(Harness& h, const std::string& id, const std::vector<float>& change,
+                              const std::vector<float>& prediction) {
+  std::vector<float> u = change;
+  for (size_t i = 0; i < u.size(); ++i) u[i] -= prediction[i];
+  wire::Message m = CodedResult(h, id, wire::FloatPayload(u));
+  std::get<wire::FitResult>(m.body).applied_prediction = true;
+  return m;
+}
+
+TEST(RoundEngineCodec, UpdatePredictionIsSentFromRoundTwoAndAddedBack) {
+  RoundEngineOptions o = TwoNodes();
+  o.total_rounds = 3;
+  o.update_prediction = 0.5;
+  Harness h(o, {1.0f, 2.0f, 3.0f});
+  h.Register("a", 100);
+  h.Register("b", 300);
+  // Round 1: nothing to predict from yet.
+  wire::FitTask t1 = *h.LastFitTask("a");
+  EXPECT_FALSE(t1.with_prediction);
+  EXPECT_EQ(t1.global_model.element_count, 3u);
+  h.Deliver("a", CodedResult(h, "a", wire::FloatPayload(std::vector<float>{4, 0, 0})));
+  h.Deliver("b", CodedResult(h, "b", wire::FloatPayload(std::vector<float>{0, 4, -8})));
+  auto closed = h.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_THAT(closed[0].global, ElementsAre(2.0f, 5.0f, -3.0f));  // + (1, 3, -6)
+
+  // Round 2: the model, then 0.5 x (1, 3, -6).
+  wire::FitTask t2 = *h.LastFitTask("a");
+  ASSERT_EQ(t2.round, 2u);
+  EXPECT_TRUE(t2.with_prediction);
+  EXPECT_EQ(t2.global_model.element_count, 6u);
+  EXPECT_THAT(wire::PayloadFloats(t2.global_model).value(),
+              ElementsAre(2.0f, 5.0f, -3.0f, 0.5f, 1.5f, -3.0f));
+  const std::vector<float> p = {0.5f, 1.5f, -3.0f};
+  // "a" sends its change minus p; "b" (an older node) sends its plain change. Both count
+  // as the change they made.
+  h.Deliver("a", PredictedResult(h, "a", {2, 2, 2}, p));
+  h.Deliver("b", CodedResult(h, "b", wire::FloatPayload(std::vector<float>{-2, 2, 6})));
+  auto accepted = h.Events<RoundEngine::UpdateAccepted>();
+  ASSERT_EQ(accepted.size(), 4u);
+  EXPECT_THAT(accepted[2].params, ElementsAre(4.0f, 7.0f, -1.0f));
+  closed = h.Events<RoundEngine::RoundClosed>();
+  ASSERT_EQ(closed.size(), 2u);
+  EXPECT_THAT(closed[1].global, ElementsAre(1.0f, 7.0f, 2.0f));  // + (-1, 2, 5)
+  // Round 3 predicts from round 2's change.
+  EXPECT_THAT(wire::PayloadFloats(h.LastFitTask("a")->global_model).value(),
+              ElementsAre(1.0f, 7.0f, 2.0f, -0.5f, 1.0f, 2.5f));
+}
+
+TEST(RoundEngineCodec, UpdatePredictionInALossyDownlinkIsAddedBackAsNodesDecodeIt) {
+  RoundEngineOptions o = TwoNodes();
+  o.total_rounds = 2;
+  o.update_prediction = 1.0;
+  o.downlink_codec = "int8";
+  std::vector<float> global(300);
+  for (size_t i = 0; i < global.size(); ++i) global[i] = 0.01f * static_cast<float>(i % 13);
+  Harness h(o, global);
+  h.Register("a", 100);
+  h.Register("b", 100);
+  std::vector<float> change(300);
+  for (size_t i = 0; i < change.size(); ++i) change[i] = 0.003f * static_cast<float>(i % 7);
+  h.Deliver("a", CodedResult(h, "a", wire::FloatPayload(change)));
+  h.Deliver("b", CodedResult(h, "b", wire::FloatPayload(change)));
+  const wire::FitTask t2 = *h.LastFitTask("a");
+  ASSERT_TRUE(t2.with_prediction);
+  EXPECT_EQ(t2.global_model.codec, "int8:256");
+  std::vector<float> decoded = codec::DecodePayload(t2.global_model).value();
+  const std::vector<float> p(decoded.begin() + 300, decoded.end());
+  // A zero update on top of the prediction: the node's new weights are exactly the
+  // engine's global plus the prediction it decoded, not plus the engine's exact change.
+  h.Deliver("a", PredictedResult(h, "a", p, p));
+  auto accepted = h.Events<RoundEngine::UpdateAccepted>();
+  ASSERT_EQ(accepted.size(), 3u);
+  const std::vector<float> g1 = h.Events<RoundEngine::RoundClosed>()[0].global;
+  bool any_lossy = false;
+  for (size_t i = 0; i < 300; ++i) {
+    EXPECT_FLOAT_EQ(accepted[2].params[i], g1[i] + p[i]) << i;
+    any_lossy |= std::fabs(p[i] - (g1[i] - global[i])) > 1e-6f;
+  }
+  EXPECT_TRUE(any_lossy);  // int8 changed the prediction, so the check above can fail
+}
+
+TEST(RoundEngineCodec, AnUpdateClaimingAnUnsentPredictionIsRejected) {
+  Harness h(TwoNodes(), {1.0f, 2.0f});
+  h.Register("a", 100);
+  h.Register("b", 100);
+  h.Deliver("a", PredictedResult(h, "a", {1, 1}, {0.5f, 0.5f}));
+  auto rejected = h.Events<RoundEngine::UpdateRejected>();
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kMalformed);
+  EXPECT_THAT(rejected[0].text, HasSubstr("applied an update prediction but round 1's FitTask "
+                                          "carried none"));
+  EXPECT_TRUE(h.Events<RoundEngine::UpdateAccepted>().empty());
+}
+
+TEST(RoundEngineCodec, BadUpdatePredictionOptionsAreRefused) {
+  for (double beta : {-0.1, 1.5, std::nan("")}) {
+    RoundEngineOptions o = TestOptions();
+    o.update_prediction = beta;
+    EXPECT_THAT(Validate(o).message(), HasSubstr("update_prediction is")) << beta;
+    EXPECT_THAT(Validate(o).message(), HasSubstr("in [0, 1]")) << beta;
+  }
+  RoundEngineOptions o = TestOptions();
+  o.update_prediction = 0.9;
+  EXPECT_TRUE(Validate(o).ok());
+  o.mode = RoundMode::kBuffered;
+  o.buffer_size = 2;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("update_prediction needs synchronous rounds"));
+  o = TestOptions();
+  o.update_prediction = 0.9;
+  o.secagg.enabled = true;
+  EXPECT_THAT(Validate(o).message(), HasSubstr("update_prediction does not work with secagg"));
+}
+
 }  // namespace
 }  // namespace fedmesh

@@ -885,6 +885,39 @@ TEST(WireHostile, MeaninglessFieldValuesAreInvalidArgument) {
   EXPECT_TRUE(HasCode(Encode(rej).status(), StatusCode::kInvalidArgument, "control byte 0x1b"));
 }
 
+TEST(WireRoundTrip, UpdatePredictionFlagsTravelAndAreChecked) {
+  Message task = FitTaskMessage(Values(8, 27));  // 8 values: a 4-parameter model and its p
+  std::get<FitTask>(task.body).with_prediction = true;
+  auto got = Decode(MustEncode(task));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(std::get<FitTask>(got->body).with_prediction);
+  EXPECT_TRUE(*got == WithHash(task));
+  Message result = FitResultMessage(Values(4, 28));
+  std::get<FitResult>(result.body).applied_prediction = true;
+  got = Decode(MustEncode(result));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(std::get<FitResult>(got->body).applied_prediction);
+  // Flags off by default: what every older sender writes.
+  got = Decode(MustEncode(FitResultMessage(Values(4, 28))));
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(std::get<FitResult>(got->body).applied_prediction);
+
+  // A model with its prediction has an even, non-zero number of values, and never comes
+  // with secure aggregation: both on the sender and on the receiver.
+  Message odd = FitTaskMessage(Values(7, 29));
+  std::get<FitTask>(odd.body).with_prediction = true;
+  EXPECT_TRUE(HasCode(Encode(odd).status(), StatusCode::kInvalidArgument,
+                      "FitTask with_prediction has global_model.element_count 7; it must be 2n"));
+  std::vector<Frame> f = MustEncode(FitTaskMessage(Values(7, 29)));
+  f[0] = Rewrite(f[0], [](pb::Envelope& e) { e.mutable_fit_task()->set_with_prediction(true); });
+  EXPECT_TRUE(HasCode(Decode(f).status(), StatusCode::kInvalidArgument,
+                      "with_prediction has global_model.element_count 7"));
+  Message both = task;
+  std::get<FitTask>(both.body).secagg = SecAggParameters{0, 0, 1.0, 16, 2, 10, 0.0};
+  EXPECT_TRUE(HasCode(Encode(both).status(), StatusCode::kInvalidArgument,
+                      "with_prediction and secagg are both set"));
+}
+
 TEST(WireEncode, InvalidLimitsAreInvalidArgument) {
   WireLimits l;
   l.max_chunk_bytes = 0;

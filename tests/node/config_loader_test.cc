@@ -695,6 +695,17 @@ dgc_momentum = 0.5
   auto down = LoadAggregatorConfig(agg, {"codec.downlink=topk:0.1"});
   ASSERT_FALSE(down.ok());
   EXPECT_THAT(down.status().message(), HasSubstr("[codec] downlink: downlink_codec \"topk:0.1\" sparsifies"));
+  EXPECT_EQ(a->rounds.update_prediction, 0.0);  // off unless asked for
+  auto pred = LoadAggregatorConfig(agg, {"rounds.update_prediction=0.9"});
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  EXPECT_EQ(pred->rounds.update_prediction, 0.9);
+  pred = LoadAggregatorConfig(agg, {"rounds.update_prediction=1.5"});
+  ASSERT_FALSE(pred.ok());
+  EXPECT_THAT(pred.status().message(), HasSubstr("[rounds] update_prediction"));
+  pred = LoadAggregatorConfig(agg, {"rounds.update_prediction=0.5", "rounds.mode=buffered"});
+  ASSERT_FALSE(pred.ok());
+  EXPECT_THAT(pred.status().message(),
+              HasSubstr("[rounds] update_prediction: update_prediction needs synchronous rounds"));
   auto up = LoadAggregatorConfig(agg, {"codec.update=zstd:99"});
   ASSERT_FALSE(up.ok());
   EXPECT_THAT(up.status().message(), HasSubstr("[codec] update"));

@@ -334,8 +334,10 @@ TEST_F(FederationTest, FederationBufferedRoundsLearn) {
 // with error feedback, and the aggregator sends the global model as fp16. The updates shrink
 // at least 100x and the federation still learns.
 TEST_F(FederationTest, FederationCompressedUpdatesLearn) {
-  const std::string ep = StartAggregator(
-      {"rounds.total=10", "rounds.min_available_clients=4", "codec.downlink=fp16"});
+  // With update prediction: from round 2 each task carries the model and p (fp16), and the
+  // nodes send top-k of their change minus p, which the aggregator adds back.
+  const std::string ep = StartAggregator({"rounds.total=10", "rounds.min_available_clients=4",
+                                          "codec.downlink=fp16", "rounds.update_prediction=0.9"});
   ASSERT_FALSE(ep.empty());
   for (int i = 1; i <= 4; ++i) {
     ASSERT_NE(StartNode(i, ep, {"codec.chain=topk:0.01|int8|zstd"}), nullptr);
@@ -360,6 +362,13 @@ TEST_F(FederationTest, FederationCompressedUpdatesLearn) {
     // fp16 downlink: half the float32 bytes per task sent.
     EXPECT_EQ(JsonNumber(l, "bytes_down").value_or(-1) * 2, JsonNumber(l, "bytes_down_raw").value_or(0))
         << l;
+    // Whole models per round: one per task in round 1, two (model and p) per task after.
+    const double models = JsonNumber(l, "bytes_down_raw").value_or(0) / (4 * kMlpParams);
+    EXPECT_EQ(models, std::floor(models)) << l;
+    if (JsonNumber(l, "round").value_or(0) > 1) {
+      EXPECT_EQ(std::fmod(models, 2.0), 0.0) << l;
+      EXPECT_GE(models, 2 * received) << l;
+    }
   }
   const double first = JsonNumber(lines.front(), "test_accuracy").value_or(-1);
   const double last = JsonNumber(lines.back(), "test_accuracy").value_or(-1);

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/backend.h"
 #include "core/batched/batched_trainer.h"
 #include "core/codec/payload.h"
+#include "core/codec/update_prediction.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
 
@@ -147,6 +150,50 @@ TEST_F(FitTaskRunnerTest, PrepareRefusesWhatRunFitTaskRefuses) {
     EXPECT_EQ(run->refused, p.refused);
     EXPECT_EQ(carry.velocity, Carry().velocity);  // a refusal changes no carry
   }
+}
+
+TEST_F(FitTaskRunnerTest, AnUpdatePredictionIsSubtractedBeforeEncoding) {
+  wire::FitTask plain = task_;
+  plain.update_codec = "none";  // lossless: the update is exactly the change
+  FitCarry c0 = Carry();
+  auto base = RunFitTask(ctx_, plain, c0);
+  ASSERT_TRUE(base.ok() && base->refused.empty()) << base->refused;
+  EXPECT_FALSE(base->result.applied_prediction);
+  const std::vector<float> change = codec::DecodePayload(base->result.update).value();
+
+  std::vector<float> p(change.size());
+  Rng rng(8);
+  for (float& v : p) v = static_cast<float>(rng.Normal(0, 0.05));
+  wire::FitTask predicted = plain;
+  predicted.global_model =
+      codec::PackWithPrediction(codec::Chain(), codec::DecodePayload(plain.global_model).value(),
+                                p, 0)
+          .value()
+          .payload;
+  predicted.with_prediction = true;
+  FitCarry c1 = Carry();
+  auto with = RunFitTask(ctx_, predicted, c1);
+  ASSERT_TRUE(with.ok() && with->refused.empty()) << with->refused;
+  EXPECT_TRUE(with->result.applied_prediction);
+  EXPECT_EQ(with->global, base->global);  // trained from the same model
+  const std::vector<float> sent = codec::DecodePayload(with->result.update).value();
+  ASSERT_EQ(sent.size(), change.size());
+  double moved = 0;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_NEAR(sent[i] + p[i], change[i], 1e-6) << i;
+    moved += std::fabs(sent[i] - change[i]);
+  }
+  EXPECT_GT(moved, 1.0);  // the prediction really was subtracted
+
+  // A prediction of the wrong size, or with secure aggregation, is refused.
+  wire::FitTask half = predicted;
+  half.global_model = plain.global_model;
+  EXPECT_NE(PrepareFitTask(ctx_, half).refused.find("x2 with its update prediction"),
+            std::string::npos);
+  wire::FitTask secure = predicted;
+  secure.secagg = wire::SecAggParameters{};
+  EXPECT_NE(PrepareFitTask(ctx_, secure).refused.find("under secure aggregation"),
+            std::string::npos);
 }
 
 TEST_F(FitTaskRunnerTest, StopBeforeAnEpochAbandonsTheTask) {

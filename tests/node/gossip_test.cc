@@ -328,7 +328,11 @@ TEST_F(GossipTest, GossipKilledSiteResumesAndLateSiteStartsFromAPulledModel) {
   const auto m4 = Metrics(4);
   ASSERT_FALSE(m4.empty());
   std::cout << "[ info ] site-4 first line: " << m4.front() << "\n";
-  EXPECT_GT(JsonNumber(m4.front(), "step").value_or(0), 100);
+  // The neighbour it pulled from need not be site-1 (past step 100): site-3 restarted from
+  // its checkpoint and may lag (pulled at step 89 under load, 2026-11-22). Every site is past
+  // the checkpoint site-3 resumed from when site-4 starts, so a pulled model is past it too;
+  // a site that started afresh would report step 1.
+  EXPECT_GE(JsonNumber(m4.front(), "step").value_or(0), killed_at - 10);
   EXPECT_GE(JsonNumber(m4.front(), "test_accuracy").value_or(0), 0.4);
   EXPECT_NE(sites[4]->Log().find("joined: pulled the current model of site-"), std::string::npos)
       << sites[4]->Log();
