@@ -31,6 +31,9 @@ class Sha256 {
   // One-shot digest of `data`.
   static Sha256Digest Hash(std::span<const uint8_t> data);
   static Sha256Digest Hash(std::string_view data);
+  // Whether this process hashes with the x86 SHA extensions (when the CPU has them and
+  // FEDMESH_SHA256_PORTABLE is unset) rather than the portable loop. Same digests.
+  static bool UsesShaExtensions();
 
  private:
   void Compress(const uint8_t* blocks, size_t num_blocks);
