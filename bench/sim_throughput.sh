@@ -3,7 +3,9 @@
 # workload as a plain PyTorch loop and (b) Flower's own simulation, side by side in one run.
 # Workload: 1,000 clients on 100 IID shards of 600 Fashion-MNIST images (client c trains on
 # shard c mod 100), 100 clients per round, mlp, 1 local epoch of plain SGD (batch 32, lr 0.1),
-# FedAvg. Same thread count for all three (THREADS, default 2).
+# FedAvg. Same thread count for all three (THREADS, default 2). Compare fedmesh-sim's
+# "the rounds alone" figure with the baselines': like them it leaves out loading the data
+# (its whole-run figure, printed beside it, does not).
 #
 #   bench/sim_throughput.sh                       # fedmesh-sim and the PyTorch loop
 #   FLOWER_PYTHON=/tmp/flvenv/bin/python bench/sim_throughput.sh   # and Flower

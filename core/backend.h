@@ -63,6 +63,9 @@ class Backend {
   virtual void Free(void* p) = 0;
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // True when backend memory is host memory the caller may write directly (the CPU
+  // backend): host-side producers then skip a staging copy. Default: false.
+  virtual bool host_memory() const { return false; }
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Fill(float* x, size_t n, float value) = 0;
 

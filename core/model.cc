@@ -150,11 +150,13 @@ Status Model::CheckCompatible(const Dataset& data) const {
 void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
+  // Gathered straight into the input on a host-memory backend; staged for a device.
+  float* dst = backend_->host_memory() ? acts_[0] : staging_.data();
   for (int i = 0; i < batch; ++i) {
-    std::memcpy(staging_.data() + i * s, data.sample(indices[i]), s * sizeof(float));
+    std::memcpy(dst + i * s, data.sample(indices[i]), s * sizeof(float));
     staging_labels_[i] = data.labels[indices[i]];
   }
-  backend_->CopyFromHost(acts_[0], staging_.data(), s * batch * sizeof(float));
+  if (dst != acts_[0]) backend_->CopyFromHost(acts_[0], dst, s * batch * sizeof(float));
   backend_->CopyFromHost(labels_.data(), staging_labels_.data(), batch * sizeof(int32_t));
 }
 

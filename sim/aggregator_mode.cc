@@ -70,9 +70,13 @@ class AggregatorSim {
     uint64_t client = 0;
     wire::FitTask task;
     uint64_t model_version = 0;
+    uint64_t message_id = 0;  // of its FitResult, taken when the task arrived
     bool attack = false;
     bool done = false;
     Result<FitOutcome> outcome = Status::Internal("not run");
+    // The FitResult through the wire codec, made on the worker that trained it (when the
+    // outcome is a result): the client's encoding and the aggregator's decoding.
+    Result<WireTrip> trip = Status::Internal("not sent");
   };
   using Outputs = std::vector<RoundEngine::Output>;
 
@@ -81,6 +85,10 @@ class AggregatorSim {
   void OnClientMessage(const std::string& id, wire::Message message);
   void OnJobDue(const std::shared_ptr<Job>& job);
   void RunPending();  // every job not yet run, on the workers
+  // On a worker, after the job's outcome is set: its FitResult through the wire codec.
+  void TransmitResult(Job& job, const Model& worker);
+  // The digest memo of the worker that holds `worker` (one per worker: Transmit's memo).
+  wire::DigestMemo* MemoOf(const Model& worker) { return &memos_.at(&worker); }
   // RunPending with ctx_.batched: prepares every job, trains them in groups of up to
   // batched_clients with the BatchedTrainer, and finishes each group on the workers.
   void RunPendingBatched(const std::vector<std::shared_ptr<Job>>& jobs,
@@ -110,6 +118,7 @@ class AggregatorSim {
   std::vector<std::shared_ptr<Job>> pending_;
   std::map<uint64_t, std::shared_ptr<Job>> busy_;  // client -> its unfinished job
   std::unique_ptr<ClientStateStore> states_;       // only clients with state to carry
+  std::map<const Model*, wire::DigestMemo> memos_;  // one per worker, by its model
   uint64_t next_message_id_ = 1;
   uint64_t scheduled_round_ = 0;  // the crash schedule is applied up to this round
   bool finished_ = false;
@@ -149,6 +158,7 @@ Status AggregatorSim::Init() {
   so_state.memory_budget_bytes = static_cast<size_t>(o_.state_memory_mb) << 20;
   so_state.spill_path = o_.state_spill_path;
   FM_ASSIGN_OR_RETURN(states_, ClientStateStore::Create(so_state));
+  for (size_t w = 0; w < ctx_.workers.size(); ++w) memos_.try_emplace(&ctx_.workers.model(w));
   Evaluator evaluator = [this](std::span<const float> global) {
     // The round being closed is the engine's current one.
     EvalResult r{std::nan(""), std::nan("")};
@@ -211,11 +221,34 @@ Result<std::vector<float>> AggregatorSim::Run() {
 }
 
 void AggregatorSim::Handle(Outputs outputs) {
-  for (auto& out : outputs) {
+  // The messages of one step (a round's FitTasks) go through the wire codec on the workers
+  // at once; they are then sent in the engine's order.
+  std::vector<size_t> sends;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto* send = std::get_if<RoundEngine::Send>(&outputs[i]);
+    if (send != nullptr && !std::holds_alternative<wire::RegisterAck>(send->message.body)) {
+      sends.push_back(i);
+    }
+  }
+  std::vector<Result<WireTrip>> trips(outputs.size(), Status::Internal("not sent"));
+  Status s = ctx_.workers.Run(sends.size(), [&](size_t k, Model& worker) {
+    const size_t i = sends[k];
+    trips[i] = InProcessNetwork::Transmit(std::get<RoundEngine::Send>(outputs[i]).message,
+                                          net_.limits(), MemoOf(worker));
+    return Status::OK();
+  });
+  if (!s.ok()) return Fail(s);
+  for (size_t i = 0; i < outputs.size(); ++i) {
     if (!status_.ok()) return;
+    auto& out = outputs[i];
     if (auto* send = std::get_if<RoundEngine::Send>(&out)) {
       if (std::holds_alternative<wire::RegisterAck>(send->message.body)) continue;
-      if (Status s = net_.Send(kAggregator, send->to, send->message); !s.ok()) Fail(s);
+      if (!trips[i].ok()) {
+        Fail(trips[i].status());
+      } else if (Status sent = net_.Send(kAggregator, send->to, std::move(*trips[i]));
+                 !sent.ok()) {
+        Fail(sent);
+      }
     } else if (auto* timer = std::get_if<RoundEngine::SetTimer>(&out)) {
       net_.ScheduleAt(timer->at_seconds, [this] {
         if (!finished_ && status_.ok()) Handle(engine_->OnTimer(env_.NowSeconds()));
@@ -289,6 +322,7 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   job->client = c;
   job->task = std::move(*task);
   job->model_version = message.header.model_version;
+  job->message_id = next_message_id_++;
   job->attack = traits.byzantine;
   pending_.push_back(job);
   busy_[c] = job;
@@ -331,8 +365,9 @@ void AggregatorSim::RunPending() {
   } else {
     Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
       Job& job = *jobs[j];
-      const Dataset data = ctx_.data.DataOf(job.client);
+      const Dataset& data = ctx_.data.DataOf(job.client);
       job.outcome = RunFitTask(ContextOf(job, &model, &data), job.task, carries[j]);
+      TransmitResult(job, model);
       job.done = true;
       return Status::OK();
     });
@@ -391,11 +426,8 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
 
   for (const Group& group : groups) {
     const size_t n = group.jobs.size();
-    std::vector<Dataset> data(n);
-    Status s = ctx_.workers.Run(n, [&](size_t i, Model&) {
-      data[i] = ctx_.data.DataOf(jobs[group.jobs[i]]->client);
-      return Status::OK();
-    });
+    std::vector<const Dataset*> data(n);
+    for (size_t i = 0; i < n; ++i) data[i] = &ctx_.data.DataOf(jobs[group.jobs[i]]->client);
     std::vector<BatchedClient> clients(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t j = group.jobs[i];
@@ -403,11 +435,10 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
       clients[i].params = p.global;
       clients[i].velocity = StartVelocity(p, carries[j]);
       if (p.trainer.sgd.prox_mu > 0) clients[i].prox_anchor = p.global;
-      clients[i].data = &data[i];
+      clients[i].data = data[i];
       clients[i].rng = &p.env.rng();
     }
-    auto trained = s.ok() ? trainer.Train(clients, group.options, static_cast<int>(group.epochs))
-                          : Result<std::vector<BatchedClientResult>>(s);
+    auto trained = trainer.Train(clients, group.options, static_cast<int>(group.epochs));
     if (!trained.ok()) {
       for (size_t j : group.jobs) {
         jobs[j]->outcome = trained.status();
@@ -416,7 +447,7 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
       continue;
     }
     // Finishing (delta, codecs, error feedback) is per client: on the workers.
-    s = ctx_.workers.Run(n, [&](size_t i, Model&) {
+    Status s = ctx_.workers.Run(n, [&](size_t i, Model& worker) {
       const size_t j = group.jobs[i];
       Job& job = *jobs[j];
       BatchedClientResult& r = (*trained)[i];
@@ -424,13 +455,22 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
       fit.params = std::move(r.params);
       fit.velocity = std::move(r.velocity);
       fit.last_epoch = r.epochs.back();
-      job.outcome = FinishFitTask(ContextOf(job, sizing, &data[i]), prepared[j], std::move(fit),
+      job.outcome = FinishFitTask(ContextOf(job, sizing, data[i]), prepared[j], std::move(fit),
                                   carries[j]);
+      TransmitResult(job, worker);
       job.done = true;
       return Status::OK();
     });
     if (!s.ok()) Fail(s);
   }
+}
+
+void AggregatorSim::TransmitResult(Job& job, const Model& worker) {
+  if (!job.outcome.ok() || !job.outcome->refused.empty()) return;
+  const std::string id = SimClientId(job.client);
+  wire::Message m{wire::Header{kSimFederation, id, job.task.round, job.model_version, job.message_id},
+                  std::move(job.outcome->result)};
+  job.trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(worker));
 }
 
 Result<FitCarry> AggregatorSim::TakeCarry(uint64_t client) {
@@ -455,9 +495,9 @@ void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
   }
   FitOutcome& out = *job->outcome;
   if (!out.refused.empty()) return;  // logged by a real node; the round goes on without it
-  if (Status s = SendFromClient(job->client, std::move(out.result), job->task.round,
-                                job->model_version);
-      !s.ok() && !net_.IsDown(SimClientId(job->client))) {
+  const std::string id = SimClientId(job->client);
+  if (!job->trip.ok()) return Fail(job->trip.status().WithContext("sending from " + id));
+  if (Status s = net_.Send(id, kAggregator, std::move(*job->trip)); !s.ok() && !net_.IsDown(id)) {
     Fail(s);
   }
 }

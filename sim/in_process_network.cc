@@ -16,13 +16,28 @@ InProcessNetwork::InProcessNetwork(VirtualClockEnv& env, LinkModel link, uint64_
   FM_CHECK(link_.loss >= 0 && link_.loss <= 1);
 }
 
+Result<WireTrip> InProcessNetwork::Transmit(const wire::Message& message,
+                                            const wire::WireLimits& limits,
+                                            wire::DigestMemo* memo) {
+  FM_ASSIGN_OR_RETURN(auto frames, wire::Encode(message, limits, memo));
+  WireTrip trip;
+  for (const auto& f : frames) trip.bytes += f.size();
+  auto received = wire::Decode(frames, limits, memo);
+  FM_CHECK(received.ok());  // Encode produced the frames with the same limits
+  trip.received = std::move(*received);
+  return trip;
+}
+
 Status InProcessNetwork::Send(const std::string& from, const std::string& to,
                               const wire::Message& message) {
   if (IsDown(from)) return Status::Unavailable(from + " is down and cannot send");
-  auto frames = wire::Encode(message, limits_);
-  if (!frames.ok()) return frames.status();
-  uint64_t bytes = 0;
-  for (const auto& f : *frames) bytes += f.size();
+  FM_ASSIGN_OR_RETURN(WireTrip trip, Transmit(message, limits_));
+  return Send(from, to, std::move(trip));
+}
+
+Status InProcessNetwork::Send(const std::string& from, const std::string& to, WireTrip trip) {
+  if (IsDown(from)) return Status::Unavailable(from + " is down and cannot send");
+  const uint64_t bytes = trip.bytes;
   sent_[from] += bytes;
   total_bytes_ += bytes;
   if (IsDown(to) || (link_.loss > 0 && rng_.Uniform() < link_.loss)) {
@@ -45,21 +60,18 @@ Status InProcessNetwork::Send(const std::string& from, const std::string& to,
   double& last = link_last_arrival_[{from, to}];
   arrival = std::max(arrival, last);
   last = arrival;
-  auto shared = std::make_shared<std::vector<wire::Frame>>(std::move(*frames));
-  ScheduleAt(arrival, [this, from, to, shared, bytes] { Deliver(from, to, *shared, bytes); });
+  auto shared = std::make_shared<WireTrip>(std::move(trip));
+  ScheduleAt(arrival, [this, from, to, shared] { Deliver(from, to, *shared); });
   return Status::OK();
 }
 
-void InProcessNetwork::Deliver(const std::string& from, const std::string& to,
-                               const std::vector<wire::Frame>& frames, uint64_t bytes) {
+void InProcessNetwork::Deliver(const std::string& from, const std::string& to, WireTrip& trip) {
   if (IsDown(to)) {
     ++dropped_;
     return;
   }
-  auto message = wire::Decode(frames, limits_);
-  FM_CHECK(message.ok());  // Encode produced it with the same limits
-  received_[to] += bytes;
-  if (handler_) handler_(from, to, std::move(*message));
+  received_[to] += trip.bytes;
+  if (handler_) handler_(from, to, std::move(trip.received));
 }
 
 void InProcessNetwork::ScheduleAt(double t, std::function<void()> fn) {

@@ -44,6 +44,8 @@ Result<SimData> LoadSimData(const SimOptions& o) {
         " samples: set data_shards so that clients share partitions)");
   }
   FM_ASSIGN_OR_RETURN(d.shards, PartitionAll(d.train.labels, d.train.num_classes, p));
+  d.shard_data.reserve(d.shards.size());
+  for (const auto& shard : d.shards) d.shard_data.push_back(d.train.Subset(shard));
   return d;
 }
 

@@ -3,7 +3,9 @@
 // simulation's seed) and the test split. Client c trains on shard c mod data_shards, so a
 // million clients can share the 60,000 Fashion-MNIST images; with data_shards = clients
 // (the default) every client has its own partition, exactly as PartitionFor gives it to a
-// real node. Thread-safety: const after LoadSimData; read from any thread.
+// real node. The shards' samples are copied out once, at load (partitions are disjoint,
+// so this costs one more copy of the training split at most), rather than for every
+// training job. Thread-safety: const after LoadSimData; read from any thread.
 #pragma once
 
 #include <cstdint>
@@ -24,13 +26,14 @@ struct SimData {
   std::vector<Dataset> test_chunks;
   static constexpr size_t kTestChunk = 1000;
   std::vector<std::vector<uint32_t>> shards;  // indices into train, ascending
+  std::vector<Dataset> shard_data;            // train.Subset(shards[k])
 
   const std::vector<uint32_t>& ShardOf(uint64_t client) const {
     return shards[client % shards.size()];
   }
   uint64_t SizeOf(uint64_t client) const { return ShardOf(client).size(); }
-  // The samples of client `client`, copied (what a node holds).
-  Dataset DataOf(uint64_t client) const { return train.Subset(ShardOf(client)); }
+  // The samples of client `client` (what a node holds).
+  const Dataset& DataOf(uint64_t client) const { return shard_data[client % shard_data.size()]; }
   // The model spec with the data's input shape and class count filled in.
   ModelSpec Spec(const ModelSpec& model) const;
 };

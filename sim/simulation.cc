@@ -69,7 +69,7 @@ Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params) {
 Status TrainClient(const SimContext& ctx, Model& model, uint64_t client, uint64_t round,
                    std::vector<float>& params, std::vector<float>& velocity, double* mean_loss) {
   const SimOptions& o = ctx.options;
-  const Dataset data = ctx.data.DataOf(client);
+  const Dataset& data = ctx.data.DataOf(client);
   FM_RETURN_IF_ERROR(model.SetParams(params));
   SeededEnv env(nullptr, FitSeed(o.seed, SimClientId(client), round));
   Trainer trainer(&model, o.trainer, &env);
@@ -183,6 +183,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
     return Status::OK();
   };
   Result<std::vector<float>> final_model = Status::Internal("no mode ran");
+  const auto rounds_t0 = std::chrono::steady_clock::now();
   switch (options.mode) {
     case SimMode::kAggregator: final_model = sim_internal::RunAggregatorMode(ctx); break;
     case SimMode::kGossip: final_model = sim_internal::RunGossipMode(ctx); break;
@@ -193,7 +194,9 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   report.final_model = std::move(*final_model);
   report.client_updates = ctx.client_updates;
   report.stopped_early = ctx.stopped_early;
-  report.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  report.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
+  report.rounds_wall_seconds = std::chrono::duration<double>(t1 - rounds_t0).count();
   report.peak_rss_bytes = PeakRssBytes();
   return report;
 }

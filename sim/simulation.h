@@ -49,6 +49,9 @@ struct SimReport {
   std::vector<float> final_model;  // aggregator / central: the global model; gossip: the
                                    // average of the live clients'; local: client 0's
   double wall_seconds = 0.0;
+  // Of wall_seconds, the mode's run alone: the rounds, without loading the data and building
+  // the workers (what a training-loop baseline times).
+  double rounds_wall_seconds = 0.0;
   uint64_t client_updates = 0;     // local trainings run
   // How clients trained: "per client on N CPU workers" or "batched, up to B clients at
   // once on <ops name>".

@@ -21,6 +21,7 @@ class CpuBackend final : public Backend {
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
+  bool host_memory() const override { return true; }
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Copy(void* dst, const void* src, size_t bytes) override;
   void Fill(float* x, size_t n, float value) override;

@@ -31,12 +31,13 @@ struct Dataset {
     out.sample_shape = sample_shape;
     out.num_classes = num_classes;
     const size_t s = sample_size();
-    out.features.resize(indices.size() * s);
-    out.labels.resize(indices.size());
-    for (size_t k = 0; k < indices.size(); ++k) {
-      const float* src = sample(indices[k]);
-      std::copy(src, src + s, out.features.begin() + static_cast<std::ptrdiff_t>(k * s));
-      out.labels[k] = labels[indices[k]];
+    // Appended rather than resized then overwritten: no zero pass over the copy.
+    out.features.reserve(indices.size() * s);
+    out.labels.reserve(indices.size());
+    for (uint32_t i : indices) {
+      const float* src = sample(i);
+      out.features.insert(out.features.end(), src, src + s);
+      out.labels.push_back(labels[i]);
     }
     return out;
   }

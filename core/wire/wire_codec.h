@@ -35,6 +35,7 @@
 
 #include "core/sha256.h"
 #include "core/status.h"
+#include "core/wire/digest_memo.h"
 #include "core/wire/messages.h"
 
 namespace fedmesh::wire {
@@ -100,12 +101,17 @@ using Frame = std::vector<uint8_t>;
 // finite values for codec "none" payloads of FitTask and FitResult) and returns its header
 // frame followed by ceil(payload / max_chunk_bytes) chunk frames. Errors as listed above;
 // InvalidArgument when payload.sha256 is set and does not match payload.bytes.
-Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& limits = {});
+// With `memo`, the payload's SHA-256 comes from it (the same digest, computed once for
+// a payload encoded for many receivers).
+Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& limits = {},
+                                  DigestMemo* memo = nullptr);
 
 // Decodes the frames of exactly one message, as Encode produced them (e.g. the parts of
 // one ZeroMQ multipart message). Fails with Corruption when a frame is missing, extra,
-// or belongs to another message; errors name the frame index.
-Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits = {});
+// or belongs to another message; errors name the frame index. With `memo`, the check of
+// the payload against its declared SHA-256 hashes the received bytes through it.
+Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits = {},
+                       DigestMemo* memo = nullptr);
 
 // Collects frames that arrive one at a time, possibly interleaved across senders and
 // messages, and yields each message once its last frame has arrived. Chunks of one
@@ -121,7 +127,9 @@ Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits =
 // arrive, up to the declared size, and never beyond max_pending_bytes in total.
 class Reassembler {
  public:
-  explicit Reassembler(WireLimits limits = {});
+  // `memo` (optional, outliving this): completed payloads are hashed through it, once
+  // whole, rather than chunk by chunk as they arrive.
+  explicit Reassembler(WireLimits limits = {}, DigestMemo* memo = nullptr);
 
   // Accepts one frame. Returns the completed message, std::nullopt when it is waiting for
   // more chunks, or an error for a bad frame.
@@ -146,13 +154,15 @@ class Reassembler {
     Sha256Digest declared_sha256{};
     uint32_t next_index = 0;
     std::vector<uint8_t> bytes;  // chunks 0 .. next_index-1
-    Sha256 hasher;               // over `bytes`, fed as chunks arrive
+    Sha256 hasher;               // over `bytes`, fed as chunks arrive (without a memo)
   };
   using Key = std::pair<std::string, uint64_t>;  // (sender_id, message_id)
 
-  friend Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits);
+  friend Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits,
+                                DigestMemo* memo);
 
   WireLimits limits_;
+  DigestMemo* memo_;
   Status limits_status_;  // ValidateLimits(limits_), reported by every Add
   std::map<Key, Pending, std::less<>> pending_;
   uint64_t pending_declared_bytes_ = 0;
