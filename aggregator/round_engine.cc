@@ -509,7 +509,8 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
                   "global + update overflows to " + Str((*params)[i]) + " at index " + Str(i));
   }
 
-  out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss, *params});
+  out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss,
+                               options_.report_update_params ? *params : std::vector<float>{}});
   accepted_.emplace(from, Accepted{ClientUpdate{from, r.num_examples, std::move(*params)},
                                    r.train_loss, r.update.bytes.size()});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes

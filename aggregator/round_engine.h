@@ -121,6 +121,10 @@ struct RoundEngineOptions {
   // (too few nodes or shares) fails the attempt: retried like a round below quorum.
   // Synchronous rounds only. Off by default.
   SecAggSettings secagg;
+  // Whether UpdateAccepted carries the node's new weights, which the aggregator's store
+  // persists for Restore. A driver that keeps no store (the simulator) turns it off and
+  // saves a model-sized copy per update. Default: true.
+  bool report_update_params = true;
 };
 
 // InvalidArgument naming the first offending field and its value, e.g. min_clients >
@@ -185,7 +189,8 @@ class RoundEngine {
   };
   // An update was accepted for `round`: persist it; Restore needs it after a crash.
   // num_examples is the FitResult's (what the node trained on this round), not Register's.
-  // params are the node's new weights: the global model plus the decoded update.
+  // params are the node's new weights: the global model plus the decoded update (empty
+  // when RoundEngineOptions::report_update_params is off).
   struct UpdateAccepted {
     uint64_t round = 0;
     std::string node_id;

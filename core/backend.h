@@ -135,7 +135,8 @@ class Backend {
                                          int classes, float* dlogits) = 0;
 
   // ---- optimizer ------------------------------------------------------------------------
-  // One fused pass over the flat buffers (see SgdStepParams). w_global may be null.
+  // One fused pass over the flat buffers (see SgdStepParams). w_global may be null, and so
+  // may velocity when p.momentum == 0: the step then keeps no velocity (v = d).
   virtual void SgdStep(float* w, const float* grad, float* velocity, const float* w_global,
                        size_t n, const SgdStepParams& p) = 0;
 };

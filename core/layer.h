@@ -59,6 +59,15 @@ class Layer {
   // when dx is not null, dL/dx. x and y are the Forward input and output of this step.
   virtual void Backward(Backend& be, const float* x, const float* y, const float* dy,
                         float* dx, int batch) = 0;
+  // Backward fused with a plain SGD step on this layer's parameters (w -= lr * dL/dw):
+  // returns false, touching nothing, when the layer has no fused form; the model then
+  // runs Backward and the step itself. A fused layer need not write its gradient slice.
+  // Layers that compute dx from their weights must do so before updating them.
+  virtual bool BackwardSgd(Backend& be, const float* x, const float* y, const float* dy,
+                           float* dx, int batch, float lr) {
+    (void)be, (void)x, (void)y, (void)dy, (void)dx, (void)batch, (void)lr;
+    return false;
+  }
 };
 
 }  // namespace fedmesh

@@ -39,6 +39,7 @@ Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
   size_t offset = 0;
   for (auto& layer : m->layers_) {
     layer->Bind(m->params_.data() + offset, m->grads_.data() + offset);
+    m->param_offsets_.push_back(offset);
     offset += layer->num_params();
   }
   return m;
@@ -182,6 +183,26 @@ Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
                                             dacts_[L]);
   for (size_t i = L; i-- > 0;) {
     layers_[i]->Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
+  }
+  return loss;
+}
+
+Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr) {
+  FM_CHECK_LE(batch, max_batch_);
+  Forward(batch, /*training=*/true, seed);
+  const size_t L = layers_.size();
+  auto loss = backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_,
+                                            dacts_[L]);
+  for (size_t i = L; i-- > 0;) {
+    Layer& layer = *layers_[i];
+    if (layer.BackwardSgd(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch, lr)) {
+      continue;
+    }
+    layer.Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
+    if (const size_t n = layer.num_params(); n > 0) {
+      backend_->SgdStep(params_.data() + param_offsets_[i], grads_.data() + param_offsets_[i],
+                        /*velocity=*/nullptr, nullptr, n, SgdStepParams{.lr = lr});
+    }
   }
   return loss;
 }

@@ -61,6 +61,12 @@ class Model {
 
   // Forward + backward on the loaded batch: fills grads() with d(mean loss)/d(params).
   Backend::LossResult ForwardBackward(int batch, uint64_t seed);
+  // Forward + backward + one plain SGD step (params -= lr * grads) on the loaded batch:
+  // ForwardBackward then SgdStep with momentum, weight decay and the prox term off, up to
+  // rounding (a fused Dense layer's GEMM rounds lr * dW before adding it to W, where
+  // SgdStep's FMA rounds once). Layers that can fuse the step into their backward pass do
+  // (Layer::BackwardSgd), so grads() is left unspecified.
+  Backend::LossResult ForwardBackwardSgd(int batch, uint64_t seed, float lr);
   // Forward only, in inference mode (dropout off).
   Backend::LossResult Evaluate(int batch);
   // The logits of the last Forward/Evaluate call ([batch, num_classes], backend memory).
@@ -78,6 +84,7 @@ class Model {
   std::vector<SampleShape> shapes_;  // shapes_[i] is the input of layer i; back() the output
   size_t num_params_ = 0;
   DeviceBuffer<float> params_, grads_;
+  std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
 
   int max_batch_ = 0;
   std::vector<DeviceBuffer<float>> owned_;  // activation and gradient storage

@@ -31,6 +31,13 @@ class Sgd {
   // w <- w - lr * v after v <- momentum * v + grad + wd * w (+ prox term).
   void Step();
   const SgdOptions& options() const { return options_; }
+  // True when the step is plain w -= lr * grad (no momentum, weight decay or active prox
+  // term): the trainer then fuses it into the backward pass (Model::ForwardBackwardSgd)
+  // and skips Step(). The velocity is then left as it is; with momentum 0 it is not state.
+  bool plain() const {
+    return options_.momentum == 0.0f && options_.weight_decay == 0.0f &&
+           !(has_anchor_ && options_.prox_mu != 0.0f);
+  }
   void set_lr(float lr) { options_.lr = lr; }
 
   // Sets the FedProx anchor w_global (host memory, num_params floats).

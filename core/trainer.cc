@@ -44,8 +44,14 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
     if (max_steps >= 0 && stats.steps >= max_steps) break;
     const int batch = static_cast<int>(std::min<size_t>(options_.batch_size, order.size() - first));
     model_->LoadBatch(data, order.data() + first, batch);
-    const auto r = model_->ForwardBackward(batch, SplitMix64(step_++));
-    sgd_.Step();
+    const uint64_t seed = SplitMix64(step_++);
+    Backend::LossResult r;
+    if (sgd_.plain()) {
+      r = model_->ForwardBackwardSgd(batch, seed, sgd_.options().lr);
+    } else {
+      r = model_->ForwardBackward(batch, seed);
+      sgd_.Step();
+    }
     loss_sum += r.loss_sum;
     correct += r.correct;
     stats.samples += batch;

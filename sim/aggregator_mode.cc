@@ -3,12 +3,13 @@
 //
 // Clients register at t = 0 (the engine opens round 1 when all have). A FitTask reaching a
 // client starts its training job; the job's result is sent at arrival + compute time
-// (local_epochs * samples / the client's speed). Jobs are run lazily, all pending ones at
-// once on the workers, when the first of them is due: every client of a round trains in
-// parallel, and since a job depends only on its task and the client's own state, the run
-// is the same whatever the thread count. With [sim] batched_clients the pending jobs train
-// in groups through the BatchedTrainer instead (RunPendingBatched), with the same results on
-// the CPU.
+// (local_epochs * samples / the client's speed). Jobs go to the workers in the background
+// as their tasks arrive (Workspaces::Serve), and the event loop waits for a job only when
+// its result is due, so the aggregator's handling of one result overlaps the training of
+// the next. Since a job depends only on its task and the client's own state, the run is
+// the same whatever the thread count or timing. With [sim] batched_clients jobs are run
+// lazily instead, all pending ones at once when the first is due, in groups through the
+// BatchedTrainer (RunPendingBatched), with the same results on the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -72,7 +73,12 @@ class AggregatorSim {
     uint64_t model_version = 0;
     uint64_t message_id = 0;  // of its FitResult, taken when the task arrived
     bool attack = false;
-    bool done = false;
+    bool done = false;  // batched path: set by RunPending
+    // Per-client path: the background job, the carry it trains with (taken when the task
+    // arrived) and whether Collect has put the carry back.
+    Workspaces::Ticket ticket;
+    FitCarry carry;
+    bool collected = false;
     Result<FitOutcome> outcome = Status::Internal("not run");
     // The FitResult through the wire codec, made on the worker that trained it (when the
     // outcome is a result): the client's encoding and the aggregator's decoding.
@@ -84,7 +90,12 @@ class AggregatorSim {
   void Handle(Outputs outputs);
   void OnClientMessage(const std::string& id, wire::Message message);
   void OnJobDue(const std::shared_ptr<Job>& job);
-  void RunPending();  // every job not yet run, on the workers
+  // Per-client path: takes the client's carry and submits the job to the workers.
+  void Submit(const std::shared_ptr<Job>& job);
+  // Per-client path: waits for the job and puts its carry back (once).
+  void Collect(Job& job);
+  void RunPending();  // batched path: every job not yet run
+  void PutCarry(uint64_t client, FitCarry carry);
   // On a worker, after the job's outcome is set: its FitResult through the wire codec.
   void TransmitResult(Job& job, const Model& worker);
   // The digest memo of the worker that holds `worker` (one per worker: Transmit's memo).
@@ -152,6 +163,7 @@ Status AggregatorSim::Init() {
   eo.update_codec = o_.codec;
   eo.downlink_codec = o_.downlink;
   eo.update_prediction = o_.update_prediction;
+  eo.report_update_params = false;  // no store to persist them in
   FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, StrategyOptionsFor(o_)));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
   ClientStateStoreOptions so_state;
@@ -317,15 +329,26 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
       !IsAvailable(o_, traits, task->round)) {
     return;  // drops out: never answers this task (counted as dropped at the close)
   }
-  if (busy_.contains(c)) RunPending();  // its carry must not be used twice at once
+  // Its carry must not be used twice at once.
+  if (auto it = busy_.find(c); it != busy_.end()) {
+    if (ctx_.batched != nullptr) {
+      RunPending();
+    } else {
+      Collect(*it->second);
+    }
+  }
   auto job = std::make_shared<Job>();
   job->client = c;
   job->task = std::move(*task);
   job->model_version = message.header.model_version;
   job->message_id = next_message_id_++;
   job->attack = traits.byzantine;
-  pending_.push_back(job);
   busy_[c] = job;
+  if (ctx_.batched != nullptr) {
+    pending_.push_back(job);
+  } else {
+    Submit(job);
+  }
   const double compute_s = static_cast<double>(o_.local_epochs) *
                            static_cast<double>(ctx_.data.SizeOf(c)) / traits.samples_per_s;
   net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnJobDue(job); });
@@ -347,6 +370,35 @@ FitContext AggregatorSim::ContextOf(const Job& job, Model* model, const Dataset*
   return fc;
 }
 
+void AggregatorSim::Submit(const std::shared_ptr<Job>& job) {
+  auto carry = TakeCarry(job->client);
+  if (!carry.ok()) return Fail(carry.status());
+  job->carry = std::move(*carry);
+  job->ticket = ctx_.workers.Submit([this, job](Model& model) {
+    const Dataset& data = ctx_.data.DataOf(job->client);
+    job->outcome = RunFitTask(ContextOf(*job, &model, &data), job->task, job->carry);
+    TransmitResult(*job, model);
+  });
+}
+
+void AggregatorSim::Collect(Job& job) {
+  if (job.collected || job.ticket == nullptr) return;
+  ctx_.workers.Wait(job.ticket);
+  job.collected = true;
+  ++ctx_.client_updates;
+  PutCarry(job.client, std::move(job.carry));
+}
+
+void AggregatorSim::PutCarry(uint64_t client, FitCarry carry) {
+  ClientState state;
+  state.velocity = std::move(carry.velocity);
+  if (carry.feedback) {
+    state.residual = carry.feedback->residual();
+    state.dgc_velocity = carry.feedback->velocity();
+  }
+  if (Status put = states_->Put(client, std::move(state)); !put.ok()) Fail(put);
+}
+
 void AggregatorSim::RunPending() {
   if (pending_.empty()) return;
   std::vector<std::shared_ptr<Job>> jobs;
@@ -360,29 +412,9 @@ void AggregatorSim::RunPending() {
     }
     carries[j] = std::move(*carry);
   }
-  if (ctx_.batched != nullptr) {
-    RunPendingBatched(jobs, carries);
-  } else {
-    Status s = ctx_.workers.Run(jobs.size(), [&](size_t j, Model& model) {
-      Job& job = *jobs[j];
-      const Dataset& data = ctx_.data.DataOf(job.client);
-      job.outcome = RunFitTask(ContextOf(job, &model, &data), job.task, carries[j]);
-      TransmitResult(job, model);
-      job.done = true;
-      return Status::OK();
-    });
-    if (!s.ok()) Fail(s);
-  }
+  RunPendingBatched(jobs, carries);
   ctx_.client_updates += jobs.size();
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    ClientState state;
-    state.velocity = std::move(carries[j].velocity);
-    if (carries[j].feedback) {
-      state.residual = carries[j].feedback->residual();
-      state.dgc_velocity = carries[j].feedback->velocity();
-    }
-    if (Status put = states_->Put(jobs[j]->client, std::move(state)); !put.ok()) Fail(put);
-  }
+  for (size_t j = 0; j < jobs.size(); ++j) PutCarry(jobs[j]->client, std::move(carries[j]));
 }
 
 void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& jobs,
@@ -486,8 +518,12 @@ Result<FitCarry> AggregatorSim::TakeCarry(uint64_t client) {
 }
 
 void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
-  if (!job->done) RunPending();
-  busy_.erase(job->client);
+  if (ctx_.batched != nullptr) {
+    if (!job->done) RunPending();
+  } else {
+    Collect(*job);
+  }
+  if (auto it = busy_.find(job->client); it != busy_.end() && it->second == job) busy_.erase(it);
   if (finished_ || !status_.ok()) return;
   if (!job->outcome.ok()) {
     Fail(job->outcome.status().WithContext("training " + SimClientId(job->client)));
@@ -528,7 +564,9 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
 
 Result<std::vector<float>> RunAggregatorMode(SimContext& ctx) {
   AggregatorSim sim(ctx);
-  return sim.Run();
+  Result<std::vector<float>> global = Status::Internal("the simulation did not run");
+  ctx.workers.Serve([&] { global = sim.Run(); });
+  return global;
 }
 
 }  // namespace fedmesh::sim_internal

@@ -100,7 +100,7 @@ class BatchedOps {
                                    double* loss_sum, int64_t* correct, int batch) = 0;
   // One fused SGD step (Backend::SgdStep) on each client whose active[b] != 0; an inactive
   // client's weights and velocity are left untouched. w_global (the FedProx anchors, same
-  // layout as w) may be null.
+  // layout as w) may be null, and so may velocity when p.momentum == 0.
   virtual void SgdStep(float* w, const float* grad, float* velocity, const float* w_global,
                        size_t n, int64_t stride, const SgdStepParams& p, const int32_t* active,
                        int batch) = 0;

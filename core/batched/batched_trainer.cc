@@ -245,6 +245,8 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
   const int64_t R_cap = rows_;
   const SgdStepParams sgd{options.sgd.lr, options.sgd.momentum, options.sgd.weight_decay,
                           options.sgd.prox_mu};
+  // Sgd::plain(): the step is fused into the backward pass, as the Trainer does.
+  const bool plain = sgd.momentum == 0.0f && sgd.weight_decay == 0.0f && !prox;
   const size_t L = stages_.size();
   const int threads = std::max(1, omp_get_num_procs());
 
@@ -337,16 +339,23 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
           case Kind::kFlatten:
             break;
           case Kind::kDense: {
-            const float* w = params_.data() + st.param_offset;
+            float* w = params_.data() + st.param_offset;
             float* dw = grads_.data() + st.param_offset;
-            // dy is zero in the padding rows (zero dlogits, propagated exactly).
-            ops.Gemm(true, false, st.out, st.in, R, 1.0f, dy, st.out, R_cap * st.out, acts_[i],
-                     st.in, R_cap * st.in, 0.0f, dw, st.in, stride, active, GemmRows::kK, dev_rows);
-            ops.BiasGrad(dy, R_cap * st.out, dw + static_cast<size_t>(st.out) * st.in, stride, R,
-                         st.out, active);
+            const size_t weights = static_cast<size_t>(st.out) * st.in;
+            // dx first: a plain step updates w below (Dense::BackwardSgd's order).
             if (dx != nullptr) {
               ops.Gemm(false, false, R, st.in, st.out, 1.0f, dy, st.out, R_cap * st.out, w, st.in,
                        stride, 0.0f, dx, st.in, R_cap * st.in, active, GemmRows::kM, dev_rows);
+            }
+            // dy is zero in the padding rows (zero dlogits, propagated exactly). A plain step
+            // accumulates -lr * dW straight into w, as Dense::BackwardSgd does.
+            ops.Gemm(true, false, st.out, st.in, R, plain ? -sgd.lr : 1.0f, dy, st.out,
+                     R_cap * st.out, acts_[i], st.in, R_cap * st.in, plain ? 1.0f : 0.0f,
+                     plain ? w : dw, st.in, stride, active, GemmRows::kK, dev_rows);
+            ops.BiasGrad(dy, R_cap * st.out, dw + weights, stride, R, st.out, active);
+            if (plain) {
+              ops.SgdStep(w + weights, dw + weights, /*velocity=*/nullptr, nullptr, st.out, stride,
+                          sgd, dev_rows, active);
             }
             break;
           }
@@ -364,8 +373,10 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
             break;
         }
       }
-      ops.SgdStep(params_.data(), grads_.data(), velocity_.data(), prox ? anchor_.data() : nullptr,
-                  P, stride, sgd, dev_rows, active);
+      if (!plain) {
+        ops.SgdStep(params_.data(), grads_.data(), velocity_.data(),
+                    prox ? anchor_.data() : nullptr, P, stride, sgd, dev_rows, active);
+      }
     }
     if (clock != nullptr) {
       FM_RETURN_IF_ERROR(ops.Synchronize());  // queued kernels count in the epoch's time

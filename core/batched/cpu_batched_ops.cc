@@ -142,7 +142,8 @@ void CpuBatchedOps::SgdStep(float* w, const float* grad, float* velocity, const 
                             int batch) {
   ForClients(batch, [&](int b) {
     if (active[b] == 0) return;
-    backend_.SgdStep(w + b * stride, grad + b * stride, velocity + b * stride,
+    backend_.SgdStep(w + b * stride, grad + b * stride,
+                     velocity != nullptr ? velocity + b * stride : nullptr,
                      w_global != nullptr ? w_global + b * stride : nullptr, n, p);
   });
 }

@@ -342,6 +342,15 @@ template <bool kProx>
 void SgdStepKernel(float* __restrict w, const float* __restrict grad, float* __restrict velocity,
                    const float* __restrict w_global, size_t n, float lr, float mom, float wd,
                    float mu) {
+  if (velocity == nullptr) {  // momentum 0, no velocity kept: v = d
+#pragma omp parallel for simd if (Parallel(n))
+    for (size_t i = 0; i < n; ++i) {
+      float d = grad[i] + wd * w[i];
+      if constexpr (kProx) d += mu * (w[i] - w_global[i]);
+      w[i] -= lr * d;
+    }
+    return;
+  }
 #pragma omp parallel for simd if (Parallel(n))
   for (size_t i = 0; i < n; ++i) {
     float d = grad[i] + wd * w[i];
@@ -356,6 +365,7 @@ void SgdStepKernel(float* __restrict w, const float* __restrict grad, float* __r
 
 void CpuBackend::SgdStep(float* w, const float* grad, float* velocity, const float* w_global,
                          size_t n, const SgdStepParams& p) {
+  FM_CHECK(velocity != nullptr || p.momentum == 0.0f);
   if (w_global != nullptr && p.prox_mu != 0.0f) {
     SgdStepKernel<true>(w, grad, velocity, w_global, n, p.lr, p.momentum, p.weight_decay, p.prox_mu);
   } else {

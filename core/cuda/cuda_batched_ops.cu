@@ -134,7 +134,8 @@ __global__ void SgdKernel(float* w, const float* grad, float* velocity, const fl
     const int64_t b = i / n;
     if (active[b] == 0) continue;
     const int64_t at = b * stride + i % n;
-    kmath::SgdElement(&w[at], grad[at], &velocity[at], prox ? w_global[at] : 0.0f, prox, p);
+    kmath::SgdElement(&w[at], grad[at], velocity != nullptr ? &velocity[at] : nullptr,
+                      prox ? w_global[at] : 0.0f, prox, p);
   }
 }
 

@@ -162,7 +162,8 @@ __global__ void SgdStepKernel(float* w, const float* grad, float* velocity, cons
                               int64_t n, SgdStepParams p) {
   const bool prox = w_global != nullptr && p.prox_mu != 0.0f;
   FM_GRID_LOOP(i, n) {
-    kmath::SgdElement(&w[i], grad[i], &velocity[i], prox ? w_global[i] : 0.0f, prox, p);
+    kmath::SgdElement(&w[i], grad[i], velocity != nullptr ? &velocity[i] : nullptr,
+                      prox ? w_global[i] : 0.0f, prox, p);
   }
 }
 

@@ -18,13 +18,13 @@
 namespace fedmesh::kmath {
 
 // SGD with momentum, weight decay and the FedProx term for one coordinate (SgdStepParams).
-// `w_global` is read only when `prox`.
+// `w_global` is read only when `prox`; `velocity` may be null when p.momentum == 0.
 FM_HD inline void SgdElement(float* w, float grad, float* velocity, float w_global, bool prox,
                              const SgdStepParams& p) {
   float d = grad + p.weight_decay * *w;
   if (prox) d += p.prox_mu * (*w - w_global);
-  const float v = p.momentum * *velocity + d;
-  *velocity = v;
+  const float v = velocity != nullptr ? p.momentum * *velocity + d : d;
+  if (velocity != nullptr) *velocity = v;
   *w -= p.lr * v;
 }
 

@@ -48,4 +48,13 @@ void Dense::Backward(Backend& be, const float* x, const float*, const float* dy,
   if (dx != nullptr) be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
 }
 
+bool Dense::BackwardSgd(Backend& be, const float* x, const float*, const float* dy, float* dx,
+                        int batch, float lr) {
+  if (dx != nullptr) be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
+  be.Gemm(true, false, out_, in_, batch, -lr, dy, out_, x, in_, 1.0f, w_, in_);
+  be.BiasGrad(dy, db_, batch, out_);
+  be.SgdStep(b_, db_, /*velocity=*/nullptr, nullptr, out_, SgdStepParams{.lr = lr});
+  return true;
+}
+
 }  // namespace fedmesh

@@ -18,6 +18,10 @@ class Dense final : public Layer {
                uint64_t seed) override;
   void Backward(Backend& be, const float* x, const float* y, const float* dy, float* dx,
                 int batch) override;
+  // The weight-gradient GEMM accumulates -lr * dy^T x straight into W (beta = 1), so the
+  // [out, in] gradient is never written, zeroed or re-read.
+  bool BackwardSgd(Backend& be, const float* x, const float* y, const float* dy, float* dx,
+                   int batch, float lr) override;
 
  private:
   int in_ = 0;

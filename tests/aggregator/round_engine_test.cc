@@ -1189,6 +1189,36 @@ TEST(RoundEngineCodec, CodedUpdatesAreDecodedAddedToTheGlobalAndCounted) {
   EXPECT_NE(accepted[0].params[3], 1.5f);                   // int8 is lossy
 }
 
+// The simulator keeps no store: with report_update_params off, UpdateAccepted leaves the
+// weights out and nothing else changes.
+TEST(RoundEngineCodec, UpdateAcceptedCanLeaveTheWeightsOut) {
+  const std::vector<float> global(1000, 0.5f);
+  std::vector<float> closed_global[2];
+  for (bool report : {true, false}) {
+    RoundEngineOptions o = TwoNodes();
+    o.report_update_params = report;
+    Harness h(o, global);
+    h.Register("a", 100);
+    h.Register("b", 300);
+    h.Deliver("a", CodedResult(h, "a", wire::FloatPayload(SparseDelta(1000, 0.1f))));
+    h.Deliver("b", CodedResult(h, "b", wire::FloatPayload(SparseDelta(1000, -0.3f))));
+    auto accepted = h.Events<RoundEngine::UpdateAccepted>();
+    ASSERT_EQ(accepted.size(), 2u);
+    for (const auto& a : accepted) {
+      EXPECT_EQ(a.params.size(), report ? global.size() : 0u);
+      EXPECT_EQ(a.num_examples, a.node_id == "a" ? 100u : 300u);
+    }
+    if (report) {
+      EXPECT_FLOAT_EQ(accepted[0].params[3], 0.6f);  // 0.5 + a's 0.1 at index 3
+    }
+    auto closed = h.Events<RoundEngine::RoundClosed>();
+    ASSERT_EQ(closed.size(), 1u);
+    closed_global[report ? 0 : 1] = closed[0].global;
+  }
+  EXPECT_EQ(closed_global[0], closed_global[1]);
+  EXPECT_NE(closed_global[0], global);
+}
+
 TEST(RoundEngineCodec, PrescribedCodecIsSentAndEnforced) {
   RoundEngineOptions o = TwoNodes();
   o.update_codec = "topk:0.1|int8";
