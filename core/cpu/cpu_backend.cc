@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/kernel_math.h"
@@ -52,6 +53,22 @@ void CpuBackend::Fill(float* x, size_t n, float value) { std::fill(x, x + n, val
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                       const float* a, int lda, const float* b, int ldb, float beta, float* c,
                       int ldc) {
+  // A dense layer's forward pass, x[m,k] * W[n,k]^T with few rows and a large W: OpenBLAS
+  // packs W, the big operand, with a 16-wide transposing copy. As C^T = W * x^T it packs W
+  // on the other side, a 4-wide copy: 10-14% less time for 32 x 784 -> 256, the mlp's first
+  // layer (bench/dense_gemm.cc). The [n, m] product is transposed into C afterwards.
+  if (!trans_a && trans_b && beta == 0.0f && m <= 64 && n >= 4 * m && k >= 128) {
+    // Per thread, not per instance: CpuBatchedOps calls one backend from all its threads.
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(m) * n);
+    float* t = scratch.data();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, alpha, b, ldb, a, lda, 0.0f, t, m);
+    for (int i = 0; i < m; ++i) {
+      float* row = c + static_cast<size_t>(i) * ldc;
+      for (int j = 0; j < n; ++j) row[j] = t[static_cast<size_t>(j) * m + i];
+    }
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

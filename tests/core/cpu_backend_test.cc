@@ -41,6 +41,26 @@ TEST_P(CpuBackendTest, GemmAllTransposesMatchReference) {
   }
 }
 
+// A dense layer's forward shape (few rows, a large W, beta 0) takes the transposed-product
+// path; with padded leading dimensions, and twice so the scratch is reused.
+TEST_P(CpuBackendTest, GemmWideTransposedBMatchesReference) {
+  const int m = 32, n = 256, k = 784, lda = k + 3, ldb = k + 5, ldc = n + 7;
+  auto a = RandomVector(size_t(m) * lda, 4), b = RandomVector(size_t(n) * ldb, 5);
+  std::vector<float> ref(size_t(m) * ldc, -1.0f);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int p = 0; p < k; ++p) s += double(a[size_t(i) * lda + p]) * b[size_t(j) * ldb + p];
+      ref[size_t(i) * ldc + j] = static_cast<float>(-0.75 * s);
+    }
+  }
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<float> c(size_t(m) * ldc, -1.0f);  // the padding columns stay -1
+    be_.Gemm(false, true, m, n, k, -0.75f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), ldc);
+    for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c[i], ref[i], 1e-3) << rep << " at " << i;
+  }
+}
+
 // Col2Im is the adjoint of Im2Col: <Im2Col(x), c> == <x, Col2Im(c)> for all x, c.
 TEST_P(CpuBackendTest, Col2ImIsAdjointOfIm2Col) {
   WindowGeometry g;
