@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 threads=${THREADS:-2}
 sim_rounds=${SIM_ROUNDS:-20}
-torch_rounds=${TORCH_ROUNDS:-5}
+torch_rounds=${TORCH_ROUNDS:-10}
 flower_rounds=${FLOWER_ROUNDS:-3}
 sim=${SIM:-$root/build/bin/fedmesh-sim}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
