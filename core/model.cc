@@ -175,25 +175,24 @@ void Model::Forward(int batch, bool training, uint64_t seed) {
   }
 }
 
-Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
+Backend::LossResult Model::ForwardWithLossGradient(int batch, uint64_t seed) {
   FM_CHECK_LE(batch, max_batch_);
   Forward(batch, /*training=*/true, seed);
   const size_t L = layers_.size();
-  auto loss = backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_,
-                                            dacts_[L]);
-  for (size_t i = L; i-- > 0;) {
+  return backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_, dacts_[L]);
+}
+
+Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
+  const auto loss = ForwardWithLossGradient(batch, seed);
+  for (size_t i = layers_.size(); i-- > 0;) {
     layers_[i]->Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
   }
   return loss;
 }
 
 Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr) {
-  FM_CHECK_LE(batch, max_batch_);
-  Forward(batch, /*training=*/true, seed);
-  const size_t L = layers_.size();
-  auto loss = backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_,
-                                            dacts_[L]);
-  for (size_t i = L; i-- > 0;) {
+  const auto loss = ForwardWithLossGradient(batch, seed);
+  for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
     if (layer.BackwardSgd(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch, lr)) {
       continue;

@@ -75,6 +75,8 @@ class Model {
  private:
   Model() = default;
   void Forward(int batch, bool training, uint64_t seed);
+  // The training forward pass and the loss, with d loss / d logits in dacts_.back().
+  Backend::LossResult ForwardWithLossGradient(int batch, uint64_t seed);
 
   std::string name_;
   Backend* backend_ = nullptr;
