@@ -23,6 +23,13 @@ struct SgdOptions {
 
 Status ValidateSgdOptions(const SgdOptions& o);
 
+// True when a step with these options is plain w -= lr * grad: no momentum, no weight
+// decay and no prox term in effect (prox_anchored: an anchor is set). Trainers then fuse
+// the step into the backward pass (Model::ForwardBackwardSgd, the BatchedTrainer).
+inline bool IsPlainSgd(const SgdOptions& o, bool prox_anchored) {
+  return o.momentum == 0.0f && o.weight_decay == 0.0f && !(prox_anchored && o.prox_mu != 0.0f);
+}
+
 class Sgd {
  public:
   // REQUIRES: ValidateSgdOptions(options).ok().
@@ -34,10 +41,7 @@ class Sgd {
   // True when the step is plain w -= lr * grad (no momentum, weight decay or active prox
   // term): the trainer then fuses it into the backward pass (Model::ForwardBackwardSgd)
   // and skips Step(). The velocity is then left as it is; with momentum 0 it is not state.
-  bool plain() const {
-    return options_.momentum == 0.0f && options_.weight_decay == 0.0f &&
-           !(has_anchor_ && options_.prox_mu != 0.0f);
-  }
+  bool plain() const { return IsPlainSgd(options_, has_anchor_); }
   void set_lr(float lr) { options_.lr = lr; }
 
   // Sets the FedProx anchor w_global (host memory, num_params floats).

@@ -8,6 +8,7 @@
 
 #include "core/layers/activations.h"
 #include "core/layers/dense.h"
+#include "core/sgd.h"
 
 namespace fedmesh {
 namespace {
@@ -245,8 +246,8 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
   const int64_t R_cap = rows_;
   const SgdStepParams sgd{options.sgd.lr, options.sgd.momentum, options.sgd.weight_decay,
                           options.sgd.prox_mu};
-  // Sgd::plain(): the step is fused into the backward pass, as the Trainer does.
-  const bool plain = sgd.momentum == 0.0f && sgd.weight_decay == 0.0f && !prox;
+  // The step is fused into the backward pass, as the Trainer does (Sgd::plain()).
+  const bool plain = IsPlainSgd(options.sgd, prox);
   const size_t L = stages_.size();
   const int threads = std::max(1, omp_get_num_procs());
 
