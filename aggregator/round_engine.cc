@@ -688,6 +688,8 @@ wire::FitTask RoundEngine::BuildFitTask() {
     task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
   }
   task.update_codec = options_.update_codec;
+  task.model_sha256 = options_.model_sha256;
+  task.model_graph = options_.model_graph;
   task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
   task.learning_rate = options_.learning_rate;

@@ -96,6 +96,10 @@ struct RoundEngineOptions {
   // RegisterAck::heartbeat_interval_ms: how often nodes send a Heartbeat. The engine does
   // not track liveness itself; the driver calls OnDisconnect. Default: 5,000. Must be >= 1.
   uint64_t heartbeat_interval_ms = 5000;
+  // A graph model's architecture, sent in every FitTask (FitTask::model_sha256 and
+  // model_graph) so sites need no model file. Default: empty (a built-in model).
+  std::string model_sha256;
+  std::string model_graph;
   // Codec chain (core/codec/codec.h) every node must encode its update with, sent as
   // FitTask::update_codec; an update in another chain is rejected. Default: empty, each
   // node uses its own configured chain and the engine decodes whatever valid chain comes.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/graph/graph_model.h"
 
 namespace fedmesh {
 
@@ -33,8 +34,11 @@ Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
                                    ShapeToString(shape) + " but the data has " +
                                    std::to_string(num_classes) + " classes");
   }
+  m->num_trainable_ = m->num_params_;
   m->params_ = DeviceBuffer<float>(backend, m->num_params_);
   m->grads_ = DeviceBuffer<float>(backend, m->num_params_);
+  m->params_ptr_ = m->params_.data();
+  m->grads_ptr_ = m->grads_.data();
   backend->Fill(m->grads_.data(), m->num_params_, 0.0f);
   size_t offset = 0;
   for (auto& layer : m->layers_) {
@@ -45,7 +49,62 @@ Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
   return m;
 }
 
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::CreateFromGraph(std::string name, Backend* backend,
+                                                      graph::Graph g) {
+  if (g.inputs.empty() || g.outputs.empty())
+    return Status::InvalidArgument("model '" + name + "' needs an input and an output");
+  FM_ASSIGN_OR_RETURN(auto gm, graph::GraphModel::Create(std::move(g), backend));
+  std::unique_ptr<Model> m(new Model());
+  m->name_ = std::move(name);
+  m->backend_ = backend;
+  const graph::Graph& gr = gm->graph();
+  for (size_t k = 1; k < gr.inputs[0].dims.size(); ++k) {
+    const int64_t d = gr.inputs[0].dims[k];
+    if (d <= 0)
+      return Status::InvalidArgument("model '" + m->name_ + "': input '" + gr.inputs[0].name +
+                                     "' has a dynamic dimension besides the batch (" +
+                                     graph::DimsToString(gr.inputs[0].dims) + ")");
+    m->input_shape_.push_back(static_cast<int>(d));
+  }
+  FM_RETURN_IF_ERROR(gm->Plan(1).WithContext("model '" + m->name_ + "'"));
+  const graph::Dims& out = gm->output_dims_for(0, 1);
+  if (out.size() > 2 || out.empty() || out[0] != 1)
+    return Status::InvalidArgument("model '" + m->name_ + "': output '" + gr.outputs[0].name +
+                                   "' is " + graph::DimsToString(out) +
+                                   " for one sample; fedmesh trains outputs of shape [N, C] or [N]");
+  m->num_classes_ = out.size() == 2 ? static_cast<int>(out[1]) : 1;
+  m->num_params_ = gm->num_flat();
+  m->num_trainable_ = gm->num_trainable();
+  m->params_ptr_ = gm->params();
+  m->grads_ptr_ = gm->grads();
+  m->initial_params_.assign(gm->params(), gm->params() + gm->num_flat());
+  m->graph_ = std::move(gm);
+  return m;
+}
+
+const float* Model::logits() const { return graph_ ? graph_->output(0) : acts_.back(); }
+
+bool Model::GraphForward(int batch, bool training, uint64_t seed) {
+  Status s = graph_->Forward(batch, training, seed);
+  if (!s.ok() && status_.ok()) status_ = s.WithContext("model '" + name_ + "'");
+  return s.ok();
+}
+
+Backend::LossResult Model::GraphLoss(int batch, bool with_gradient) {
+  return backend_->SoftmaxCrossEntropy(graph_->output(0), labels_.data(), batch, num_classes_,
+                                       with_gradient ? graph_->output_grad(0) : nullptr);
+}
+
 std::string Model::Summary() const {
+  if (graph_) {
+    std::string s = name_ + ": graph " + graph_->hash().substr(0, 16) + ", input " +
+                    ShapeToString(input_shape_) + ", " + std::to_string(graph_->num_trainable()) +
+                    " parameters + " + std::to_string(graph_->num_state()) + " state values\n";
+    for (const auto& n : graph_->graph().nodes) s += "  " + n.op_type + " " + n.name + "\n";
+    return s;
+  }
   std::string s = name_ + ": input " + ShapeToString(input_shape_) + ", " +
                   std::to_string(num_params_) + " parameters\n";
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -56,6 +115,10 @@ std::string Model::Summary() const {
 }
 
 void Model::InitParams(uint64_t seed) {
+  if (graph_) {  // the imported initializers are the initial model, whatever the seed
+    backend_->CopyFromHost(params_ptr_, initial_params_.data(), initial_params_.size() * sizeof(float));
+    return;
+  }
   Rng rng(seed);
   std::vector<float> host(num_params_);
   size_t offset = 0;
@@ -68,13 +131,13 @@ void Model::InitParams(uint64_t seed) {
 
 std::vector<float> Model::GetParams() const {
   std::vector<float> out(num_params_);
-  backend_->CopyToHost(out.data(), params_.data(), out.size() * sizeof(float));
+  backend_->CopyToHost(out.data(), params_ptr_, out.size() * sizeof(float));
   return out;
 }
 
 std::vector<float> Model::GetGrads() const {
   std::vector<float> out(num_params_);
-  backend_->CopyToHost(out.data(), grads_.data(), out.size() * sizeof(float));
+  backend_->CopyToHost(out.data(), grads_ptr_, out.size() * sizeof(float));
   return out;
 }
 
@@ -88,7 +151,7 @@ Status Model::SetParams(std::span<const float> values) {
       return Status::InvalidArgument("parameter " + std::to_string(i) + " is not finite");
     }
   }
-  backend_->CopyFromHost(params_.data(), values.data(), values.size() * sizeof(float));
+  backend_->CopyFromHost(params_ptr_, values.data(), values.size() * sizeof(float));
   return Status::OK();
 }
 
@@ -96,6 +159,15 @@ void Model::Reserve(int max_batch) {
   FM_CHECK_GT(max_batch, 0);
   if (max_batch <= max_batch_) return;
   max_batch_ = max_batch;
+  if (graph_) {
+    // Shapes were checked for one sample at creation; a graph whose shapes hold for one
+    // sample but not for a batch (a Reshape to a fixed batch) is a programmer-visible bug.
+    const Status s = graph_->Plan(max_batch);
+    FM_CHECK(s.ok());
+    labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
+    staging_labels_.resize(max_batch);
+    return;
+  }
   owned_.clear();
   const size_t L = layers_.size();
   auto alloc = [&](size_t floats) {
@@ -128,7 +200,11 @@ void Model::Reserve(int max_batch) {
 }
 
 Status Model::CheckCompatible(const Dataset& data) const {
-  if (data.sample_shape != input_shape_ && !(input_shape_.size() == 1 &&
+  // A graph model takes its input as the file declares it (NCHW images): the data's
+  // samples must hold as many values; single-channel HWC and CHW are the same bytes.
+  const bool same_size = data.sample_size() == ShapeSize(input_shape_);
+  if (data.sample_shape != input_shape_ && !((graph_ || input_shape_.size() == 1) && same_size) &&
+      !(input_shape_.size() == 1 &&
                                              data.sample_size() == ShapeSize(input_shape_))) {
     return Status::InvalidArgument("data samples have shape " + ShapeToString(data.sample_shape) +
                                    " but model '" + name_ + "' expects " +
@@ -151,6 +227,16 @@ Status Model::CheckCompatible(const Dataset& data) const {
 void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
+  if (graph_) {
+    FM_CHECK(graph_->Plan(batch).ok());
+    float* in = graph_->input(0, batch);
+    for (int i = 0; i < batch; ++i) {
+      std::memcpy(in + i * s, data.sample(indices[i]), s * sizeof(float));
+      staging_labels_[i] = data.labels[indices[i]];
+    }
+    backend_->CopyFromHost(labels_.data(), staging_labels_.data(), batch * sizeof(int32_t));
+    return;
+  }
   // Gathered straight into the input on a host-memory backend; staged for a device.
   float* dst = backend_->host_memory() ? acts_[0] : staging_.data();
   for (int i = 0; i < batch; ++i) {
@@ -164,7 +250,9 @@ void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
 void Model::LoadContiguousBatch(const Dataset& data, size_t first, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
-  backend_->CopyFromHost(acts_[0], data.sample(first), s * batch * sizeof(float));
+  if (graph_) FM_CHECK(graph_->Plan(batch).ok());
+  backend_->CopyFromHost(graph_ ? graph_->input(0, batch) : acts_[0], data.sample(first),
+                         s * batch * sizeof(float));
   backend_->CopyFromHost(labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
 }
 
@@ -177,6 +265,10 @@ void Model::Forward(int batch, bool training, uint64_t seed) {
 
 Backend::LossResult Model::ForwardWithLossGradient(int batch, uint64_t seed) {
   FM_CHECK_LE(batch, max_batch_);
+  if (graph_) {
+    if (!GraphForward(batch, /*training=*/true, seed)) return {NAN, 0};
+    return GraphLoss(batch, /*with_gradient=*/true);
+  }
   Forward(batch, /*training=*/true, seed);
   const size_t L = layers_.size();
   return backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_, dacts_[L]);
@@ -184,6 +276,11 @@ Backend::LossResult Model::ForwardWithLossGradient(int batch, uint64_t seed) {
 
 Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
   const auto loss = ForwardWithLossGradient(batch, seed);
+  if (graph_) {
+    if (std::isnan(loss.loss_sum) && !status_.ok()) return loss;
+    graph_->Backward();
+    return loss;
+  }
   for (size_t i = layers_.size(); i-- > 0;) {
     layers_[i]->Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
   }
@@ -191,6 +288,13 @@ Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
 }
 
 Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr) {
+  if (graph_) {
+    const auto loss = ForwardBackward(batch, seed);
+    if (status_.ok())
+      backend_->SgdStep(params_ptr_, grads_ptr_, /*velocity=*/nullptr, nullptr, num_trainable_,
+                        SgdStepParams{.lr = lr});
+    return loss;
+  }
   const auto loss = ForwardWithLossGradient(batch, seed);
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = *layers_[i];
@@ -208,6 +312,10 @@ Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr
 
 Backend::LossResult Model::Evaluate(int batch) {
   FM_CHECK_LE(batch, max_batch_);
+  if (graph_) {
+    if (!GraphForward(batch, /*training=*/false, 0)) return {NAN, 0};
+    return GraphLoss(batch, /*with_gradient=*/false);
+  }
   Forward(batch, /*training=*/false, 0);
   return backend_->SoftmaxCrossEntropy(acts_.back(), labels_.data(), batch, num_classes_,
                                        nullptr);

@@ -1,4 +1,5 @@
-// Model: a sequential stack of layers whose parameters live in ONE contiguous float32
+// Model: a sequential stack of layers, or a graph (an imported ONNX model, see
+// core/graph/graph_model.h), whose parameters live in ONE contiguous float32
 // buffer and whose gradients live in another, both in backend memory. Everything that
 // moves or combines models (updates, averaging, codecs, checkpoints) works on that flat
 // vector. The model owns the activation buffers for batches up to Reserve()'s size, the
@@ -18,6 +19,11 @@
 
 namespace fedmesh {
 
+namespace graph {
+struct Graph;
+class GraphModel;
+}  // namespace graph
+
 class Model {
  public:
   // Configures every layer in order against `input_shape`; fails with the offending
@@ -26,7 +32,23 @@ class Model {
                                                SampleShape input_shape, int num_classes,
                                                std::vector<std::unique_ptr<Layer>> layers);
 
+  // A model that runs `g` (its initializers are the initial parameters). The graph's
+  // first input is the sample batch and its first output [N, classes] the logits.
+  // Fails naming the node for an unsupported op or shapes that do not hold.
+  static Result<std::unique_ptr<Model>> CreateFromGraph(std::string name, Backend* backend,
+                                                        graph::Graph g);
+  ~Model();
+
   const std::string& name() const { return name_; }
+  // The graph executor of a graph model, else null.
+  graph::GraphModel* graph_model() { return graph_.get(); }
+  const graph::GraphModel* graph_model() const { return graph_.get(); }
+  // Parameters optimizers step: all of them, except a graph model's state (BatchNorm
+  // running statistics), which ends the flat vector and travels with it.
+  size_t num_trainable() const { return num_trainable_; }
+  // OK, or the first error a graph model's forward pass met (an embedding index out of
+  // range in the data); losses of failed passes are NaN.
+  const Status& status() const { return status_; }
   const SampleShape& input_shape() const { return input_shape_; }
   int num_classes() const { return num_classes_; }
   size_t num_params() const { return num_params_; }
@@ -36,10 +58,10 @@ class Model {
   std::string Summary() const;
 
   // The flat buffers, in backend memory.
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  const float* grads() const { return grads_.data(); }
+  float* params() { return params_ptr_; }
+  const float* params() const { return params_ptr_; }
+  float* grads() { return grads_ptr_; }
+  const float* grads() const { return grads_ptr_; }
 
   // Deterministic initialisation: the same seed gives the same parameters everywhere.
   void InitParams(uint64_t seed);
@@ -70,7 +92,7 @@ class Model {
   // Forward only, in inference mode (dropout off).
   Backend::LossResult Evaluate(int batch);
   // The logits of the last Forward/Evaluate call ([batch, num_classes], backend memory).
-  const float* logits() const { return acts_.back(); }
+  const float* logits() const;
 
  private:
   Model() = default;
@@ -84,8 +106,17 @@ class Model {
   int num_classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<SampleShape> shapes_;  // shapes_[i] is the input of layer i; back() the output
-  size_t num_params_ = 0;
+  // Graph models: the loss over the graph's output 0 after a forward pass.
+  Backend::LossResult GraphLoss(int batch, bool with_gradient);
+  bool GraphForward(int batch, bool training, uint64_t seed);
+
+  size_t num_params_ = 0, num_trainable_ = 0;
   DeviceBuffer<float> params_, grads_;
+  float* params_ptr_ = nullptr;  // params_ or the graph's flat buffer
+  float* grads_ptr_ = nullptr;
+  std::unique_ptr<graph::GraphModel> graph_;
+  std::vector<float> initial_params_;  // a graph model's initializers, for InitParams
+  Status status_;
   std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
 
   int max_batch_ = 0;

@@ -1,9 +1,11 @@
 #include "core/model_zoo.h"
 
+#include "core/graph/graph.h"
 #include "core/layers/activations.h"
 #include "core/layers/conv2d.h"
 #include "core/layers/dense.h"
 #include "core/layers/max_pool2d.h"
+#include "core/onnx/onnx_reader.h"
 
 namespace fedmesh {
 
@@ -12,17 +14,40 @@ const std::vector<std::string>& KnownModelNames() {
   return kNames;
 }
 
+bool IsOnnxModelName(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".onnx") == 0;
+}
+
+Status CheckOnnxModelFile(const std::string& path) {
+  if (path.empty()) return Status::OK();
+  if (!IsOnnxModelName(path))
+    return Status::InvalidArgument("'" + path + "' does not end in .onnx");
+  auto backend = MakeCpuBackend(1);
+  ModelSpec spec;
+  spec.name = path;
+  return BuildModel(spec, backend.get()).status();
+}
+
 Status ValidateModelName(const std::string& name) {
+  if (IsOnnxModelName(name)) return Status::OK();
   for (const auto& n : KnownModelNames()) {
     if (n == name) return Status::OK();
   }
   std::string known;
   for (const auto& n : KnownModelNames()) known += (known.empty() ? "" : ", ") + n;
-  return Status::InvalidArgument("unknown model '" + name + "'; known models: " + known);
+  return Status::InvalidArgument("unknown model '" + name + "'; known models: " + known +
+                                 ", or the path of an .onnx file");
 }
 
 Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend) {
   FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
+  if (IsOnnxModelName(spec.name)) {
+    auto g = onnx::ReadOnnxFile(spec.name);
+    if (!g.ok()) return Status::InvalidArgument(g.status().message());
+    auto m = Model::CreateFromGraph(spec.name, backend, std::move(*g));
+    if (!m.ok()) return Status::InvalidArgument(spec.name + ": " + m.status().message());
+    return m;
+  }
   if (spec.num_classes < 2) {
     return Status::InvalidArgument("a classifier needs at least 2 classes, got " +
                                    std::to_string(spec.num_classes));

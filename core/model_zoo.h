@@ -14,7 +14,9 @@
 namespace fedmesh {
 
 struct ModelSpec {
-  std::string name = "mlp";       // logreg | mlp | cnn
+  // logreg | mlp | cnn, or the path of an ONNX file (a name ending in ".onnx"): the
+  // model torch.onnx.export wrote, with its initializers as the initial weights.
+  std::string name = "mlp";
   SampleShape input_shape = {28, 28, 1};
   int num_classes = 10;
   std::vector<int> hidden = {256};  // mlp hidden layer sizes (ignored by logreg and cnn)
@@ -24,11 +26,19 @@ struct ModelSpec {
 // The names BuildModel accepts, for error messages and --help.
 const std::vector<std::string>& KnownModelNames();
 
-// OK if BuildModel knows `name`; otherwise the error lists the known names.
+// OK if BuildModel knows `name` or it names an .onnx file; otherwise the error lists the
+// known names. Does not open the file.
 Status ValidateModelName(const std::string& name);
+// True when `name` is an ONNX model path rather than a built-in name.
+bool IsOnnxModelName(const std::string& name);
+// OK for an empty path; otherwise reads and checks the ONNX file (parse, supported ops,
+// finite weights, shapes for one sample) so a bad model fails at config load, not later.
+Status CheckOnnxModelFile(const std::string& path);
 
 // Builds (but does not initialise) the model; unknown names or shapes that do not fit
-// (e.g. cnn on tabular data) fail with a sentence naming the problem.
+// (e.g. cnn on tabular data) fail with a sentence naming the problem. An ONNX model is
+// read from its file (spec.input_shape / num_classes are ignored: the file declares
+// them) and fails with InvalidArgument naming the file and node for bad content.
 Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend);
 
 }  // namespace fedmesh

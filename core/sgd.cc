@@ -36,7 +36,7 @@ Sgd::Sgd(Model* model, const SgdOptions& options)
 void Sgd::Step() {
   SgdStepParams p{options_.lr, options_.momentum, options_.weight_decay, options_.prox_mu};
   model_->backend().SgdStep(model_->params(), model_->grads(), velocity_.data(),
-                            has_anchor_ ? anchor_.data() : nullptr, model_->num_params(), p);
+                            has_anchor_ ? anchor_.data() : nullptr, model_->num_trainable(), p);
 }
 
 Status Sgd::SetProxAnchor(std::span<const float> w_global) {

@@ -63,6 +63,7 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
   stats.mean_loss = stats.samples ? loss_sum / stats.samples : 0.0;
   stats.train_accuracy = stats.samples ? double(correct) / stats.samples : 0.0;
   stats.samples_per_s = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
+  FM_RETURN_IF_ERROR(model_->status());
   return stats;
 }
 
@@ -83,6 +84,7 @@ Result<EvalStats> Trainer::Evaluate(const Dataset& data) {
   stats.samples = static_cast<int64_t>(data.size());
   stats.loss = loss_sum / stats.samples;
   stats.accuracy = double(correct) / stats.samples;
+  FM_RETURN_IF_ERROR(model_->status());
   return stats;
 }
 

@@ -1,5 +1,8 @@
 #include "node/aggregator_service.h"
 
+#include "core/graph/graph_model.h"
+#include "core/onnx/onnx_writer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -84,6 +87,13 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
   s->backend_ = MakeCpuBackend(s->options_.eval_threads);
   FM_ASSIGN_OR_RETURN(s->model_, BuildModel(spec, s->backend_.get()));
+  if (const graph::GraphModel* g = s->model_->graph_model()) {
+    // Sites build the model from the FitTask, so they need no model file.
+    FM_ASSIGN_OR_RETURN(s->config_.rounds.model_graph, onnx::SerializeArchitecture(g->graph()));
+    s->config_.rounds.model_sha256 = g->hash();
+    spdlog::info("model {}: graph sha256 {}, {} trainable parameters + {} state values",
+                 spec.name, g->hash(), g->num_trainable(), g->num_state());
+  }
   if (s->eval_data_) {
     FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_).WithContext("[eval] dataset"));
     TrainerOptions topt;

@@ -13,6 +13,8 @@
 #include "core/codec/payload.h"
 #include "core/data/data_source.h"
 #include "core/data/partition.h"
+#include "core/graph/graph_model.h"
+#include "core/onnx/onnx_reader.h"
 #include "core/json_line.h"
 #include "core/model_zoo.h"
 #include "core/trainer.h"
@@ -62,6 +64,36 @@ std::string RejectReasonName(wire::RejectReason r) {
 // NodeCheckpoint::tensors names of the error-feedback state.
 constexpr char kResidualTensor[] = "codec/residual";
 constexpr char kDgcVelocityTensor[] = "codec/dgc_velocity";
+// NodeCheckpoint::attributes names of an adopted graph model (hex ONNX bytes, its hash).
+constexpr char kModelGraphAttribute[] = "model/graph_hex";
+constexpr char kModelShaAttribute[] = "model/graph_sha256";
+
+std::string ToHex(const std::string& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> FromHex(const std::string& hex) {
+  if (hex.size() % 2) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -131,6 +163,18 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
   FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
   if (checkpoint.has_value()) {
+    // A model adopted from the aggregator before the restart: rebuild it first, so the
+    // checkpoint's sizes are checked against the model the node trains.
+    if (auto it = checkpoint->attributes.find(kModelGraphAttribute);
+        it != checkpoint->attributes.end()) {
+      auto sha = checkpoint->attributes.find(kModelShaAttribute);
+      auto bytes = FromHex(it->second);
+      if (sha == checkpoint->attributes.end() || !bytes)
+        return Status::Corruption("the checkpoint in '" + config.db_path +
+                                  "' holds an unreadable model graph; move the old db file away");
+      FM_RETURN_IF_ERROR(c->AdoptModel(sha->second, *bytes)
+                             .WithContext("the model graph in " + config.db_path));
+    }
     const size_t n = c->model_->num_params();
     if (checkpoint->model.size() != n ||
         (!checkpoint->velocity.empty() && checkpoint->velocity.size() != n)) {
@@ -310,6 +354,42 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
   return Status::OK();
 }
 
+Status FederatedClient::AdoptModel(const std::string& sha256, const std::string& graph_bytes) {
+  if (const graph::GraphModel* g = model_->graph_model(); g && g->hash() == sha256) {
+    return Status::OK();
+  }
+  if (!config_.expect_model_sha256.empty() && sha256 != config_.expect_model_sha256) {
+    return Status::FailedPrecondition(
+        "the aggregator's model has graph sha256 " + sha256 + " but [model] expect_sha256 is " +
+        config_.expect_model_sha256 +
+        ": this site trains no other architecture. Inspect the federation's model with "
+        "fedmesh-model inspect and set expect_sha256 to its hash once it is approved");
+  }
+  onnx::ReaderLimits limits;
+  limits.absent_weights_as_zeros = true;
+  auto g = onnx::ParseOnnx(graph_bytes, limits);
+  if (!g.ok()) return g.status().WithContext("the aggregator's model graph");
+  const std::string actual = graph::CanonicalHash(*g);
+  if (actual != sha256) {
+    return Status::InvalidArgument("the aggregator's model graph hashes to " + actual +
+                                   ", not to the sha256 " + sha256 + " it came with");
+  }
+  auto m = Model::CreateFromGraph("graph:" + sha256.substr(0, 12), backend_.get(), std::move(*g));
+  if (!m.ok()) return m.status().WithContext("the aggregator's model graph");
+  FM_RETURN_IF_ERROR((*m)->CheckCompatible(train_).WithContext(
+      "this site's data does not fit the aggregator's model (graph " + sha256.substr(0, 12) + ")"));
+  model_ = std::move(*m);
+  model_graph_ = graph_bytes;
+  model_sha256_ = sha256;
+  carry_.velocity.clear();
+  FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(default_chain_, config_.error_feedback));
+  carry_.feedback.emplace(std::move(feedback));
+  Log("training the aggregator's model: graph sha256 " + sha256 + ", " +
+      std::to_string(model_->graph_model()->num_trainable()) + " parameters + " +
+      std::to_string(model_->graph_model()->num_state()) + " state values");
+  return Status::OK();
+}
+
 Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTask& task,
                                       std::atomic<bool>* stop) {
   const std::string round = "round " + std::to_string(task.round);
@@ -327,6 +407,10 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (last_round_served_ && task.round <= *last_round_served_) {
     Log(round + " was served before (checkpoint says " + std::to_string(*last_round_served_) +
         "); training it again, the aggregator drops duplicates");
+  }
+  if (!task.model_sha256.empty()) {
+    // Errors stop the node: it could never train this federation's model.
+    FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph));
   }
   FitContext ctx;
   ctx.model = model_.get();
@@ -404,6 +488,10 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (!carry_.feedback->residual().empty()) cp.tensors[kResidualTensor] = carry_.feedback->residual();
   if (!carry_.feedback->velocity().empty()) cp.tensors[kDgcVelocityTensor] = carry_.feedback->velocity();
   if (!secagg_input.empty()) cp.tensors[kSecAggInputTensor] = std::move(secagg_input);
+  if (!model_graph_.empty()) {
+    cp.attributes[kModelGraphAttribute] = ToHex(model_graph_);
+    cp.attributes[kModelShaAttribute] = model_sha256_;
+  }
   if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
     return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
   }

@@ -134,6 +134,12 @@ class FederatedClient {
   // The aggregator's secure aggregation messages for the round this node takes part in.
   // A message for another round, or one that fails a check, ends this node's part (logged).
   Status HandleSecAgg(const wire::Message& m);
+  // Makes the aggregator's graph model (FitTask::model_graph) this node's model unless it
+  // already is: checks the bytes hash to `sha256` and that [model] expect_sha256 allows
+  // it, builds it, checks the site's data fits it and resets the carried optimizer and
+  // codec state. FailedPrecondition when expect_sha256 forbids it (the node stops: it will
+  // never train this federation's model), InvalidArgument for a graph it cannot run.
+  Status AdoptModel(const std::string& sha256, const std::string& graph_bytes);
   // One JSON line per round served to [node] metrics, when set.
   Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
                             uint64_t bytes, double wall_s);
@@ -152,6 +158,8 @@ class FederatedClient {
   codec::Chain default_chain_;   // [codec] chain
   FitCarry carry_;               // velocity and error feedback, across rounds and restarts
   uint64_t model_version_ = 0;
+  std::string model_graph_;  // the adopted architecture (FitTask::model_graph); empty: none
+  std::string model_sha256_;
   std::optional<uint64_t> last_round_served_;
   std::vector<PublicIdentity> secagg_allow_;  // [secagg] allow; empty: refuse secure rounds
   std::optional<SecAggParticipant> secagg_;   // the secure round under way

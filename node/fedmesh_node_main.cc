@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "Federated mode: the site's TOML config file");
   app.add_option("--set", overrides, "Federated mode: override a config key, section.key=value (repeatable)");
   app.add_option("--node-id", o.node_id, "Name of this node in logs and metrics")->capture_default_str();
-  app.add_option("--model", o.model.name, "Model: logreg | mlp | cnn")->capture_default_str();
+  app.add_option("--model", o.model.name, "Model: logreg | mlp | cnn | PATH.onnx")->capture_default_str();
+  app.add_option("--save-model", o.save_model_path, "Local-only: write the trained model to FILE.onnx or FILE.npz");
   app.add_option("--hidden", hidden, "mlp hidden layer sizes, comma separated")->capture_default_str();
   app.add_option("--dropout", o.model.dropout, "Dropout before hidden Dense layers")->capture_default_str();
   app.add_option("--data", o.data.train, "Training data: fashion-mnist | csv:PATH")->capture_default_str();

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/json_line.h"
+#include "core/model_export.h"
 
 namespace fedmesh {
 
@@ -21,6 +22,10 @@ Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o) {
   }
   // Checked before any data loads, so a typo fails at once.
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
+  if (!o.save_model_path.empty() && !(o.save_model_path.ends_with(".onnx") ||
+                                      o.save_model_path.ends_with(".npz")))
+    return Status::InvalidArgument("--save-model '" + o.save_model_path +
+                                   "': the file must end in .onnx or .npz");
   return ValidateTrainerOptions(o.trainer);
 }
 
@@ -103,6 +108,10 @@ Result<LocalTrainingReport> RunLocalTraining(
       metrics.flush();
       if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");
     }
+  }
+  if (!options.save_model_path.empty()) {
+    FM_RETURN_IF_ERROR(SaveModel(*model, options.save_model_path));
+    if (progress) progress("model written to " + options.save_model_path);
   }
   return report;
 }

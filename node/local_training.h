@@ -29,6 +29,7 @@ struct LocalTrainingOptions {
   int threads = 0;                // compute threads; 0 = all cores
   uint64_t seed = 0;              // model init, shuffling and dropout
   std::string metrics_path;       // JSON lines, one per epoch; empty = none
+  std::string save_model_path;    // .onnx | .npz written after training; empty = none
 };
 
 Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o);

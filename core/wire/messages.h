@@ -135,6 +135,12 @@ struct FitTask {
   // aggregator's guess of this round's change, aggregator/update_prediction.h). The node
   // encodes its change minus p and sets FitResult::applied_prediction. Never with secagg.
   bool with_prediction = false;
+  // A graph model's architecture (core/graph): the SHA-256 (hex) of its canonical graph and
+  // the ONNX graph with the trainable weights and state left out, so that a site needs no
+  // model file: it builds the model from these bytes and loads global_model into it. Both
+  // empty for the built-in models (and from senders that predate them).
+  std::string model_sha256;
+  std::string model_graph;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };

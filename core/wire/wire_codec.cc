@@ -553,6 +553,16 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       }
     }
     if (m->secagg.has_value()) FM_RETURN_IF_ERROR(CheckSecAggParameters(*m->secagg));
+    if (m->model_graph.size() > l.max_model_graph_bytes) {
+      return Status::InvalidArgument(StrCat("FitTask model_graph is ", m->model_graph.size(),
+                                            " bytes; the limit is ", l.max_model_graph_bytes));
+    }
+    if (m->model_sha256.size() != 0 && m->model_sha256.size() != 64) {
+      return Status::InvalidArgument("FitTask model_sha256 must be 64 hex digits or empty");
+    }
+    if (m->model_sha256.empty() != m->model_graph.empty()) {
+      return Status::InvalidArgument("FitTask carries model_graph and model_sha256 together or neither");
+    }
     if (m->with_prediction) {
       if (m->secagg.has_value()) {
         return Status::InvalidArgument(
@@ -801,6 +811,8 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_deadline_unix_ms(m->deadline_unix_ms);
     o->set_update_codec(m->update_codec);
     o->set_with_prediction(m->with_prediction);
+    o->set_model_sha256(m->model_sha256);
+    o->set_model_graph(m->model_graph);
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
       auto* os = o->mutable_secagg();
@@ -947,6 +959,8 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.deadline_unix_ms = i.deadline_unix_ms();
       m.update_codec = i.update_codec();
       m.with_prediction = i.with_prediction();
+      m.model_sha256 = i.model_sha256();
+      m.model_graph = i.model_graph();
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),

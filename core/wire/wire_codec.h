@@ -77,6 +77,9 @@ struct WireLimits {
   // (survivors and dropped together). Default: 4,096 (a roster of 4,096 members with
   // 64-byte ids is about 800 KiB, under max_header_bytes).
   size_t max_secagg_clients = 4096;
+  // Largest FitTask.model_graph (an architecture without weights, in the header frame).
+  // Default: 512 KiB.
+  size_t max_model_graph_bytes = size_t{512} << 10;
   // Longest Reject text. Default: 1,024 bytes.
   size_t max_text_bytes = 1024;
   // Reassembler only: messages waiting for chunks at one time. Default: 64.

@@ -77,6 +77,11 @@ const ConfigSchema& AggregatorConfigSchema() {
         FloatKey("train", "momentum", 0.0, "Local heavy-ball momentum").Min(0).Max(1, true),
         StringKey("model", "name", "mlp", "Model architecture of the global model")
             .Choices(KnownModelNames()),
+        StringKey("model", "onnx", "",
+                  "ONNX file of the global model (torch.onnx.export, opsets 9-17); its "
+                  "initializers are the initial weights and sites receive its graph with each "
+                  "task. Replaces [model] name; empty = use name")
+            .Path(PathKind::kPath),
         IntKey("model", "seed", 0, "Seed of the initial global model").Min(0),
         StringKey("codec", "update", "",
                   "Codec chain every node must encode its update with, e.g. topk:0.01|int8|zstd; "
@@ -156,6 +161,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
         c.strategy_options.dp.noise_multiplier * r.secagg.clip / std::sqrt(n_min);
   }
   c.model.name = v.GetString("model", "name");
+  if (const std::string onnx = v.GetString("model", "onnx"); !onnx.empty()) c.model.name = onnx;
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
 
@@ -186,6 +192,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                                             {"", "rounds", "strategy"}, {"", "rounds", "prox_mu"})
                          .status());
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateModelName(c.model.name), v, {{"", "model", "name"}}));
+  FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(v.GetString("model", "onnx")), v,
+                                    {{"", "model", "onnx"}}));
   if (c.strategy_options.dp.distributed && !r.secagg.enabled) {
     return AttributeToKey(Status::InvalidArgument(
                               "distributed DP adds the noise under secure aggregation: set "

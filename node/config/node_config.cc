@@ -2,6 +2,8 @@
 
 #include "node/config/config_loader.h"
 
+#include <cctype>
+
 namespace fedmesh {
 
 const ConfigSchema& NodeConfigSchema() {
@@ -108,6 +110,14 @@ const ConfigSchema& NodeConfigSchema() {
         IntKey("data", "index", 0, "This site's partition, in [0, num_partitions)").Min(0).Max(999999),
         IntKey("data", "seed", 0, "Seed of the split; the same on every site").Min(0),
         StringKey("model", "name", "mlp", "Model architecture").Choices(KnownModelNames()),
+        StringKey("model", "onnx", "",
+                  "ONNX file of the model for local or gossip training; replaces [model] name. "
+                  "In aggregator mode the aggregator sends its model's graph with each task")
+            .Path(PathKind::kPath),
+        StringKey("model", "expect_sha256", "",
+                  "The graph hash (fedmesh-model inspect) of the only model architecture this "
+                  "site will train; a task with another one stops the node with an error. "
+                  "Empty = any"),
         IntKey("model", "seed", 0, "Seed of model initialisation, shuffling and dropout").Min(0),
         IntKey("train", "epochs", 1, "Local passes over this site's data").Min(1).Max(1000000),
         IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
@@ -159,6 +169,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.partition.seed = static_cast<uint64_t>(v.GetInt("data", "seed"));
   t.index = static_cast<int>(v.GetInt("data", "index"));
   t.model.name = v.GetString("model", "name");
+  if (const std::string onnx = v.GetString("model", "onnx"); !onnx.empty()) t.model.name = onnx;
+  c.expect_model_sha256 = v.GetString("model", "expect_sha256");
   t.seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   t.epochs = static_cast<int>(v.GetInt("train", "epochs"));
   t.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
@@ -178,6 +190,17 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
       {"weight decay", "train", "weight_decay"}, {"FedProx mu", "train", "prox_mu"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateLocalTrainingOptions(t), v, kFields));
+  FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(v.GetString("model", "onnx")), v,
+                                    {{"", "model", "onnx"}}));
+  if (!c.expect_model_sha256.empty()) {
+    bool hex = c.expect_model_sha256.size() == 64;
+    for (char ch : c.expect_model_sha256) hex = hex && std::isxdigit(static_cast<unsigned char>(ch));
+    if (!hex)
+      return AttributeToKey(Status::InvalidArgument("expect_sha256 must be 64 hex digits, as "
+                                                    "fedmesh-model inspect prints the graph hash"),
+                            v, {{"", "model", "expect_sha256"}});
+    for (char& ch : c.expect_model_sha256) ch = static_cast<char>(std::tolower(ch));
+  }
 
   auto chain = codec::Chain::Parse(v.GetString("codec", "chain"));
   FM_RETURN_IF_ERROR(AttributeToKey(chain.status(), v, {{"", "codec", "chain"}}));

@@ -62,6 +62,9 @@ struct NodeConfig {
   // (the aggregator relays the keys and must not be able to swap them). Empty (the
   // default): this node refuses secure aggregation tasks.
   std::string secagg_allow_dir;
+  // [model] expect_sha256: the only graph hash this site trains (lower-case hex); empty =
+  // whatever the aggregator sends.
+  std::string expect_model_sha256;
 };
 
 const ConfigSchema& NodeConfigSchema();

@@ -1,0 +1,441 @@
+#include "core/graph/graph_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/rng.h"
+
+namespace fedmesh::graph {
+
+enum class GraphModel::Where { kInput, kParam, kState, kConst, kActivation };
+
+namespace {
+
+}  // namespace
+
+struct GraphModel::ValueRef {
+  Where where = Where::kActivation;
+  size_t index = 0;  // input number, offset into params/state/consts, or activation slot
+  Dims dims;         // fixed dims (params, state, consts); inputs: declared
+};
+
+struct GraphModel::Values_ {
+  std::unordered_map<std::string, ValueRef> refs;
+  size_t num_acts = 0;
+};
+
+namespace {
+
+// A Constant node's value as a Tensor (value, value_float(s), value_int(s)).
+Result<Tensor> ConstantValue(const Node& n) {
+  Tensor t;
+  if (n.Has("value")) {
+    t = n.attrs.at("value").t;
+  } else if (n.Has("value_float")) {
+    t.f = {n.Float("value_float", 0.0f)};
+  } else if (n.Has("value_floats")) {
+    t.f = n.attrs.at("value_floats").floats;
+    t.dims = {static_cast<int64_t>(t.f.size())};
+  } else if (n.Has("value_int")) {
+    t.dtype = DType::kInt64;
+    t.i = {n.Int("value_int", 0)};
+  } else if (n.Has("value_ints")) {
+    t.dtype = DType::kInt64;
+    t.i = n.Ints("value_ints", {});
+    t.dims = {static_cast<int64_t>(t.i.size())};
+  } else {
+    return Status::InvalidArgument(n.Label() + " has no value attribute this reader supports "
+                                   "(value, value_float(s), value_int(s))");
+  }
+  if (n.outputs.size() != 1) return Status::InvalidArgument(n.Label() + " needs one output");
+  t.name = n.outputs[0];
+  return t;
+}
+
+}  // namespace
+
+// Buffers and kernel calls for one batch size.
+struct GraphModel::Plan_ {
+  int64_t batch = 0;
+  std::vector<Dims> act_dims;          // per activation slot
+  std::vector<float*> act;             // per activation slot
+  std::vector<float*> act_grad;        // per activation slot; null when no gradient flows
+  std::vector<float*> input_data;      // per graph input
+  std::vector<float*> input_grad;      // per graph input (null unless requested)
+  std::vector<KernelCall> calls;       // per node (unused for Constant nodes)
+  std::vector<bool> run_backward;      // per node
+  std::vector<Dims> input_dims;        // per graph input
+  std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
+  DeviceBuffer<float> arena;           // activations, workspaces
+  DeviceBuffer<float> grad_arena;      // output gradients first, then the rest
+  size_t output_grad_floats = 0;       // the head of grad_arena that Backward keeps
+};
+
+GraphModel::~GraphModel() = default;
+
+Result<std::unique_ptr<GraphModel>> GraphModel::Create(Graph g, Backend* backend,
+                                                       const GraphModelOptions& options) {
+  if (!backend->host_memory())
+    return Status::Unimplemented("graph models run on the CPU backend; '" + backend->name() +
+                                 "' is not supported for them yet");
+  std::unique_ptr<GraphModel> m(new GraphModel());
+  m->graph_ = std::move(g);
+  m->backend_ = backend;
+  FM_RETURN_IF_ERROR(m->Init(options));
+  return m;
+}
+
+Status GraphModel::Init(const GraphModelOptions& options) {
+  options_ = options;
+  FM_RETURN_IF_ERROR(Finalize(&graph_, options.limits));
+  hash_ = CanonicalHash(graph_);
+  for (const Tensor& t : graph_.initializers)
+    if (t.dtype == DType::kInt64 || t.dims.empty()) constants_[t.name] = t;
+  for (const Node& n : graph_.nodes)
+    if (n.op_type == "Constant") {
+      FM_ASSIGN_OR_RETURN(Tensor t, ConstantValue(n));
+      constants_[t.name] = std::move(t);
+    }
+  auto lookup = [this](const std::string& name) -> const Tensor* {
+    auto it = constants_.find(name);
+    return it == constants_.end() ? nullptr : &it->second;
+  };
+  std::unordered_map<std::string, bool> is_state;
+  kernels_.resize(graph_.nodes.size());
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    const Node& n = graph_.nodes[k];
+    if (n.op_type == "Constant") continue;
+    KernelContext ctx{&n, graph_.opset, lookup};
+    FM_ASSIGN_OR_RETURN(kernels_[k], MakeKernel(ctx));
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (kernels_[k]->IsStateInput(i) && !n.inputs[i].empty()) is_state[n.inputs[i]] = true;
+  }
+  // Parameters then state, each in initializer order; every value checked finite.
+  auto values = std::make_unique<Values_>();
+  Values_& table = *values;
+  for (const Tensor& t : graph_.initializers) {
+    if (constants_.count(t.name)) continue;
+    for (size_t i = 0; i < t.f.size(); ++i)
+      if (!std::isfinite(t.f[i]))
+        return Status::InvalidArgument("initializer '" + t.name + "' holds a non-finite value (" +
+                                       std::to_string(t.f[i]) + ") at index " +
+                                       std::to_string(i));
+    TensorSlot slot{t.name, t.dims, 0, t.f.size()};
+    if (is_state.count(t.name)) {
+      slot.offset = num_state_;
+      num_state_ += t.f.size();
+      state_slots_.push_back(slot);
+    } else {
+      slot.offset = num_trainable_;
+      num_trainable_ += t.f.size();
+      param_slots_.push_back(slot);
+    }
+  }
+  for (TensorSlot& s : state_slots_) s.offset += num_trainable_;
+  params_ = DeviceBuffer<float>(backend_, num_flat());
+  grads_ = DeviceBuffer<float>(backend_, num_flat());
+  backend_->Fill(grads_.data(), num_flat(), 0.0f);
+  for (const auto* slots : {&param_slots_, &state_slots_})
+    for (const TensorSlot& s : *slots) {
+      table.refs[s.name] = {slots == &state_slots_ ? Where::kState : Where::kParam, s.offset, s.dims};
+      backend_->CopyFromHost(params_.data() + s.offset, graph_.FindInitializer(s.name)->f.data(),
+                             s.size * sizeof(float));
+    }
+  // Constants as floats (int64 values are exact up to 2^24, enough for shapes and ids).
+  for (auto& [name, t] : constants_) {
+    table.refs[name] = {Where::kConst, constant_floats_.size(), t.dims};
+    if (t.dtype == DType::kFloat32) {
+      constant_floats_.insert(constant_floats_.end(), t.f.begin(), t.f.end());
+    } else {
+      for (int64_t v : t.i) constant_floats_.push_back(static_cast<float>(v));
+    }
+  }
+  for (size_t k = 0; k < graph_.inputs.size(); ++k)
+    table.refs[graph_.inputs[k].name] = {Where::kInput, k, graph_.inputs[k].dims};
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (graph_.nodes[k].op_type == "Constant") continue;
+    for (const std::string& o : graph_.nodes[k].outputs)
+      if (!o.empty()) table.refs[o] = {Where::kActivation, table.num_acts++, {}};
+  }
+  values_ = std::move(values);
+  return Status::OK();
+}
+
+Status GraphModel::Plan(int64_t batch) {
+  if (batch <= 0) return Status::InvalidArgument("batch must be positive");
+  if (plans_.count(batch)) return Status::OK();
+  const Values_& table = *values_;
+  auto p = std::make_unique<Plan_>();
+  p->batch = batch;
+  p->act_dims.resize(table.num_acts);
+  std::vector<bool> act_needs_grad(table.num_acts, false);
+  std::vector<Dims>& input_dims = p->input_dims;
+  input_dims.resize(graph_.inputs.size());
+  for (size_t k = 0; k < graph_.inputs.size(); ++k) {
+    input_dims[k] = graph_.inputs[k].dims;
+    for (int64_t& d : input_dims[k])
+      if (d < 0) d = batch;
+  }
+  auto dims_of = [&](const ValueRef& r) -> const Dims& {
+    switch (r.where) {
+      case Where::kInput: return input_dims[r.index];
+      case Where::kActivation: return p->act_dims[r.index];
+      default: return r.dims;
+    }
+  };
+  auto needs_grad = [&](const ValueRef& r) {
+    switch (r.where) {
+      case Where::kParam: return true;
+      case Where::kInput:
+        return options_.input_gradients && graph_.inputs[r.index].dtype == DType::kFloat32;
+      case Where::kActivation: return static_cast<bool>(act_needs_grad[r.index]);
+      default: return false;
+    }
+  };
+  // Shapes, in topological order.
+  std::vector<std::vector<Dims>>& node_in = p->node_in;
+  std::vector<std::vector<Dims>>& node_out = p->node_out;
+  node_in.resize(graph_.nodes.size());
+  node_out.resize(graph_.nodes.size());
+  std::vector<size_t> workspace(graph_.nodes.size(), 0);
+  p->run_backward.assign(graph_.nodes.size(), false);
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    const Node& n = graph_.nodes[k];
+    if (!kernels_[k]) continue;
+    bool grad = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) {
+        node_in[k].push_back({});
+        continue;
+      }
+      const ValueRef& r = table.refs.at(n.inputs[i]);
+      node_in[k].push_back(dims_of(r));
+      if (!kernels_[k]->IsIndexInput(i) && !kernels_[k]->IsStateInput(i) && needs_grad(r))
+        grad = true;
+    }
+    Status s = kernels_[k]->InferShapes(node_in[k], &node_out[k]);
+    if (!s.ok())
+      return Status::InvalidArgument("at batch size " + std::to_string(batch) + ": " +
+                                     s.message());
+    if (node_out[k].size() < n.outputs.size())
+      return Status::Internal(n.Label() + ": the kernel gave fewer output shapes than outputs");
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o].empty()) continue;
+      const ValueRef& r = table.refs.at(n.outputs[o]);
+      p->act_dims[r.index] = node_out[k][o];
+      act_needs_grad[r.index] = grad;
+    }
+    p->run_backward[k] = grad;
+    workspace[k] = kernels_[k]->WorkspaceFloats(node_in[k], node_out[k]);
+  }
+  // One arena for activations and workspaces; one for gradients, graph outputs first.
+  size_t floats = 0, grad_floats = 0;
+  for (const Dims& d : p->act_dims) floats += NumElements(d);
+  for (const Dims& d : input_dims) floats += NumElements(d);
+  for (size_t w : workspace) floats += w;
+  std::vector<bool> is_output(table.num_acts, false);
+  for (const ValueInfo& o : graph_.outputs) {
+    const ValueRef& r = table.refs.at(o.name);
+    if (r.where != Where::kActivation)
+      return Status::InvalidArgument("graph output '" + o.name + "' must be computed by a node");
+    is_output[r.index] = true;
+    act_needs_grad[r.index] = true;  // the loss writes it, whether or not it flows further
+  }
+  for (size_t a = 0; a < table.num_acts; ++a)
+    if (act_needs_grad[a]) grad_floats += NumElements(p->act_dims[a]);
+  if (options_.input_gradients)
+    for (const Dims& d : input_dims) grad_floats += NumElements(d);
+  p->arena = DeviceBuffer<float>(backend_, floats);
+  p->grad_arena = DeviceBuffer<float>(backend_, grad_floats);
+  float* cursor = p->arena.data();
+  p->act.assign(table.num_acts, nullptr);
+  p->act_grad.assign(table.num_acts, nullptr);
+  for (size_t a = 0; a < table.num_acts; ++a) {
+    p->act[a] = cursor;
+    cursor += NumElements(p->act_dims[a]);
+  }
+  for (const Dims& d : input_dims) {
+    p->input_data.push_back(cursor);
+    cursor += NumElements(d);
+  }
+  float* gcursor = p->grad_arena.data();
+  for (size_t a = 0; a < table.num_acts; ++a)
+    if (is_output[a]) {
+      p->act_grad[a] = gcursor;
+      gcursor += NumElements(p->act_dims[a]);
+    }
+  p->output_grad_floats = gcursor - p->grad_arena.data();
+  for (size_t a = 0; a < table.num_acts; ++a)
+    if (act_needs_grad[a] && !is_output[a]) {
+      p->act_grad[a] = gcursor;
+      gcursor += NumElements(p->act_dims[a]);
+    }
+  p->input_grad.assign(graph_.inputs.size(), nullptr);
+  for (size_t k = 0; k < graph_.inputs.size(); ++k)
+    if (options_.input_gradients) {
+      if (graph_.inputs[k].dtype == DType::kFloat32) p->input_grad[k] = gcursor;
+      gcursor += NumElements(input_dims[k]);
+    }
+  // Kernel calls.
+  auto data_of = [&](const ValueRef& r) -> float* {
+    switch (r.where) {
+      case Where::kInput: return p->input_data[r.index];
+      case Where::kParam: return params_.data() + r.index;
+      case Where::kState: return params_.data() + r.index;
+      case Where::kConst: return constant_floats_.data() + r.index;
+      case Where::kActivation: return p->act[r.index];
+    }
+    return nullptr;
+  };
+  auto grad_of = [&](const ValueRef& r) -> float* {
+    switch (r.where) {
+      case Where::kInput: return p->input_grad[r.index];
+      case Where::kParam: return grads_.data() + r.index;
+      case Where::kActivation: return p->act_grad[r.index];
+      default: return nullptr;
+    }
+  };
+  p->calls.resize(graph_.nodes.size());
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    const Node& n = graph_.nodes[k];
+    KernelCall& c = p->calls[k];
+    c.be = backend_;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) {
+        c.in.push_back(nullptr);
+        c.in_dims.push_back(&node_in[k][i]);
+        c.din.push_back(nullptr);
+        continue;
+      }
+      const ValueRef& r = table.refs.at(n.inputs[i]);
+      c.in.push_back(data_of(r));
+      c.in_dims.push_back(&node_in[k][i]);
+      const bool want = !kernels_[k]->IsIndexInput(i) && !kernels_[k]->IsStateInput(i);
+      c.din.push_back(want ? grad_of(r) : nullptr);
+    }
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      if (n.outputs[o].empty()) {
+        c.out.push_back(nullptr);
+        c.out_dims.push_back(&node_out[k][o]);
+        c.dout.push_back(nullptr);
+        continue;
+      }
+      const ValueRef& r = table.refs.at(n.outputs[o]);
+      c.out.push_back(p->act[r.index]);
+      c.out_dims.push_back(&node_out[k][o]);
+      c.dout.push_back(p->act_grad[r.index]);
+    }
+    c.workspace = cursor;
+    cursor += workspace[k];
+  }
+  plans_[batch] = std::move(p);
+  return Status::OK();
+}
+
+float* GraphModel::input(size_t k, int64_t batch) { return plans_.at(batch)->input_data[k]; }
+
+const Dims& GraphModel::input_dims(size_t k, int64_t batch) const {
+  return plans_.at(batch)->input_dims[k];
+}
+
+Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed) {
+  auto it = plans_.find(batch);
+  if (it == plans_.end()) {
+    FM_RETURN_IF_ERROR(Plan(batch));
+    it = plans_.find(batch);
+  }
+  current_ = it->second.get();
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    KernelCall& c = current_->calls[k];
+    c.training = training;
+    c.seed = SplitMix64(seed + 0x9e3779b97f4a7c15ull * (k + 1));
+    Status s = kernels_[k]->Forward(c);
+    if (!s.ok()) return s;
+  }
+  std::fill(current_->grad_arena.data(),
+            current_->grad_arena.data() + current_->output_grad_floats, 0.0f);
+  return Status::OK();
+}
+
+const float* GraphModel::output(size_t k) const {
+  FM_CHECK(current_ != nullptr);
+  return current_->act[values_->refs.at(graph_.outputs[k].name).index];
+}
+
+const Dims& GraphModel::output_dims(size_t k) const {
+  FM_CHECK(current_ != nullptr);
+  return current_->act_dims[values_->refs.at(graph_.outputs[k].name).index];
+}
+
+const Dims& GraphModel::output_dims_for(size_t k, int64_t batch) const {
+  return plans_.at(batch)->act_dims[values_->refs.at(graph_.outputs[k].name).index];
+}
+
+float* GraphModel::output_grad(size_t k) {
+  FM_CHECK(current_ != nullptr);
+  return current_->act_grad[values_->refs.at(graph_.outputs[k].name).index];
+}
+
+void GraphModel::Backward() {
+  FM_CHECK(current_ != nullptr);
+  Plan_& p = *current_;
+  std::fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.data() + p.grad_arena.size(),
+            0.0f);
+  backend_->Fill(grads_.data(), num_flat(), 0.0f);
+  for (size_t k = graph_.nodes.size(); k-- > 0;)
+    if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
+}
+
+const float* GraphModel::input_grad(size_t k) const {
+  FM_CHECK(current_ != nullptr);
+  return current_->input_grad[k];
+}
+
+const float* GraphModel::value(const std::string& name, Dims* dims) const {
+  const Values_& table = *values_;
+  auto it = table.refs.find(name);
+  if (it == table.refs.end()) return nullptr;
+  const ValueRef& r = it->second;
+  switch (r.where) {
+    case Where::kActivation:
+      if (!current_) return nullptr;
+      if (dims) *dims = current_->act_dims[r.index];
+      return current_->act[r.index];
+    case Where::kInput:
+      if (!current_) return nullptr;
+      if (dims) *dims = current_->input_dims[r.index];
+      return current_->input_data[r.index];
+    case Where::kParam:
+      if (dims) *dims = r.dims;
+      return params_.data() + r.index;
+    case Where::kState:
+      if (dims) *dims = r.dims;
+      return params_.data() + r.index;
+    case Where::kConst:
+      if (dims) *dims = r.dims;
+      return constant_floats_.data() + r.index;
+  }
+  return nullptr;
+}
+
+static std::vector<Tensor> Copies(const std::vector<TensorSlot>& slots, const float* base) {
+  std::vector<Tensor> out;
+  for (const TensorSlot& s : slots) {
+    Tensor t;
+    t.name = s.name;
+    t.dims = s.dims;
+    t.f.assign(base + s.offset, base + s.offset + s.size);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<Tensor> GraphModel::ParamTensors() const { return Copies(param_slots_, params_.data()); }
+std::vector<Tensor> GraphModel::StateTensors() const { return Copies(state_slots_, params_.data()); }
+
+}  // namespace fedmesh::graph

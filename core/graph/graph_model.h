@@ -1,0 +1,129 @@
+// GraphModel: runs a Graph forward and backward. Its parameters live in ONE contiguous
+// float32 buffer (and their gradients in another), so codecs, secure aggregation, DP,
+// gossip and storage work on the flat vector unchanged. The flat vector holds the
+// trainable parameters in the graph's initializer order, then the non-trainable state
+// (BatchNorm running statistics) in initializer order: the state travels with the model
+// and is averaged like the weights (as FedAvg over a PyTorch state_dict does), while
+// optimizers step only the trainable head and its gradient stays zero.
+//
+// Which initializers are trainable: every float32 initializer of rank >= 1 except those a
+// kernel declares as state (BatchNormalization's mean and var). int64 initializers and
+// rank-0 floats are constants (shapes, axes, the 2.0 of a Pow, an epsilon), as are the
+// outputs of Constant nodes.
+//
+// Buffers are planned once per batch size (Plan): every activation, gradient and kernel
+// workspace is allocated then, so Forward and Backward allocate nothing. Forward runs the
+// nodes in topological order, Backward in reverse.
+// Thread-safety: one thread drives a GraphModel at a time.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/graph/graph.h"
+#include "core/graph/op_kernel.h"
+#include "core/status.h"
+
+namespace fedmesh::graph {
+
+struct GraphModelOptions {
+  // Also compute d loss / d input for float inputs (tests and gradient checks); default
+  // off, since training never needs it.
+  bool input_gradients = false;
+  GraphLimits limits;
+};
+
+// Where one named tensor sits in a flat buffer.
+struct TensorSlot {
+  std::string name;
+  Dims dims;
+  size_t offset = 0;  // in floats
+  size_t size = 0;    // in floats
+};
+
+class GraphModel {
+ public:
+  // Finalizes the graph, creates every kernel (an unsupported op fails here, naming the
+  // node) and copies the initializers into the flat buffers. The backend must have host
+  // memory (the CPU backend): graph kernels are CPU code today.
+  static Result<std::unique_ptr<GraphModel>> Create(Graph g, Backend* backend,
+                                                    const GraphModelOptions& options = {});
+  ~GraphModel();
+
+  const Graph& graph() const { return graph_; }
+  // CanonicalHash(graph()), computed once.
+  const std::string& hash() const { return hash_; }
+  Backend& backend() { return *backend_; }
+
+  // The flat vector: num_trainable() parameters, then num_state() state values.
+  size_t num_trainable() const { return num_trainable_; }
+  size_t num_state() const { return num_state_; }
+  size_t num_flat() const { return num_trainable_ + num_state_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  // Slots of the trainable tensors and of the state tensors; offsets are into params().
+  const std::vector<TensorSlot>& param_slots() const { return param_slots_; }
+  const std::vector<TensorSlot>& state_slots() const { return state_slots_; }
+
+  // Graph inputs and outputs: dims with -1 where the batch goes.
+  size_t num_inputs() const { return graph_.inputs.size(); }
+  size_t num_outputs() const { return graph_.outputs.size(); }
+
+  // Plans buffers for batches of `batch` samples (cached per size; fails if the graph's
+  // shapes do not hold for that batch, naming the node).
+  Status Plan(int64_t batch);
+  // The planned buffer of input k for the current plan: fill it before Forward.
+  // REQUIRES: Plan(batch) succeeded for the batch passed to Forward.
+  float* input(size_t k, int64_t batch);
+  const Dims& input_dims(size_t k, int64_t batch) const;
+
+  // Runs the graph on the input buffers of `batch`'s plan.
+  Status Forward(int64_t batch, bool training, uint64_t seed);
+  // Output k of the last Forward, and its concrete dims.
+  const float* output(size_t k) const;
+  const Dims& output_dims(size_t k) const;
+  // Output k's dims in the plan for `batch`. REQUIRES: Plan(batch) succeeded.
+  const Dims& output_dims_for(size_t k, int64_t batch) const;
+  // The gradient of the loss with respect to output k: write it after Forward, then call
+  // Backward. Zeroed by Forward.
+  float* output_grad(size_t k);
+  // Fills grads() (overwriting) with d loss / d params, and input_grad() when
+  // options.input_gradients, from output_grad() of the last Forward (a training one).
+  void Backward();
+  const float* input_grad(size_t k) const;
+  // Any value of the last Forward by name (tests, debugging); null if unknown.
+  const float* value(const std::string& name, Dims* dims = nullptr) const;
+
+  // Named copies of the parameters and state (export, .npz, tests).
+  std::vector<Tensor> ParamTensors() const;
+  std::vector<Tensor> StateTensors() const;
+
+ private:
+  struct Plan_;
+  struct Values_;
+  struct ValueRef;
+  enum class Where;
+  GraphModel() = default;
+  Status Init(const GraphModelOptions& options);
+
+  Graph graph_;
+  std::string hash_;
+  Backend* backend_ = nullptr;
+  GraphModelOptions options_;
+  std::vector<std::unique_ptr<OpKernel>> kernels_;  // one per node (null for Constant)
+  std::map<std::string, Tensor> constants_;         // constant values by name
+  size_t num_trainable_ = 0, num_state_ = 0;
+  DeviceBuffer<float> params_, grads_;
+  std::vector<TensorSlot> param_slots_, state_slots_;
+  std::vector<float> constant_floats_;  // float constants, one block, see value_index_
+  std::unique_ptr<Values_> values_;  // where every named value lives
+  std::map<int64_t, std::unique_ptr<Plan_>> plans_;
+  Plan_* current_ = nullptr;  // the plan of the last Forward
+};
+
+}  // namespace fedmesh::graph

@@ -1,0 +1,85 @@
+// OpKernel: the forward and backward computation of one graph node, created once per node
+// at load from a table of op types (op_registry.cc), so an unsupported op is reported by
+// name before anything runs. Shape checks (InferShapes) are separate from compute; the
+// executor calls them once per batch size and plans every buffer from the result, so a
+// training step allocates nothing.
+//
+// Tensors are float32 in the executor's memory (host memory: the graph ops run on the CPU
+// backend). Run-time int64 values (embedding indices) travel as exact float32 integers.
+// Constant inputs the kernel must know at load (Reshape's shape, Unsqueeze's axes) come
+// from KernelContext. Backward ACCUMULATES into din (the executor zeroes gradients before
+// the backward pass), so a value consumed by several nodes gets the sum of its gradients.
+// Thread-safety: a kernel belongs to one executor, driven by one thread; kernels may use
+// OpenMP inside a call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/graph/graph.h"
+#include "core/status.h"
+
+namespace fedmesh::graph {
+
+// Everything a kernel may read at creation.
+struct KernelContext {
+  const Node* node = nullptr;
+  int64_t opset = 17;
+  // The constant value named `name` (an initializer or a Constant node's output), or null
+  // when the value is computed at run time.
+  std::function<const Tensor*(const std::string& name)> constant;
+};
+
+// One call of a kernel: pointers and concrete dims of every input and output, planned by
+// the executor for one batch size. Absent optional inputs have null data.
+struct KernelCall {
+  Backend* be = nullptr;
+  std::vector<float*> in;  // mutable for state inputs (BatchNorm running statistics)
+  std::vector<const Dims*> in_dims;
+  std::vector<float*> out;
+  std::vector<const Dims*> out_dims;
+  std::vector<float*> din;         // backward: accumulate here; null when not needed
+  std::vector<const float*> dout;  // backward: gradient of each output (zeros if unused)
+  float* workspace = nullptr;      // WorkspaceFloats() floats, kept from Forward to Backward
+  bool training = false;
+  uint64_t seed = 0;  // varies per step; only stochastic kernels read it
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  // Output dims from input dims (all concrete). Fails with a sentence naming the shapes.
+  virtual Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const = 0;
+  // Floats of workspace this call needs, for these shapes (InferShapes succeeded).
+  virtual size_t WorkspaceFloats(const std::vector<Dims>& in, const std::vector<Dims>& out) const {
+    (void)in, (void)out;
+    return 0;
+  }
+  // Input i is non-trainable state the kernel updates in training (running statistics).
+  virtual bool IsStateInput(size_t i) const {
+    (void)i;
+    return false;
+  }
+  // Input i carries no gradient (indices, shapes, masks): the executor passes din[i] null.
+  virtual bool IsIndexInput(size_t i) const {
+    (void)i;
+    return false;
+  }
+  // Fails only on data a shape check cannot see (an embedding index out of range).
+  virtual Status Forward(const KernelCall& c) = 0;
+  virtual void Backward(const KernelCall& c) = 0;
+};
+
+using KernelFactory = Result<std::unique_ptr<OpKernel>> (*)(const KernelContext& ctx);
+
+// The kernel for ctx.node, or an error naming the node, its op and the supported ops.
+Result<std::unique_ptr<OpKernel>> MakeKernel(const KernelContext& ctx);
+// The op types MakeKernel supports, sorted (for errors, --help and docs).
+std::vector<std::string> SupportedOps();
+
+}  // namespace fedmesh::graph

@@ -1,0 +1,401 @@
+// Conv (ONNX, NCHW): 2-D, and 1-D on [N,C,L] as a 2-D convolution with H = 1. Per image
+// and per group, the input patch is unrolled into a column matrix (im2col, [Cg*kH*kW,
+// OH*OW]) in the thread's slice of the workspace and multiplied by the group's weights
+// [Mg, Cg*kH*kW] in one single-threaded GEMM; the OpenMP team splits the (image, group)
+// pairs. A 1x1 stride-1 unpadded convolution multiplies the input directly. Backward
+// recomputes the columns; each thread sums its dW and dB in its own slice and the slices
+// are added in thread order at the end, so results are deterministic for a thread count.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/graph/ops/ops.h"
+
+namespace fedmesh::graph::ops {
+namespace {
+
+std::string IntsToString(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
+  return s + "]";
+}
+
+// One spatial axis of the convolution window.
+struct Axis {
+  int64_t in = 1, k = 1, stride = 1, dil = 1, pad0 = 0, pad1 = 0, out = 1;
+};
+
+// Resolves auto_pad and the output extent; fails when the window does not fit.
+Status ResolveAxis(const std::string& label, const std::string& auto_pad, Axis* a) {
+  const int64_t ek = (a->k - 1) * a->dil + 1;
+  if (auto_pad == "VALID") {
+    a->pad0 = a->pad1 = 0;
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const int64_t out = (a->in + a->stride - 1) / a->stride;
+    const int64_t total = std::max<int64_t>(0, (out - 1) * a->stride + ek - a->in);
+    a->pad0 = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    a->pad1 = total - a->pad0;
+  }
+  const int64_t span = a->in + a->pad0 + a->pad1 - ek;
+  if (span < 0)
+    return Status::InvalidArgument(label + ": the dilated kernel (extent " + std::to_string(ek) +
+                                   ") is larger than the padded input (extent " +
+                                   std::to_string(a->in + a->pad0 + a->pad1) + ")");
+  a->out = span / a->stride + 1;
+  return Status::OK();
+}
+
+// The geometry of one call, resolved from the input dims.
+struct Geo {
+  int64_t n = 0, c = 0, m = 0, group = 1;
+  Axis h, w;
+  int64_t cg() const { return c / group; }
+  int64_t mg() const { return m / group; }
+  int64_t kdim() const { return cg() * h.k * w.k; }  // GEMM inner dimension
+  int64_t pix() const { return h.out * w.out; }      // output pixels per image
+  int64_t in_pix() const { return h.in * w.in; }
+  // 1x1, stride 1, no padding: the input plane already is the column matrix.
+  bool direct() const {
+    return h.k == 1 && w.k == 1 && h.stride == 1 && w.stride == 1 && h.pad0 == 0 && h.pad1 == 0 &&
+           w.pad0 == 0 && w.pad1 == 0;
+  }
+  size_t cols_floats() const {
+    return direct() ? 0 : (static_cast<size_t>(kdim()) * pix() + 15) / 16 * 16;
+  }
+  // dW then dB, per thread.
+  size_t grad_floats() const { return (static_cast<size_t>(m) * (kdim() + 1) + 15) / 16 * 16; }
+  size_t thread_floats() const { return cols_floats() + grad_floats(); }
+};
+
+// cols[(ci*kH + kh)*kW + kw, oh*OW + ow] = x[ci, oh*sH - pT + kh*dH, ow*sW - pL + kw*dW],
+// zero outside the image. x is one group's [Cg, H, W] planes.
+void Im2Col(const float* x, const Geo& g, float* cols) {
+  const Axis& H = g.h;
+  const Axis& W = g.w;
+  float* row = cols;
+  for (int64_t ci = 0; ci < g.cg(); ++ci) {
+    const float* plane = x + ci * g.in_pix();
+    for (int64_t kh = 0; kh < H.k; ++kh)
+      for (int64_t kw = 0; kw < W.k; ++kw) {
+        for (int64_t oh = 0; oh < H.out; ++oh) {
+          const int64_t ih = oh * H.stride - H.pad0 + kh * H.dil;
+          float* dst = row + oh * W.out;
+          if (ih < 0 || ih >= H.in) {
+            std::fill(dst, dst + W.out, 0.0f);
+            continue;
+          }
+          const float* src = plane + ih * W.in;
+          const int64_t off = kw * W.dil - W.pad0;
+          for (int64_t ow = 0; ow < W.out; ++ow) {
+            const int64_t iw = ow * W.stride + off;
+            dst[ow] = (iw >= 0 && iw < W.in) ? src[iw] : 0.0f;
+          }
+        }
+        row += g.pix();
+      }
+  }
+}
+
+// The adjoint of Im2Col: dx += every column entry at the pixel it was read from.
+void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
+  const Axis& H = g.h;
+  const Axis& W = g.w;
+  const float* row = cols;
+  for (int64_t ci = 0; ci < g.cg(); ++ci) {
+    float* plane = dx + ci * g.in_pix();
+    for (int64_t kh = 0; kh < H.k; ++kh)
+      for (int64_t kw = 0; kw < W.k; ++kw) {
+        for (int64_t oh = 0; oh < H.out; ++oh) {
+          const int64_t ih = oh * H.stride - H.pad0 + kh * H.dil;
+          if (ih < 0 || ih >= H.in) continue;
+          const float* src = row + oh * W.out;
+          float* dst = plane + ih * W.in;
+          const int64_t off = kw * W.dil - W.pad0;
+          for (int64_t ow = 0; ow < W.out; ++ow) {
+            const int64_t iw = ow * W.stride + off;
+            if (iw >= 0 && iw < W.in) dst[iw] += src[ow];
+          }
+        }
+        row += g.pix();
+      }
+  }
+}
+
+class Conv final : public OpKernel {
+ public:
+  Conv(const Node& n, std::vector<int64_t> kernel_shape, std::vector<int64_t> strides,
+       std::vector<int64_t> pads, std::vector<int64_t> dilations, int64_t group,
+       std::string auto_pad)
+      : label_(n.Label()),
+        kernel_shape_(std::move(kernel_shape)),
+        strides_(std::move(strides)),
+        pads_(std::move(pads)),
+        dilations_(std::move(dilations)),
+        group_(group),
+        auto_pad_(std::move(auto_pad)),
+        has_bias_(n.inputs.size() > 2 && !n.inputs[2].empty()) {}
+
+  Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const override {
+    FM_ASSIGN_OR_RETURN(const Geo g, Geometry(in));
+    *out = {in[0].size() == 3 ? Dims{g.n, g.m, g.w.out} : Dims{g.n, g.m, g.h.out, g.w.out}};
+    return Status::OK();
+  }
+
+  size_t WorkspaceFloats(const std::vector<Dims>& in, const std::vector<Dims>&) const override {
+    const Geo g = *Geometry(in);
+    // Every plan gets a slice for as many threads as the smallest plan's: the thread count
+    // may change between plans, and a call does not learn its workspace size.
+    const int t = std::max(1, omp_get_max_threads());
+    slots_ = slots_ == 0 ? t : std::min(slots_, t);
+    return g.thread_floats() * t;
+  }
+
+  Status Forward(const KernelCall& c) override {
+    const Geo g = Call(c);
+    const float* x = c.in[0];
+    const float* wt = c.in[1];
+    const float* bias = has_bias_ ? c.in[2] : nullptr;
+    float* y = c.out[0];
+    const int64_t items = g.n * g.group;
+    const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
+#pragma omp parallel num_threads(Teams(c, items))
+    {
+      float* cols = c.workspace + g.thread_floats() * omp_get_thread_num();
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < items; ++it) {
+        const int64_t n = it / g.group, gr = it % g.group;
+        const float* xg = x + (n * g.c + gr * g.cg()) * g.in_pix();
+        float* yg = y + (n * g.m + gr * mg) * pix;
+        const float* b = xg;
+        if (!g.direct()) {
+          Im2Col(xg, g, cols);
+          b = cols;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(mg), int(pix), int(kd), 1.0f,
+                    wt + gr * mg * kd, int(kd), b, int(pix), 0.0f, yg, int(pix));
+        if (bias)
+          for (int64_t o = 0; o < mg; ++o) {
+            float* row = yg + o * pix;
+            const float bo = bias[gr * mg + o];
+            for (int64_t p = 0; p < pix; ++p) row[p] += bo;
+          }
+      }
+    }
+    return Status::OK();
+  }
+
+  void Backward(const KernelCall& c) override {
+    const Geo g = Call(c);
+    const float* x = c.in[0];
+    const float* wt = c.in[1];
+    const float* dy = c.dout[0];
+    float* dx = c.din[0];
+    float* dw = c.din.size() > 1 ? c.din[1] : nullptr;
+    float* db = has_bias_ && c.din.size() > 2 ? c.din[2] : nullptr;
+    const int64_t items = g.n * g.group;
+    const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
+    const size_t nw = static_cast<size_t>(g.m) * kd;
+    int team = 1;  // the team actually formed (1 when called inside another region)
+#pragma omp parallel num_threads(Teams(c, items))
+    {
+#pragma omp single
+      team = omp_get_num_threads();
+      float* cols = c.workspace + g.thread_floats() * omp_get_thread_num();
+      float* my_dw = cols + g.cols_floats();  // [M, kd] then [M] bias
+      if (dw || db) std::fill(my_dw, my_dw + nw + g.m, 0.0f);
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < items; ++it) {
+        const int64_t n = it / g.group, gr = it % g.group;
+        const float* xg = x + (n * g.c + gr * g.cg()) * g.in_pix();
+        const float* dyg = dy + (n * g.m + gr * mg) * pix;
+        const float* wg = wt + gr * mg * kd;
+        if (dw) {  // dW_g += dY_g cols^T
+          const float* b = xg;
+          if (!g.direct()) {
+            Im2Col(xg, g, cols);
+            b = cols;
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(mg), int(kd), int(pix), 1.0f,
+                      dyg, int(pix), b, int(pix), 1.0f, my_dw + gr * mg * kd, int(kd));
+        }
+        if (db)
+          for (int64_t o = 0; o < mg; ++o) {
+            const float* row = dyg + o * pix;
+            float s = 0.0f;
+            for (int64_t p = 0; p < pix; ++p) s += row[p];
+            my_dw[nw + gr * mg + o] += s;
+          }
+        if (dx) {  // dcols = W_g^T dY_g, scattered back into dX
+          float* dxg = dx + (n * g.c + gr * g.cg()) * g.in_pix();
+          if (g.direct()) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(kd), int(pix), int(mg), 1.0f,
+                        wg, int(kd), dyg, int(pix), 1.0f, dxg, int(pix));
+          } else {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(kd), int(pix), int(mg), 1.0f,
+                        wg, int(kd), dyg, int(pix), 0.0f, cols, int(pix));
+            Col2ImAdd(cols, g, dxg);
+          }
+        }
+      }
+    }
+    // Add the per-thread partial sums in thread order (small: M * (kd + 1) floats each).
+    for (int t = 0; t < team; ++t) {
+      const float* part = c.workspace + g.thread_floats() * t + g.cols_floats();
+      if (dw)
+        for (size_t i = 0; i < nw; ++i) dw[i] += part[i];
+      if (db)
+        for (int64_t o = 0; o < g.m; ++o) db[o] += part[nw + o];
+    }
+  }
+
+ private:
+  Result<Geo> Geometry(const std::vector<Dims>& in) const {
+    if (in.size() < 2) return Status::InvalidArgument(label_ + " needs inputs X and W");
+    const Dims& x = in[0];
+    const Dims& w = in[1];
+    if ((x.size() != 3 && x.size() != 4) || w.size() != x.size())
+      return Status::InvalidArgument(
+          label_ +
+          " supports 1-D and 2-D convolution: X must be [N,C,L] or [N,C,H,W] and W of "
+          "the same rank, got X " +
+          DimsToString(x) + " and W " + DimsToString(w));
+    const size_t sp = x.size() - 2;
+    auto check_len = [&](const std::vector<int64_t>& v, size_t want, const char* what) {
+      if (v.empty() || v.size() == want) return Status::OK();
+      return Status::InvalidArgument(label_ + ": " + what + " " + IntsToString(v) + " has " +
+                                     std::to_string(v.size()) + " values; X " + DimsToString(x) +
+                                     " needs " + std::to_string(want));
+    };
+    FM_RETURN_IF_ERROR(check_len(kernel_shape_, sp, "kernel_shape"));
+    FM_RETURN_IF_ERROR(check_len(strides_, sp, "strides"));
+    FM_RETURN_IF_ERROR(check_len(dilations_, sp, "dilations"));
+    FM_RETURN_IF_ERROR(check_len(pads_, 2 * sp, "pads"));
+    Geo g;
+    g.n = x[0];
+    g.c = x[1];
+    g.m = w[0];
+    g.group = group_;
+    if (g.c < 1 || g.m < 1)
+      return Status::InvalidArgument(label_ + ": X " + DimsToString(x) + " and W " +
+                                     DimsToString(w) + " need at least one channel");
+    if (g.c % group_ != 0 || g.m % group_ != 0 || w[1] * group_ != g.c)
+      return Status::InvalidArgument(label_ + ": with group " + std::to_string(group_) + ", X " +
+                                     DimsToString(x) + " and W " + DimsToString(w) +
+                                     " disagree (need C = W[1]*group and M divisible by group)");
+    if (!kernel_shape_.empty() &&
+        !std::equal(kernel_shape_.begin(), kernel_shape_.end(), w.begin() + 2))
+      return Status::InvalidArgument(label_ + ": kernel_shape " + IntsToString(kernel_shape_) +
+                                     " does not match W " + DimsToString(w));
+    if (has_bias_ && (in.size() < 3 || in[2] != Dims{g.m}))
+      return Status::InvalidArgument(label_ + ": bias B must be [" + std::to_string(g.m) +
+                                     "], got " + (in.size() < 3 ? "none" : DimsToString(in[2])) +
+                                     " for W " + DimsToString(w));
+    // Attributes of the last sp axes; a 1-D convolution is 2-D with a unit H axis.
+    Axis* axes[2] = {&g.h, &g.w};
+    const size_t first = 2 - sp;
+    for (size_t a = 0; a < sp; ++a) {
+      Axis& ax = *axes[first + a];
+      ax.in = x[2 + a];
+      ax.k = w[2 + a];
+      ax.stride = strides_.empty() ? 1 : strides_[a];
+      ax.dil = dilations_.empty() ? 1 : dilations_[a];
+      ax.pad0 = pads_.empty() ? 0 : pads_[a];
+      ax.pad1 = pads_.empty() ? 0 : pads_[a + sp];
+      if (ax.k < 1)
+        return Status::InvalidArgument(label_ + ": W " + DimsToString(w) + " has an empty kernel");
+      Status s = ResolveAxis(label_, auto_pad_, &ax);
+      if (!s.ok())
+        return Status::InvalidArgument(s.message() + " for X " + DimsToString(x) + " and W " +
+                                       DimsToString(w));
+    }
+    // The GEMM takes int dimensions.
+    if (g.kdim() * g.pix() > INT_MAX || g.m * g.kdim() > INT_MAX || g.c * g.in_pix() > INT_MAX ||
+        g.m * g.pix() > INT_MAX)
+      return Status::InvalidArgument(label_ + ": X " + DimsToString(x) + " with W " +
+                                     DimsToString(w) + " is too large for one image's GEMM");
+    return g;
+  }
+
+  Geo Call(const KernelCall& c) const {
+    std::vector<Dims> in = {*c.in_dims[0], *c.in_dims[1]};
+    if (has_bias_) in.push_back(*c.in_dims[2]);
+    Result<Geo> g = Geometry(in);
+    FM_CHECK(g.ok());
+    FM_CHECK(c.workspace != nullptr || g->thread_floats() == 0);
+    return *g;
+  }
+
+  int Teams(const KernelCall& c, int64_t items) const {
+    FM_CHECK_GT(slots_, 0);  // WorkspaceFloats() planned this call's workspace
+    int64_t t = std::min<int64_t>({slots_, c.be ? c.be->threads() : 1, items});
+    return static_cast<int>(std::max<int64_t>(1, t));
+  }
+
+  std::string label_;
+  std::vector<int64_t> kernel_shape_, strides_, pads_, dilations_;  // empty: the defaults
+  int64_t group_;
+  std::string auto_pad_;
+  bool has_bias_;
+  mutable int slots_ = 0;  // threads every planned workspace has room for
+};
+
+}  // namespace
+
+KernelResult MakeConv(const KernelContext& ctx) {
+  const Node& n = *ctx.node;
+  const std::string label = n.Label();
+  if (n.inputs.size() < 2 || n.inputs.size() > 3 || n.inputs[0].empty() || n.inputs[1].empty())
+    return Status::InvalidArgument(label + " needs inputs X, W and an optional B");
+  std::string auto_pad = n.String("auto_pad", "NOTSET");
+  if (auto_pad.empty()) auto_pad = "NOTSET";
+  if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
+      auto_pad != "SAME_LOWER")
+    return Status::InvalidArgument(label + ": unknown auto_pad '" + auto_pad +
+                                   "' (expected NOTSET, VALID, SAME_UPPER or SAME_LOWER)");
+  const int64_t group = n.Int("group", 1);
+  if (group < 1)
+    return Status::InvalidArgument(label + ": group must be >= 1, got " + std::to_string(group));
+  std::vector<int64_t> kernel_shape = n.Ints("kernel_shape", {});
+  std::vector<int64_t> strides = n.Ints("strides", {});
+  std::vector<int64_t> dilations = n.Ints("dilations", {});
+  // Explicit pads are ignored under auto_pad, as ONNX Runtime does.
+  std::vector<int64_t> pads = auto_pad == "NOTSET" ? n.Ints("pads", {}) : std::vector<int64_t>{};
+  for (int64_t v : strides)
+    if (v < 1)
+      return Status::InvalidArgument(label + ": strides " + IntsToString(strides) +
+                                     " must be >= 1");
+  for (int64_t v : dilations)
+    if (v < 1)
+      return Status::InvalidArgument(label + ": dilations " + IntsToString(dilations) +
+                                     " must be >= 1");
+  for (int64_t v : pads)
+    if (v < 0)
+      return Status::InvalidArgument(label + ": pads " + IntsToString(pads) + " must be >= 0");
+  if (pads.size() % 2 != 0)
+    return Status::InvalidArgument(label + ": pads " + IntsToString(pads) +
+                                   " needs a begin and an end value per axis");
+  // Any attribute fixes the spatial rank; only 1-D and 2-D are implemented.
+  size_t sp = 0;
+  for (size_t len : {kernel_shape.size(), strides.size(), dilations.size(), pads.size() / 2}) {
+    if (len == 0) continue;
+    if (sp != 0 && len != sp)
+      return Status::InvalidArgument(label +
+                                     ": kernel_shape, strides, dilations and pads "
+                                     "disagree on the number of spatial axes");
+    sp = len;
+  }
+  if (sp > 2)
+    return Status::Unimplemented(label +
+                                 ": only 1-D and 2-D convolution are supported, the "
+                                 "attributes describe " +
+                                 std::to_string(sp) + "-D");
+  return std::unique_ptr<OpKernel>(new Conv(n, std::move(kernel_shape), std::move(strides),
+                                            std::move(pads), std::move(dilations), group,
+                                            std::move(auto_pad)));
+}
+
+}  // namespace fedmesh::graph::ops

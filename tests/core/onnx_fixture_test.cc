@@ -1,0 +1,161 @@
+// fedmesh's graph executor against PyTorch on the fixtures of tests/fixtures/onnx
+// (made by make_fixtures.py with torch.onnx.export): forward outputs in evaluation and in
+// training mode, gradients of every parameter and of the input, and the BatchNorm
+// running statistics after one training step, all within 1e-4 of PyTorch's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "core/backend.h"
+#include "core/graph/graph_model.h"
+#include "core/onnx/onnx_reader.h"
+
+namespace fedmesh::graph {
+namespace {
+
+const std::string kDir = std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/";
+
+std::vector<float> Floats(const Tensor& t) {
+  if (t.dtype == DType::kFloat32) return t.f;
+  return std::vector<float>(t.i.begin(), t.i.end());
+}
+
+Tensor Load(const std::string& fixture, const std::string& file) {
+  auto t = onnx::ReadOnnxTensorFile(kDir + fixture + "/" + file);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : Tensor{};
+}
+
+// Dropout ratio 0: the references were computed with every nn.Dropout's p set to 0.
+void DisableDropout(Graph* g) {
+  for (Node& n : g->nodes)
+    if (n.op_type == "Dropout") n.inputs.resize(1), n.attrs.erase("ratio");
+  for (Node& n : g->nodes)
+    if (n.op_type == "Dropout") n.attrs["ratio"].kind = Attribute::Kind::kFloat;
+}
+
+double MaxAbsDiff(const float* a, const std::vector<float>& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+struct Case {
+  std::string fixture, model;
+};
+
+class OnnxFixture : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    backend_ = MakeCpuBackend(2);
+    auto g = onnx::ReadOnnxFile(kDir + GetParam().fixture + "/" + GetParam().model);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    DisableDropout(&*g);
+    GraphModelOptions o;
+    o.input_gradients = true;
+    auto m = GraphModel::Create(std::move(*g), backend_.get(), o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(*m);
+    x_ = Floats(Load(GetParam().fixture, "x.pb"));
+  }
+  Status Run(bool training) {
+    FM_RETURN_IF_ERROR(model_->Plan(4));
+    std::copy(x_.begin(), x_.end(), model_->input(0, 4));
+    return model_->Forward(4, training, 7);
+  }
+  bool IsTrainExport() const { return GetParam().model.rfind("model_train", 0) == 0; }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<GraphModel> model_;
+  std::vector<float> x_;
+};
+
+TEST_P(OnnxFixture, EvalOutputEqualsPyTorch) {
+  ASSERT_TRUE(Run(false).ok());
+  const std::vector<float> want = Load(GetParam().fixture, "y_eval.pb").f;
+  ASSERT_EQ(graph::NumElements(model_->output_dims(0)), static_cast<int64_t>(want.size()));
+  EXPECT_LE(MaxAbsDiff(model_->output(0), want), 1e-4);
+}
+
+TEST_P(OnnxFixture, TrainOutputGradientsAndRunningStatsEqualPyTorch) {
+  if (!IsTrainExport()) GTEST_SKIP() << "the eval export has BatchNorm folded: no training form";
+  const std::string& f = GetParam().fixture;
+  ASSERT_TRUE(Run(true).ok());
+  const std::vector<float> want = Load(f, "y_train.pb").f;
+  EXPECT_LE(MaxAbsDiff(model_->output(0), want), 1e-4);
+  const std::vector<float> r = Load(f, "r.pb").f;
+  std::copy(r.begin(), r.end(), model_->output_grad(0));
+  model_->Backward();
+  std::ifstream list(kDir + f + "/grads.txt");
+  std::string file, name;
+  int checked = 0;
+  while (list >> file >> name) {
+    const std::vector<float> g = Load(f, file).f;
+    bool found = false;
+    for (const TensorSlot& s : model_->param_slots())
+      if (s.name == name) {
+        found = true;
+        ASSERT_EQ(s.size, g.size()) << name;
+        EXPECT_LE(MaxAbsDiff(model_->grads() + s.offset, g), 1e-4) << "gradient of " << name;
+        ++checked;
+      }
+    EXPECT_TRUE(found) << name << " is not a trainable parameter";
+  }
+  EXPECT_GT(checked, 3);
+  EXPECT_EQ(static_cast<size_t>(checked), model_->param_slots().size());
+  if (model_->input_grad(0)) {
+    EXPECT_LE(MaxAbsDiff(model_->input_grad(0), Load(f, "dx.pb").f), 1e-4) << "d loss / d x";
+  }
+  for (const TensorSlot& s : model_->state_slots()) {
+    const std::vector<float> after = Load(f, "bn_after_" + s.name + ".pb").f;
+    EXPECT_LE(MaxAbsDiff(model_->params() + s.offset, after), 1e-5) << s.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PyTorch, OnnxFixture,
+    ::testing::Values(Case{"resnet_bn", "model_train.onnx"}, Case{"resnet_bn", "model_train_op13.onnx"},
+                      Case{"resnet_bn", "model_eval.onnx"}, Case{"tabular_mlp", "model_train.onnx"},
+                      Case{"tabular_mlp", "model_train_op13.onnx"},
+                      Case{"tabular_mlp", "model_eval.onnx"}, Case{"embedding", "model_train.onnx"},
+                      Case{"embedding", "model_eval.onnx"}, Case{"opzoo", "model_train.onnx"},
+                      Case{"opzoo", "model_eval.onnx"}, Case{"opzoo_logsoftmax", "model_train.onnx"},
+                      Case{"opzoo_logsoftmax", "model_eval.onnx"}),
+    [](const auto& info) {
+      std::string s = info.param.fixture + "_" + info.param.model;
+      for (char& c : s)
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+      return s;
+    });
+
+TEST(OnnxFixtureStructure, ResnetHasBatchNormStateAndTheFlatVectorOrder) {
+  auto backend = MakeCpuBackend(1);
+  auto g = onnx::ReadOnnxFile(kDir + "resnet_bn/model_train.onnx");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto m = GraphModel::Create(std::move(*g), backend.get());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  // 20 trainable tensors first (initializer order), then 8 running statistics.
+  ASSERT_EQ((*m)->param_slots().size(), 20u);
+  ASSERT_EQ((*m)->state_slots().size(), 8u);
+  EXPECT_EQ((*m)->param_slots()[0].name, "conv1.weight");
+  EXPECT_EQ((*m)->param_slots()[0].offset, 0u);
+  EXPECT_EQ((*m)->state_slots()[0].offset, (*m)->num_trainable());
+  EXPECT_EQ((*m)->num_flat(), (*m)->num_trainable() + (*m)->num_state());
+}
+
+TEST(OnnxFixtureStructure, HashIgnoresWeightsButNotArchitecture) {
+  auto a = onnx::ReadOnnxFile(kDir + "tabular_mlp/model_train.onnx");
+  auto b = onnx::ReadOnnxFile(kDir + "tabular_mlp/model_train.onnx");
+  auto c = onnx::ReadOnnxFile(kDir + "tabular_mlp/model_eval.onnx");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (Tensor& t : b->initializers)
+    if (t.dtype == DType::kFloat32 && !t.dims.empty()) t.f[0] += 1.0f;
+  EXPECT_EQ(CanonicalHash(*a), CanonicalHash(*b));
+  EXPECT_NE(CanonicalHash(*a), CanonicalHash(*c));
+  EXPECT_EQ(CanonicalHash(*a).size(), 64u);
+}
+
+}  // namespace
+}  // namespace fedmesh::graph
