@@ -57,7 +57,7 @@ Attribute StringAttr(std::string v) {
 Node MakeNode(std::string op, std::vector<std::string> inputs, std::vector<std::string> outputs,
               std::map<std::string, Attribute> attrs = {}) {
   Node n;
-  n.name = "k";
+  n.name = std::string("k");
   n.op_type = std::move(op);
   n.inputs = std::move(inputs);
   n.outputs = std::move(outputs);
@@ -299,6 +299,7 @@ TEST_P(ConvTest, ForwardMatchesReferenceAndGradientsMatchFiniteDifferences) {
   CheckGradients(run, RandomGrads(run, {0}, 7), want, true);
 }
 
+// clang-format off
 INSTANTIATE_TEST_SUITE_P(
     Configs, ConvTest,
     ::testing::Values(
@@ -311,35 +312,18 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{"OneByOne", 2, 3, 4, 5, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
         ConvCase{"OneByOneStride2", 1, 3, 5, 5, 2, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0},
         ConvCase{"OddKernelOddSizes", 3, 1, 9, 7, 2, 5, 3, 3, 2, 1, 1, 2, 0, 1, 1},
-        ConvCase{"SameUpper", 1, 2, 6, 6, 2, 3, 3,    2,     2,
-                 1,           1, 0, 0, 1, 1, 1, true, false, "SAME_UPPER"},
-        ConvCase{"SameLower", 1, 2, 6, 6, 2, 3, 3,    2,     2,
-                 1,           1, 1, 1, 0, 0, 1, true, false, "SAME_LOWER"},
+        ConvCase{"SameUpper", 1, 2, 6, 6, 2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 1, true, false,
+                 "SAME_UPPER"},
+        ConvCase{"SameLower", 1, 2, 6, 6, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, true, false,
+                 "SAME_LOWER"},
         ConvCase{"Valid", 1, 2, 6, 7, 2, 3, 2, 2, 1, 1, 1, 0, 0, 0, 0, 1, true, false, "VALID"},
         ConvCase{"OneD", 2, 3, 0, 11, 4, 0, 3, 0, 2, 0, 2, 0, 1, 0, 2, 1, true, true},
-        ConvCase{"TwoThreads", 3, 4, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, true, false, "", 2},
-        ConvCase{"TwoThreadsOneByOne",
-                 3,
-                 4,
-                 5,
-                 4,
-                 6,
-                 1,
-                 1,
-                 1,
-                 1,
-                 1,
-                 1,
-                 0,
-                 0,
-                 0,
-                 0,
-                 1,
-                 true,
-                 false,
-                 "",
-                 2}),
+        ConvCase{"TwoThreads", 3, 4, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, true, false, "",
+                 2},
+        ConvCase{"TwoThreadsOneByOne", 3, 4, 5, 4, 6, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, true,
+                 false, "", 2}),
     [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
+// clang-format on
 
 TEST(ConvShapes, WrongShapesFailNamingTheNodeAndTheShapes) {
   const Node n = MakeNode("Conv", {"x", "w", "b"}, {"y"});
@@ -513,6 +497,7 @@ TEST_P(PoolTest, AveragePoolMatchesReferenceAndFiniteDifferences) {
   }
 }
 
+// clang-format off
 INSTANTIATE_TEST_SUITE_P(
     Configs, PoolTest,
     ::testing::Values(
@@ -526,6 +511,7 @@ INSTANTIATE_TEST_SUITE_P(
         PoolCase{"AsymmetricPads", 2, 1, 5, 6, 3, 2, 1, 2, 1, 0, 0, 1, false, 4, 3},
         PoolCase{"OneD", 2, 3, 0, 9, 0, 3, 0, 2, 0, 1, 0, 1, true, 0, 5, true}),
     [](const ::testing::TestParamInfo<PoolCase>& info) { return info.param.name; });
+// clang-format on
 
 TEST(PoolValues, HandComputedCeilModeWindows) {
   // AveragePool 1-D, k 3, s 2, pads 1, ceil: windows [pad,1,2], [2,3,4], [4,pad] (the third

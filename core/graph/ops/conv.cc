@@ -20,7 +20,10 @@ namespace {
 
 std::string IntsToString(const std::vector<int64_t>& v) {
   std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (k) s += ',';
+    s += std::to_string(v[k]);
+  }
   return s + "]";
 }
 

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -20,7 +21,10 @@ constexpr int64_t kParallelWork = 32768;  // below this, one thread is faster
 
 std::string IntsToString(const std::vector<int64_t>& v) {
   std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? "," : "") + std::to_string(v[k]);
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (k) s += ',';
+    s += std::to_string(v[k]);
+  }
   return s + "]";
 }
 
@@ -179,7 +183,7 @@ class MaxPool final : public OpKernel {
           for (int64_t ih = hb; ih < he; ++ih)
             for (int64_t iw = wb; iw < we; ++iw) {
               const float v = xp[ih * g.w.in + iw];
-              if (v > best) {
+              if (v > best || std::isnan(v)) {  // NaN propagates, as in PyTorch
                 best = v;
                 best_at = ih * g.w.in + iw;
               }
