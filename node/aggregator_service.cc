@@ -101,6 +101,20 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
 
   FM_ASSIGN_OR_RETURN(s->store_, AggregatorStore::Open(config.db_path));
+  {
+    FM_ASSIGN_OR_RETURN(std::optional<StoredGraph> stored, s->store_->ModelGraph());
+    const std::string& sha = s->config_.rounds.model_sha256;
+    if (stored && stored->sha256 != sha) {
+      return Status::FailedPrecondition(
+          "the store " + config.db_path + " belongs to a model with graph sha256 " +
+          stored->sha256 + " but the configured model " +
+          (sha.empty() ? "is the built-in '" + spec.name + "'" : "has " + sha) +
+          ": use the model this store was created with, or a new [aggregator] db");
+    }
+    if (!stored && !sha.empty()) {
+      FM_RETURN_IF_ERROR(s->store_->SaveModelGraph(sha, s->config_.rounds.model_graph));
+    }
+  }
   FM_RETURN_IF_ERROR(s->InitEngine());
 
   FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(s->options_.transport, &identity, allowlist));

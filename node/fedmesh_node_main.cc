@@ -95,7 +95,11 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
   fedmesh::Status s = (*client)->Run(&g_stop);
   if (!s.ok()) {
     spdlog::error("{}", s.message());
-    return kExitRuntime;
+    // A model this site refuses or cannot run is a configuration matter (exit 2); a
+    // transport or store failure during the run is not.
+    const bool config = s.code() == fedmesh::StatusCode::kFailedPrecondition ||
+                        s.code() == fedmesh::StatusCode::kInvalidArgument;
+    return config ? kExitBadInput : kExitRuntime;
   }
   const auto& st = (*client)->stats();
   spdlog::info("stopped: {} round(s) served, {} task(s) refused, {} reject(s) received",

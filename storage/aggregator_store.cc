@@ -89,6 +89,15 @@ CREATE TABLE strategy_state (
   state         BLOB NOT NULL
 );
 )sql",
+      // v4: a graph model's architecture (ONNX without weights, core/onnx/onnx_writer.h),
+      // so that the store alone is enough to export any round's model.
+      R"sql(
+CREATE TABLE model_graph (
+  id     INTEGER PRIMARY KEY CHECK (id = 1),
+  sha256 TEXT NOT NULL,
+  onnx   BLOB NOT NULL
+);
+)sql",
   };
   return kSteps;
 }
@@ -172,6 +181,33 @@ Result<std::vector<float>> AggregatorStore::ReadModel(uint64_t version) {
 
 Status AggregatorStore::SaveModel(uint64_t version, std::span<const float> params) {
   return db_->WithTransaction([&] { return InsertModel(version, params); });
+}
+
+Status AggregatorStore::SaveModelGraph(const std::string& sha256, const std::string& onnx) {
+  return db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare(
+                                         "INSERT OR REPLACE INTO model_graph (id, sha256, onnx) "
+                                         "VALUES (1, ?, ?)"));
+    FM_RETURN_IF_ERROR(q.Bind(1, std::string_view(sha256)));
+    FM_RETURN_IF_ERROR(q.Bind(2, std::span<const uint8_t>(
+                                     reinterpret_cast<const uint8_t*>(onnx.data()), onnx.size())));
+    return q.Step().status();
+  });
+}
+
+Result<std::optional<StoredGraph>> AggregatorStore::ModelGraph() {
+  std::optional<StoredGraph> out;
+  Status s = db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT sha256, onnx FROM model_graph"));
+    FM_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return Status::OK();
+    const auto blob = q.ColumnBlob(1);
+    out = StoredGraph{std::string(q.ColumnText(0)),
+                      std::string(reinterpret_cast<const char*>(blob.data()), blob.size())};
+    return Status::OK();
+  });
+  FM_RETURN_IF_ERROR(s);
+  return out;
 }
 
 Result<std::optional<StoredModel>> AggregatorStore::LatestModel() {

@@ -75,6 +75,11 @@ struct NodeRecord {
   double last_seen = 0;
 };
 
+struct StoredGraph {
+  std::string sha256;  // graph::CanonicalHash, hex
+  std::string onnx;    // onnx::SerializeArchitecture bytes
+};
+
 class AggregatorStore {
  public:
   // Opens or creates the store at `path` and brings its schema to version 3. A file of
@@ -88,6 +93,11 @@ class AggregatorStore {
   // ---- models. Versions only increase: a version at or below the latest stored one is
   // AlreadyExists (equal) or FailedPrecondition (lower). Every version is kept.
   Status SaveModel(uint64_t version, std::span<const float> params);
+  // The architecture of a graph model (its canonical hash and ONNX bytes without weights),
+  // one per store, replaced by a later call.
+  Status SaveModelGraph(const std::string& sha256, const std::string& onnx);
+  // The stored architecture, or nullopt for a store of a built-in model.
+  Result<std::optional<StoredGraph>> ModelGraph();
   // The highest version, or nullopt in a new store.
   Result<std::optional<StoredModel>> LatestModel();
   // NotFound for a version never stored; Corruption when the blob fails its check.

@@ -74,6 +74,14 @@ struct Geo {
   size_t thread_floats() const { return cols_floats() + grad_floats(); }
 };
 
+// The output columns [lo, hi) whose input column ow*stride + off lies inside [0, in):
+// the loops below copy that span without a bounds check per element.
+void ValidSpan(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* lo, int64_t* hi) {
+  *lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  *hi = in - 1 - off < 0 ? 0 : std::min(out, (in - 1 - off) / stride + 1);
+  if (*lo > *hi) *lo = *hi;
+}
+
 // cols[(ci*kH + kh)*kW + kw, oh*OW + ow] = x[ci, oh*sH - pT + kh*dH, ow*sW - pL + kw*dW],
 // zero outside the image. x is one group's [Cg, H, W] planes.
 void Im2Col(const float* x, const Geo& g, float* cols) {
@@ -84,6 +92,9 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
     const float* plane = x + ci * g.in_pix();
     for (int64_t kh = 0; kh < H.k; ++kh)
       for (int64_t kw = 0; kw < W.k; ++kw) {
+        const int64_t off = kw * W.dil - W.pad0;
+        int64_t lo, hi;
+        ValidSpan(off, W.stride, W.in, W.out, &lo, &hi);
         for (int64_t oh = 0; oh < H.out; ++oh) {
           const int64_t ih = oh * H.stride - H.pad0 + kh * H.dil;
           float* dst = row + oh * W.out;
@@ -91,12 +102,14 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
             std::fill(dst, dst + W.out, 0.0f);
             continue;
           }
-          const float* src = plane + ih * W.in;
-          const int64_t off = kw * W.dil - W.pad0;
-          for (int64_t ow = 0; ow < W.out; ++ow) {
-            const int64_t iw = ow * W.stride + off;
-            dst[ow] = (iw >= 0 && iw < W.in) ? src[iw] : 0.0f;
+          const float* src = plane + ih * W.in + off;
+          std::fill(dst, dst + lo, 0.0f);
+          if (W.stride == 1) {
+            std::copy(src + lo, src + hi, dst + lo);
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * W.stride];
           }
+          std::fill(dst + hi, dst + W.out, 0.0f);
         }
         row += g.pix();
       }
@@ -112,15 +125,18 @@ void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
     float* plane = dx + ci * g.in_pix();
     for (int64_t kh = 0; kh < H.k; ++kh)
       for (int64_t kw = 0; kw < W.k; ++kw) {
+        const int64_t off = kw * W.dil - W.pad0;
+        int64_t lo, hi;
+        ValidSpan(off, W.stride, W.in, W.out, &lo, &hi);
         for (int64_t oh = 0; oh < H.out; ++oh) {
           const int64_t ih = oh * H.stride - H.pad0 + kh * H.dil;
           if (ih < 0 || ih >= H.in) continue;
           const float* src = row + oh * W.out;
-          float* dst = plane + ih * W.in;
-          const int64_t off = kw * W.dil - W.pad0;
-          for (int64_t ow = 0; ow < W.out; ++ow) {
-            const int64_t iw = ow * W.stride + off;
-            if (iw >= 0 && iw < W.in) dst[iw] += src[ow];
+          float* dst = plane + ih * W.in + off;
+          if (W.stride == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] += src[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow * W.stride] += src[ow];
           }
         }
         row += g.pix();

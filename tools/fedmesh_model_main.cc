@@ -1,0 +1,176 @@
+// fedmesh-model: inspects ONNX models and exports trained ones out of fedmesh stores.
+//   fedmesh-model inspect FILE.onnx
+//   fedmesh-model export --db STORE.db [--round N] --out FILE.onnx|FILE.npz
+// Exit codes: 0 success, 2 bad input (a file that does not read, a round that does not
+// exist), 1 anything else.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/backend.h"
+#include "core/graph/graph_model.h"
+#include "core/model.h"
+#include "core/model_export.h"
+#include "core/npz.h"
+#include "core/onnx/onnx_reader.h"
+#include "storage/aggregator_store.h"
+#include "storage/node_store.h"
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitRuntime = 1;
+
+int Fail(const fedmesh::Status& s) {
+  std::fprintf(stderr, "fedmesh-model: %s\n", s.message().c_str());
+  switch (s.code()) {
+    case fedmesh::StatusCode::kInvalidArgument:
+    case fedmesh::StatusCode::kNotFound:
+    case fedmesh::StatusCode::kCorruption:
+    case fedmesh::StatusCode::kOutOfRange:
+    case fedmesh::StatusCode::kUnimplemented:
+    case fedmesh::StatusCode::kFailedPrecondition:
+      return kExitBadInput;
+    default:
+      return kExitRuntime;
+  }
+}
+
+std::string Dims(const fedmesh::graph::Dims& d) { return fedmesh::graph::DimsToString(d); }
+
+int Inspect(const std::string& path) {
+  auto g = fedmesh::onnx::ReadOnnxFile(path);
+  if (!g.ok()) return Fail(g.status());
+  std::map<std::string, int> ops;
+  for (const auto& n : g->nodes) ++ops[n.op_type];
+  const int64_t opset = g->opset;
+  const std::string name = g->name;
+  auto backend = fedmesh::MakeCpuBackend(1);
+  auto m = fedmesh::Model::CreateFromGraph(path, backend.get(), std::move(*g));
+  if (!m.ok()) return Fail(m.status().WithContext(path));
+  const fedmesh::graph::GraphModel& gm = *(*m)->graph_model();
+  std::printf("model       %s (graph '%s', opset %lld)\n", path.c_str(), name.c_str(),
+              static_cast<long long>(opset));
+  std::printf("graph hash  %s\n", gm.hash().c_str());
+  for (const auto& in : gm.graph().inputs)
+    std::printf("input       %s %s %s\n", in.name.c_str(), fedmesh::graph::DTypeName(in.dtype),
+                Dims(in.dims).c_str());
+  for (const auto& out : gm.graph().outputs)
+    std::printf("output      %s %s\n", out.name.c_str(), Dims(out.dims).c_str());
+  std::printf("parameters  %zu trainable in %zu tensors, %zu state values in %zu tensors\n",
+              gm.num_trainable(), gm.param_slots().size(), gm.num_state(),
+              gm.state_slots().size());
+  std::printf("ops        ");
+  for (const auto& [op, count] : ops) std::printf(" %s x%d", op.c_str(), count);
+  std::printf("\n");
+  std::printf("flat vector order (offset, name, dims):\n");
+  for (const auto* slots : {&gm.param_slots(), &gm.state_slots()})
+    for (const auto& s : *slots)
+      std::printf("  %10zu  %s %s%s\n", s.offset, s.name.c_str(), Dims(s.dims).c_str(),
+                  slots == &gm.state_slots() ? " (state)" : "");
+  return 0;
+}
+
+// The model of `round` (its committed version; the latest when round is empty) from an
+// aggregator store, or the checkpointed model of a node store.
+int Export(const std::string& db, std::optional<uint64_t> round, const std::string& out) {
+  std::string graph_bytes;
+  std::vector<float> params;
+  auto agg = fedmesh::AggregatorStore::Open(db);
+  if (agg.ok()) {
+    auto graph = (*agg)->ModelGraph();
+    if (!graph.ok()) return Fail(graph.status());
+    if (*graph) graph_bytes = (*graph)->onnx;
+    uint64_t version = 0;
+    if (round) {
+      auto metrics = (*agg)->Metrics();
+      if (!metrics.ok()) return Fail(metrics.status());
+      bool found = false;
+      for (const auto& m : *metrics)
+        if (m.round == *round) version = m.model_version, found = true;
+      if (!found && *round != 0)
+        return Fail(fedmesh::Status::OutOfRange(db + ": round " + std::to_string(*round) +
+                                                " has not closed in this store"));
+      auto p = (*agg)->LoadModel(version);
+      if (!p.ok()) return Fail(p.status());
+      params = std::move(*p);
+    } else {
+      auto latest = (*agg)->LatestModel();
+      if (!latest.ok()) return Fail(latest.status());
+      if (!*latest) return Fail(fedmesh::Status::NotFound(db + " holds no model yet"));
+      version = (*latest)->version;
+      params = std::move((*latest)->params);
+    }
+    std::fprintf(stderr, "fedmesh-model: aggregator store %s, model version %llu\n", db.c_str(),
+                 static_cast<unsigned long long>(version));
+  } else {
+    auto node = fedmesh::NodeStore::Open(db);
+    if (!node.ok())
+      return Fail(fedmesh::Status::InvalidArgument(
+          db + " is neither an aggregator store (" + agg.status().message() +
+          ") nor a node store (" + node.status().message() + ")"));
+    if (round) return Fail(fedmesh::Status::InvalidArgument("--round is for aggregator stores"));
+    auto cp = (*node)->LoadCheckpoint();
+    if (!cp.ok()) return Fail(cp.status());
+    if (!*cp) return Fail(fedmesh::Status::NotFound(db + " holds no checkpoint yet"));
+    params = std::move((*cp)->model);
+    auto it = (*cp)->attributes.find("model/graph_hex");
+    if (it != (*cp)->attributes.end()) {
+      for (size_t i = 0; i + 1 < it->second.size(); i += 2)
+        graph_bytes += static_cast<char>(std::stoi(it->second.substr(i, 2), nullptr, 16));
+    }
+  }
+  auto backend = fedmesh::MakeCpuBackend(1);
+  if (graph_bytes.empty()) {
+    // A built-in model: its flat vector is all there is.
+    if (out.size() < 4 || out.compare(out.size() - 4, 4, ".npz") != 0)
+      return Fail(fedmesh::Status::InvalidArgument(
+          db + " holds a built-in model, which exports as .npz only"));
+    fedmesh::NpzArray a;
+    a.name = "params";
+    a.f = std::move(params);
+    a.dims = {static_cast<int64_t>(a.f.size())};
+    fedmesh::Status s = fedmesh::WriteNpzFile(out, {a});
+    if (!s.ok()) return Fail(s);
+  } else {
+    fedmesh::onnx::ReaderLimits limits;
+    limits.absent_weights_as_zeros = true;
+    auto g = fedmesh::onnx::ParseOnnx(graph_bytes, limits);
+    if (!g.ok()) return Fail(g.status().WithContext(db + ": the stored model graph"));
+    auto m = fedmesh::Model::CreateFromGraph("export", backend.get(), std::move(*g));
+    if (!m.ok()) return Fail(m.status().WithContext(db + ": the stored model graph"));
+    fedmesh::Status s = (*m)->SetParams(params);
+    if (!s.ok()) return Fail(s.WithContext(db));
+    s = fedmesh::SaveModel(**m, out);
+    if (!s.ok()) return Fail(s);
+  }
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fedmesh-model: inspect ONNX models and export trained models from fedmesh stores"};
+  app.set_version_flag("--version", "fedmesh-model 0.1.0");
+  app.require_subcommand(1);
+  std::string inspect_path, db, out;
+  std::optional<uint64_t> round;
+  auto* inspect = app.add_subcommand("inspect", "Print ops, parameters, shapes and the graph hash");
+  inspect->add_option("file", inspect_path, "The .onnx file")->required();
+  auto* exp = app.add_subcommand("export", "Write a round's global model as ONNX or .npz");
+  exp->add_option("--db", db, "An aggregator store (or a node store: its last model)")->required();
+  exp->add_option("--round", round, "The round whose model to export (default: the latest)");
+  exp->add_option("--out", out, "FILE.onnx or FILE.npz")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitBadInput;
+  }
+  if (*inspect) return Inspect(inspect_path);
+  return Export(db, round, out);
+}
