@@ -690,6 +690,9 @@ wire::FitTask RoundEngine::BuildFitTask() {
   task.update_codec = options_.update_codec;
   task.model_sha256 = options_.model_sha256;
   task.model_graph = options_.model_graph;
+  task.loss = options_.loss;
+  task.class_weights = options_.class_weights;
+  task.pos_weight = options_.pos_weight;
   task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
   task.learning_rate = options_.learning_rate;
@@ -759,6 +762,7 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
     EvalResult eval = evaluator_(global_);
     metrics.test_accuracy = eval.accuracy;
     metrics.test_loss = eval.loss;
+    metrics.test_metrics = std::move(eval.metrics);
   }
   metrics.privacy = strategy_->privacy();
   out.push_back(RoundClosed{round_, model_version_, metrics, global_, strategy_->SaveState()});

@@ -100,6 +100,11 @@ struct RoundEngineOptions {
   // model_graph) so sites need no model file. Default: empty (a built-in model).
   std::string model_sha256;
   std::string model_graph;
+  // The loss nodes train with, sent in every FitTask (FitTask::loss, class_weights,
+  // pos_weight). Default: empty = cross_entropy, no weights.
+  std::string loss;
+  std::vector<float> class_weights;
+  double pos_weight = 0.0;
   // Codec chain (core/codec/codec.h) every node must encode its update with, sent as
   // FitTask::update_codec; an update in another chain is rejected. Default: empty, each
   // node uses its own configured chain and the engine decodes whatever valid chain comes.
@@ -160,6 +165,8 @@ wire::RejectReason ToWireReason(RejectCause cause);
 struct EvalResult {
   double accuracy = 0.0;
   double loss = 0.0;
+  // Every metric of the task by name (core/metrics.h); may be empty.
+  std::map<std::string, double> metrics;
 };
 // Evaluates a global model on the configured test set. Called once per closed round, on the
 // new model, inside the input that closed the round. May be empty: no evaluation.
@@ -214,6 +221,7 @@ class RoundEngine {
   };
   struct RoundMetrics {
     std::optional<double> test_accuracy;  // empty without an Evaluator
+    std::map<std::string, double> test_metrics;  // EvalResult::metrics
     std::optional<double> test_loss;
     uint32_t selected = 0;      // nodes selected in the attempt that closed
     uint32_t received = 0;      // updates aggregated

@@ -92,9 +92,33 @@ bool Model::GraphForward(int batch, bool training, uint64_t seed) {
   return s.ok();
 }
 
-Backend::LossResult Model::GraphLoss(int batch, bool with_gradient) {
-  return backend_->SoftmaxCrossEntropy(graph_->output(0), labels_.data(), batch, num_classes_,
-                                       with_gradient ? graph_->output_grad(0) : nullptr);
+Status Model::SetLoss(const LossOptions& loss) {
+  FM_RETURN_IF_ERROR(ValidateLossOptions(loss));
+  const bool host = loss.kind != LossKind::kCrossEntropy || !loss.class_weights.empty();
+  if (host && !backend_->host_memory())
+    return Status::Unimplemented(std::string("loss ") + LossKindName(loss.kind) +
+                                 " (or class weights) runs on the CPU backend only");
+  if (loss.kind == LossKind::kBceWithLogits && num_classes_ != 1)
+    return Status::InvalidArgument("bce_with_logits needs a model with one output (a logit), "
+                                   "model '" + name_ + "' has " + std::to_string(num_classes_));
+  if (loss.kind == LossKind::kCrossEntropy && num_classes_ < 2)
+    return Status::InvalidArgument("cross_entropy needs at least 2 output classes; model '" +
+                                   name_ + "' has one output: use bce_with_logits");
+  if (!loss.class_weights.empty() && static_cast<int>(loss.class_weights.size()) != num_classes_)
+    return Status::InvalidArgument("class_weights has " + std::to_string(loss.class_weights.size()) +
+                                   " values for a model of " + std::to_string(num_classes_) +
+                                   " classes");
+  loss_ = loss;
+  host_loss_ = host;
+  return Status::OK();
+}
+
+Backend::LossResult Model::Loss(int batch, float* dlogits) {
+  if (!host_loss_)
+    return backend_->SoftmaxCrossEntropy(logits(), labels_.data(), batch, num_classes_, dlogits);
+  const LossValue v = ComputeLoss(loss_, logits(), batch, num_classes_, staging_labels_.data(),
+                                  staging_targets_.data(), dlogits);
+  return {v.loss_sum, v.correct};
 }
 
 std::string Model::Summary() const {
@@ -210,6 +234,22 @@ Status Model::CheckCompatible(const Dataset& data) const {
                                    " but model '" + name_ + "' expects " +
                                    ShapeToString(input_shape_));
   }
+  if (IsRegression(loss_.kind)) {
+    if (data.target_dim != num_classes_ ||
+        data.targets.size() != data.size() * static_cast<size_t>(data.target_dim))
+      return Status::InvalidArgument("loss " + std::string(LossKindName(loss_.kind)) +
+                                     " needs " + std::to_string(num_classes_) +
+                                     " float target(s) per sample for model '" + name_ +
+                                     "', the data has " + std::to_string(data.target_dim));
+    return Status::OK();
+  }
+  if (loss_.kind == LossKind::kBceWithLogits) {
+    for (int32_t y : data.labels)
+      if (y != 0 && y != 1)
+        return Status::InvalidArgument("bce_with_logits needs labels 0 and 1, the data has " +
+                                       std::to_string(y));
+    return Status::OK();
+  }
   if (data.num_classes > num_classes_) {
     return Status::InvalidArgument("data has " + std::to_string(data.num_classes) +
                                    " classes but model '" + name_ + "' outputs " +
@@ -224,26 +264,34 @@ Status Model::CheckCompatible(const Dataset& data) const {
   return Status::OK();
 }
 
+void Model::StageTargets(const Dataset& data, const uint32_t* indices, size_t first, int batch) {
+  if (!host_loss_ || !IsRegression(loss_.kind)) return;
+  const size_t d = static_cast<size_t>(data.target_dim);
+  staging_targets_.resize(d * batch);
+  for (int i = 0; i < batch; ++i) {
+    const size_t row = indices ? indices[i] : first + i;
+    std::memcpy(staging_targets_.data() + i * d, data.target(row), d * sizeof(float));
+  }
+}
+
 void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
+  StageTargets(data, indices, 0, batch);
+  // Gathered straight into the input on a host-memory backend; staged for a device.
+  float* input = nullptr;
   if (graph_) {
     FM_CHECK(graph_->Plan(batch).ok());
-    float* in = graph_->input(0, batch);
-    for (int i = 0; i < batch; ++i) {
-      std::memcpy(in + i * s, data.sample(indices[i]), s * sizeof(float));
-      staging_labels_[i] = data.labels[indices[i]];
-    }
-    backend_->CopyFromHost(labels_.data(), staging_labels_.data(), batch * sizeof(int32_t));
-    return;
+    input = graph_->input(0, batch);
+  } else {
+    input = acts_[0];
   }
-  // Gathered straight into the input on a host-memory backend; staged for a device.
-  float* dst = backend_->host_memory() ? acts_[0] : staging_.data();
+  float* dst = backend_->host_memory() ? input : staging_.data();
   for (int i = 0; i < batch; ++i) {
     std::memcpy(dst + i * s, data.sample(indices[i]), s * sizeof(float));
     staging_labels_[i] = data.labels[indices[i]];
   }
-  if (dst != acts_[0]) backend_->CopyFromHost(acts_[0], dst, s * batch * sizeof(float));
+  if (dst != input) backend_->CopyFromHost(input, dst, s * batch * sizeof(float));
   backend_->CopyFromHost(labels_.data(), staging_labels_.data(), batch * sizeof(int32_t));
 }
 
@@ -251,6 +299,9 @@ void Model::LoadContiguousBatch(const Dataset& data, size_t first, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
   if (graph_) FM_CHECK(graph_->Plan(batch).ok());
+  StageTargets(data, nullptr, first, batch);
+  if (host_loss_)
+    std::memcpy(staging_labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
   backend_->CopyFromHost(graph_ ? graph_->input(0, batch) : acts_[0], data.sample(first),
                          s * batch * sizeof(float));
   backend_->CopyFromHost(labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
@@ -267,11 +318,10 @@ Backend::LossResult Model::ForwardWithLossGradient(int batch, uint64_t seed) {
   FM_CHECK_LE(batch, max_batch_);
   if (graph_) {
     if (!GraphForward(batch, /*training=*/true, seed)) return {NAN, 0};
-    return GraphLoss(batch, /*with_gradient=*/true);
+    return Loss(batch, graph_->output_grad(0));
   }
   Forward(batch, /*training=*/true, seed);
-  const size_t L = layers_.size();
-  return backend_->SoftmaxCrossEntropy(acts_[L], labels_.data(), batch, num_classes_, dacts_[L]);
+  return Loss(batch, dacts_[layers_.size()]);
 }
 
 Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
@@ -314,11 +364,10 @@ Backend::LossResult Model::Evaluate(int batch) {
   FM_CHECK_LE(batch, max_batch_);
   if (graph_) {
     if (!GraphForward(batch, /*training=*/false, 0)) return {NAN, 0};
-    return GraphLoss(batch, /*with_gradient=*/false);
+    return Loss(batch, nullptr);
   }
   Forward(batch, /*training=*/false, 0);
-  return backend_->SoftmaxCrossEntropy(acts_.back(), labels_.data(), batch, num_classes_,
-                                       nullptr);
+  return Loss(batch, nullptr);
 }
 
 }  // namespace fedmesh

@@ -15,6 +15,7 @@
 #include "core/backend.h"
 #include "core/data/dataset.h"
 #include "core/layer.h"
+#include "core/loss.h"
 #include "core/status.h"
 
 namespace fedmesh {
@@ -49,6 +50,12 @@ class Model {
   // OK, or the first error a graph model's forward pass met (an embedding index out of
   // range in the data); losses of failed passes are NaN.
   const Status& status() const { return status_; }
+  // The loss ForwardBackward and Evaluate compute (default: softmax cross-entropy). Losses
+  // other than unweighted cross-entropy are computed on the host: refused (changing
+  // nothing) for a model whose backend memory is not host memory, and for outputs that do
+  // not fit (bce_with_logits needs one output column, cross_entropy at least two).
+  Status SetLoss(const LossOptions& loss);
+  const LossOptions& loss() const { return loss_; }
   const SampleShape& input_shape() const { return input_shape_; }
   int num_classes() const { return num_classes_; }
   size_t num_params() const { return num_params_; }
@@ -106,8 +113,11 @@ class Model {
   int num_classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<SampleShape> shapes_;  // shapes_[i] is the input of layer i; back() the output
-  // Graph models: the loss over the graph's output 0 after a forward pass.
-  Backend::LossResult GraphLoss(int batch, bool with_gradient);
+  // The loss over the output after a forward pass; dlogits (backend memory) receives the
+  // gradient when not null.
+  Backend::LossResult Loss(int batch, float* dlogits);
+  // Copies the batch's regression targets (rows `indices`, or `first` onward) for Loss.
+  void StageTargets(const Dataset& data, const uint32_t* indices, size_t first, int batch);
   bool GraphForward(int batch, bool training, uint64_t seed);
 
   size_t num_params_ = 0, num_trainable_ = 0;
@@ -116,6 +126,9 @@ class Model {
   float* grads_ptr_ = nullptr;
   std::unique_ptr<graph::GraphModel> graph_;
   std::vector<float> initial_params_;  // a graph model's initializers, for InitParams
+  LossOptions loss_;
+  bool host_loss_ = false;              // loss_ needs ComputeLoss rather than the backend's
+  std::vector<float> staging_targets_;  // the loaded batch's regression targets
   Status status_;
   std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
 

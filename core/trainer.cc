@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/metrics.h"
 
 namespace fedmesh {
 
@@ -16,6 +17,7 @@ Status ValidateTrainerOptions(const TrainerOptions& o) {
     return Status::InvalidArgument("eval batch size must be positive, got " +
                                    std::to_string(o.eval_batch_size));
   }
+  FM_RETURN_IF_ERROR(ValidateLossOptions(o.loss));
   return ValidateSgdOptions(o.sgd);
 }
 
@@ -29,7 +31,17 @@ Result<EpochStats> Trainer::TrainEpoch(const Dataset& data) {
   return TrainSteps(data, -1);
 }
 
+Status Trainer::ApplyLoss() {
+  const LossOptions& want = options_.loss;
+  const LossOptions& have = model_->loss();
+  if (want.kind == have.kind && want.class_weights == have.class_weights &&
+      want.pos_weight == have.pos_weight && want.huber_delta == have.huber_delta)
+    return Status::OK();
+  return model_->SetLoss(want);
+}
+
 Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
+  FM_RETURN_IF_ERROR(ApplyLoss());
   FM_RETURN_IF_ERROR(model_->CheckCompatible(data));
   if (data.size() == 0) return Status::InvalidArgument("cannot train on an empty dataset");
   std::vector<uint32_t> order(data.size());
@@ -68,7 +80,11 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
 }
 
 Result<EvalStats> Trainer::Evaluate(const Dataset& data) {
+  FM_RETURN_IF_ERROR(ApplyLoss());
   FM_RETURN_IF_ERROR(model_->CheckCompatible(data));
+  const int cols = model_->num_classes();
+  MetricAccumulator metrics(TaskOf(options_.loss.kind), cols);
+  std::vector<float> host_out;
   if (data.size() == 0) return Status::InvalidArgument("cannot evaluate on an empty dataset");
   EvalStats stats;
   double loss_sum = 0.0;
@@ -79,11 +95,20 @@ Result<EvalStats> Trainer::Evaluate(const Dataset& data) {
     const auto r = model_->Evaluate(batch);
     loss_sum += r.loss_sum;
     correct += r.correct;
+    const float* out = model_->logits();
+    if (!model_->backend().host_memory()) {
+      host_out.resize(static_cast<size_t>(batch) * cols);
+      model_->backend().CopyToHost(host_out.data(), out, host_out.size() * sizeof(float));
+      out = host_out.data();
+    }
+    metrics.Add(out, batch, data.labels.data() + first,
+                data.target_dim > 0 ? data.target(first) : nullptr);
   }
   FM_RETURN_IF_ERROR(model_->backend().Synchronize());
   stats.samples = static_cast<int64_t>(data.size());
   stats.loss = loss_sum / stats.samples;
-  stats.accuracy = double(correct) / stats.samples;
+  stats.accuracy = IsRegression(options_.loss.kind) ? 0.0 : double(correct) / stats.samples;
+  stats.metrics = metrics.Finish();
   FM_RETURN_IF_ERROR(model_->status());
   return stats;
 }

@@ -7,9 +7,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "core/data/dataset.h"
 #include "core/env.h"
+#include "core/loss.h"
 #include "core/model.h"
 #include "core/sgd.h"
 #include "core/status.h"
@@ -20,6 +23,7 @@ struct TrainerOptions {
   int batch_size = 32;       // samples per SGD step; the last partial batch is used too
   int eval_batch_size = 500; // samples per forward pass when evaluating
   SgdOptions sgd;            // lr 0.01, no momentum, no weight decay, no FedProx by default
+  LossOptions loss;          // softmax cross-entropy by default (core/loss.h)
 };
 
 Status ValidateTrainerOptions(const TrainerOptions& o);
@@ -34,8 +38,11 @@ struct EpochStats {
 };
 
 struct EvalStats {
-  double loss = 0.0;      // mean cross-entropy
-  double accuracy = 0.0;  // top-1
+  double loss = 0.0;      // mean of the configured loss
+  double accuracy = 0.0;  // top-1 (0 for regression)
+  // Every metric of the loss's task by name (core/metrics.h): accuracy, log_loss,
+  // macro_f1, auc, precision, recall, f1, mse, rmse, mae, r2.
+  std::map<std::string, double> metrics;
   int64_t samples = 0;
 };
 
@@ -54,6 +61,9 @@ class Trainer {
   Model& model() { return *model_; }
 
  private:
+  // Sets options_.loss on the model when it differs (a model may be shared by trainers).
+  Status ApplyLoss();
+
   Model* model_;
   TrainerOptions options_;
   Env* env_;

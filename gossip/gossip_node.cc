@@ -200,6 +200,7 @@ void GossipNode::QueueModels(std::vector<ModelSend> sends) {
   for (ModelSend& s : sends) {
     wire::Header h = NextHeader();
     s.message.sequence = h.message_id;
+    s.message.model_sha256 = options_.model_sha256;
     if (!SignModel(identity_, options_.federation_id, &s.message).ok()) continue;  // no libsodium
     sends_.push_back({std::move(s.to), wire::Message{std::move(h), std::move(s.message)}});
   }
@@ -240,6 +241,13 @@ Status GossipNode::OnModel(const std::string& from, const wire::GossipModel& mod
   if (Status v = VerifyModel(signer->second, options_.federation_id, model); !v.ok()) {
     ++(model.signature.empty() ? drops_.unsigned_model : drops_.bad_signature);
     return v;
+  }
+  if (model.model_sha256 != options_.model_sha256) {
+    ++drops_.wrong_model;
+    auto name = [](const std::string& h) { return h.empty() ? std::string("a built-in model") : "graph " + h; };
+    return Status::FailedPrecondition("gossip model from " + from + " runs " +
+                                      name(model.model_sha256) + ", this site runs " +
+                                      name(options_.model_sha256));
   }
   if (!replay_.Accept(from, model.sequence)) {
     ++drops_.replayed;

@@ -37,6 +37,9 @@ namespace fedmesh {
 struct GossipNodeOptions {
   // Federation every message names. Required (wire id rules).
   std::string federation_id;
+  // This site's graph hash (core/graph), sent with every model; a model whose sender runs
+  // another graph is dropped (GossipDrops::wrong_model). Default: empty (a built-in model).
+  std::string model_sha256;
   MembershipOptions membership;
   AveragingOptions averaging;
   // Seconds between gossip steps (config [gossip] period_ms). Default: 1 s.
@@ -61,9 +64,10 @@ struct GossipDrops {
   uint64_t bad_signature = 0;
   uint64_t replayed = 0;          // sequence number seen before (or older than the window)
   uint64_t malformed = 0;         // undecodable or misshapen payload, unexpected type
+  uint64_t wrong_model = 0;       // the sender runs another model graph (model_sha256)
   uint64_t total() const {
     return wrong_federation + spoofed_sender + not_allowlisted + unsigned_model + bad_signature +
-           replayed + malformed;
+           replayed + malformed + wrong_model;
   }
 };
 

@@ -42,6 +42,8 @@ std::vector<uint8_t> ModelSigningBytes(std::string_view federation, std::string_
   }
   const Sha256Digest digest = Sha256::Hash(m.model.bytes);
   out.insert(out.end(), digest.begin(), digest.end());
+  // Appended only when set, so built-in models sign the same bytes as before.
+  if (!m.model_sha256.empty()) PutString(&out, m.model_sha256);
   return out;
 }
 

@@ -94,9 +94,11 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
     spdlog::info("model {}: graph sha256 {}, {} trainable parameters + {} state values",
                  spec.name, g->hash(), g->num_trainable(), g->num_state());
   }
+  FM_RETURN_IF_ERROR(s->model_->SetLoss(config.loss).WithContext("[train] loss"));
   if (s->eval_data_) {
     FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_).WithContext("[eval] dataset"));
     TrainerOptions topt;
+    topt.loss = config.loss;
     s->trainer_ = std::make_unique<Trainer>(s->model_.get(), topt, env);
   }
 
@@ -225,7 +227,7 @@ Status AggregatorService::ReloadAllowlist() {
 }
 
 EvalResult AggregatorService::Evaluate(std::span<const float> global) {
-  EvalResult r{std::nan(""), std::nan("")};
+  EvalResult r{std::nan(""), std::nan(""), {}};
   Status s = model_->SetParams(global);
   if (!s.ok()) {
     spdlog::warn("evaluation skipped: {}", s.ToString());
@@ -238,6 +240,7 @@ EvalResult AggregatorService::Evaluate(std::span<const float> global) {
   }
   r.accuracy = stats->accuracy;
   r.loss = stats->loss;
+  r.metrics = stats->metrics;
   return r;
 }
 
@@ -450,6 +453,7 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
       .Add("bytes_down_raw", static_cast<int64_t>(m.bytes_down_raw))
       .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
       .Add("wall_s", m.wall_s);
+  for (const auto& [name, value] : c.metrics.test_metrics) line.Add("test_" + name, value);
   if (const auto& p = c.metrics.privacy) {
     line.Add("epsilon", p->epsilon).Add("delta", p->delta).Add("clip_norm", p->clip_norm);
   }

@@ -142,6 +142,12 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.trainer.sgd.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", o.trainer.sgd.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", o.trainer.sgd.weight_decay, "L2 weight decay")->capture_default_str();
+  std::string loss = "cross_entropy";
+  app.add_option("--loss", loss, "Loss: cross_entropy | bce_with_logits | mse | huber")->capture_default_str();
+  app.add_option("--class-weights", o.trainer.loss.class_weights,
+                 "cross_entropy: comma-separated weight per class")->delimiter(',');
+  app.add_option("--pos-weight", o.trainer.loss.pos_weight, "bce_with_logits: positive-class weight")
+      ->capture_default_str();
   app.add_option("--device", o.device, "Compute device: cpu | auto | cuda[:N]")->capture_default_str();
   app.add_option("--threads", o.threads, "Compute threads (0 = all cores)")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed for model init, shuffling and dropout")->capture_default_str();
@@ -169,6 +175,12 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (auto kind = fedmesh::ParseLossKind(loss); kind.ok()) {
+    o.trainer.loss.kind = *kind;
+  } else {
+    spdlog::error("--loss: {}", kind.status().message());
+    return kExitBadInput;
+  }
   o.model.hidden.clear();
   for (size_t start = 0; start <= hidden.size();) {
     size_t end = hidden.find(',', start);

@@ -67,6 +67,14 @@ PreparedFitTask PrepareFitTask(const FitContext& ctx, const wire::FitTask& task)
   p.trainer.sgd.lr = static_cast<float>(task.learning_rate);
   p.trainer.sgd.momentum = static_cast<float>(task.momentum);
   p.trainer.sgd.prox_mu = static_cast<float>(task.prox_mu);
+  if (!task.loss.empty()) {  // the aggregator's loss; none from older senders: the node's
+    auto kind = ParseLossKind(task.loss);
+    if (!kind.ok()) return refuse(kind.status().message());
+    p.trainer.loss = LossOptions{};
+    p.trainer.loss.kind = *kind;
+    p.trainer.loss.class_weights = task.class_weights;
+    p.trainer.loss.pos_weight = task.pos_weight > 0 ? static_cast<float>(task.pos_weight) : 1.0f;
+  }
   if (task.local_epochs < 1) return refuse("local_epochs must be >= 1");
   if (Status s = ValidateTrainerOptions(p.trainer); !s.ok()) return refuse(s.message());
   p.round = task.round;

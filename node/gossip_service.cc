@@ -1,5 +1,7 @@
 #include "node/gossip_service.h"
 
+#include "core/graph/graph_model.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -106,6 +108,14 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
   if (advertise.find("0.0.0.0") != std::string::npos) {
     return Status::InvalidArgument("[gossip] listen " + s->bound_ +
                                    " is not an address peers can dial: set [gossip] advertise");
+  }
+  if (const graph::GraphModel* g = s->site_.model->graph_model()) {
+    options.model_sha256 = g->hash();
+    if (!config.expect_model_sha256.empty() && g->hash() != config.expect_model_sha256) {
+      return Status::FailedPrecondition("[model] onnx has graph sha256 " + g->hash() +
+                                        " but [model] expect_sha256 is " +
+                                        config.expect_model_sha256);
+    }
   }
   const float* p = s->site_.model->params();
   std::vector<float> initial(p, p + n);

@@ -48,6 +48,7 @@ Result<LocalTrainingReport> RunLocalTraining(
   FM_ASSIGN_OR_RETURN(auto backend, MakeBackend(options.device, options.threads));
   FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get()));
   model->InitParams(options.seed);
+  FM_RETURN_IF_ERROR(model->SetLoss(options.trainer.loss));
   FM_RETURN_IF_ERROR(model->CheckCompatible(train));
   FM_RETURN_IF_ERROR(model->CheckCompatible(test));
 
@@ -88,7 +89,14 @@ Result<LocalTrainingReport> RunLocalTraining(
                     "%.0f samples/s  %.1fs",
                     epoch, options.epochs, es.mean_loss, es.train_accuracy, ev.loss, ev.accuracy,
                     es.samples_per_s, es.seconds);
-      progress(line);
+      std::string extra;
+      for (const auto& [name, value] : ev.metrics) {
+        if (name == "accuracy") continue;
+        char item[64];
+        std::snprintf(item, sizeof(item), "  test_%s %.4f", name.c_str(), value);
+        extra += item;
+      }
+      progress(std::string(line) + extra);
     }
     if (metrics.is_open()) {
       JsonLine j;
@@ -104,6 +112,7 @@ Result<LocalTrainingReport> RunLocalTraining(
           .Add("epoch_samples_per_s", es.samples_per_s)
           .Add("train_samples", report.train_samples)
           .Add("seconds", report.train_seconds);
+      for (const auto& [name, value] : ev.metrics) j.Add("test_" + name, value);
       metrics << j.str() << '\n';
       metrics.flush();
       if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");

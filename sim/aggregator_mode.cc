@@ -173,7 +173,7 @@ Status AggregatorSim::Init() {
   for (size_t w = 0; w < ctx_.workers.size(); ++w) memos_.try_emplace(&ctx_.workers.model(w));
   Evaluator evaluator = [this](std::span<const float> global) {
     // The round being closed is the engine's current one.
-    EvalResult r{std::nan(""), std::nan("")};
+    EvalResult r{std::nan(""), std::nan(""), {}};
     // A privacy budget that ends the run here makes this the last round: evaluate it.
     if (!IsEvalRound(o_, engine_->round()) && engine_->strategy().CanRunAnotherRound().ok()) {
       return r;
@@ -183,7 +183,7 @@ Status AggregatorSim::Init() {
       Fail(e.status());
       return r;
     }
-    return EvalResult{e->accuracy, e->loss};
+    return EvalResult{e->accuracy, e->loss, e->metrics};
   };
   FM_ASSIGN_OR_RETURN(auto engine, RoundEngine::Create(eo, &env_, std::move(strategy),
                                                        ctx_.initial, std::move(evaluator)));

@@ -15,7 +15,11 @@ struct Dataset {
   std::vector<int> sample_shape;  // per-sample shape, e.g. {28, 28, 1} or {num_features}
   int num_classes = 0;            // labels are in [0, num_classes)
   std::vector<float> features;    // size() * sample_size() floats, sample-major
-  std::vector<int32_t> labels;    // one per sample
+  std::vector<int32_t> labels;    // one per sample (0 for regression data)
+  // Regression targets: target_dim floats per sample, sample-major; empty for labelled
+  // classification data.
+  std::vector<float> targets;
+  int target_dim = 0;
 
   size_t size() const { return labels.size(); }
   size_t sample_size() const {
@@ -24,12 +28,14 @@ struct Dataset {
     return n;
   }
   const float* sample(size_t i) const { return features.data() + i * sample_size(); }
+  const float* target(size_t i) const { return targets.data() + i * target_dim; }
 
   // The samples at `indices`, in that order. REQUIRES: every index < size().
   Dataset Subset(const std::vector<uint32_t>& indices) const {
     Dataset out;
     out.sample_shape = sample_shape;
     out.num_classes = num_classes;
+    out.target_dim = target_dim;
     const size_t s = sample_size();
     // Appended rather than resized then overwritten: no zero pass over the copy.
     out.features.reserve(indices.size() * s);
@@ -38,6 +44,7 @@ struct Dataset {
       const float* src = sample(i);
       out.features.insert(out.features.end(), src, src + s);
       out.labels.push_back(labels[i]);
+      if (target_dim > 0) out.targets.insert(out.targets.end(), target(i), target(i) + target_dim);
     }
     return out;
   }

@@ -29,6 +29,21 @@ struct GraphModel::Values_ {
 
 namespace {
 
+// Within limits.max_tensor_elements: Finalize checked the dims a file declares, but the
+// shapes kernels infer from them (Pad, Concat, Gather, a convolution's columns) are only
+// known here, and the plan allocates them all.
+Status CheckPlanned(const Dims& d, const GraphLimits& limits, const std::string& what) {
+  int64_t n = 1;
+  for (int64_t x : d) {
+    if (x < 0) return Status::InvalidArgument(what + " " + DimsToString(d) + " has a negative dim");
+    if (x > 0 && n > limits.max_tensor_elements / x)
+      return Status::InvalidArgument(what + " " + DimsToString(d) + " has more than " +
+                                     std::to_string(limits.max_tensor_elements) + " elements");
+    n *= x;
+  }
+  return Status::OK();
+}
+
 // A Constant node's value as a Tensor (value, value_float(s), value_int(s)).
 Result<Tensor> ConstantValue(const Node& n) {
   Tensor t;
@@ -222,6 +237,12 @@ Status GraphModel::Plan(int64_t batch) {
                                      s.message());
     if (node_out[k].size() < n.outputs.size())
       return Status::Internal(n.Label() + ": the kernel gave fewer output shapes than outputs");
+    for (const Dims& d : node_out[k]) {
+      s = CheckPlanned(d, options_.limits, n.Label() + " output");
+      if (!s.ok())
+        return Status::InvalidArgument("at batch size " + std::to_string(batch) + ": " +
+                                       s.message());
+    }
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       if (n.outputs[o].empty()) continue;
       const ValueRef& r = table.refs.at(n.outputs[o]);
@@ -230,6 +251,11 @@ Status GraphModel::Plan(int64_t batch) {
     }
     p->run_backward[k] = grad;
     workspace[k] = kernels_[k]->WorkspaceFloats(node_in[k], node_out[k]);
+    if (workspace[k] > static_cast<uint64_t>(options_.limits.max_tensor_elements))
+      return Status::InvalidArgument("at batch size " + std::to_string(batch) + ": " +
+                                     n.Label() + " needs " + std::to_string(workspace[k]) +
+                                     " floats of workspace, more than the limit of " +
+                                     std::to_string(options_.limits.max_tensor_elements));
   }
   // One arena for activations and workspaces; one for gradients, graph outputs first.
   size_t floats = 0, grad_floats = 0;

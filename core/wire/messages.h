@@ -141,6 +141,12 @@ struct FitTask {
   // empty for the built-in models (and from senders that predate them).
   std::string model_sha256;
   std::string model_graph;
+  // The loss the node trains with (core/loss.h): "cross_entropy" (also when empty, as from
+  // older senders), "bce_with_logits", "mse" or "huber"; class weights for cross_entropy
+  // (empty = 1 each); pos_weight for bce_with_logits (0 from older senders means 1).
+  std::string loss;
+  std::vector<float> class_weights;
+  double pos_weight = 0.0;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -252,6 +258,9 @@ struct GossipModel {
   double weight = 1.0;    // push-sum weight share, finite, >= 0; other protocols send 1
   TensorPayload model;    // element_count 0 (no payload) for kPullRequest
   std::vector<uint8_t> signature;  // 64 bytes of Ed25519; empty = unsigned (dropped)
+  // The graph hash (core/graph) of the sender's model, 64 hex digits; empty for built-in
+  // models. Signed with the rest, so a relay cannot relabel a model.
+  std::string model_sha256;
 
   friend bool operator==(const GossipModel&, const GossipModel&) = default;
 };

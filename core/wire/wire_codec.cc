@@ -1,5 +1,7 @@
 #include "core/wire/wire_codec.h"
 
+#include "core/loss.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -560,6 +562,22 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     if (m->model_sha256.size() != 0 && m->model_sha256.size() != 64) {
       return Status::InvalidArgument("FitTask model_sha256 must be 64 hex digits or empty");
     }
+    if (!m->loss.empty() && !ParseLossKind(m->loss).ok()) {
+      return Status::InvalidArgument(StrCat("FitTask loss '", m->loss.substr(0, 64),
+                                            "' is not cross_entropy, bce_with_logits, mse or huber"));
+    }
+    if (m->class_weights.size() > 65536) {
+      return Status::InvalidArgument("FitTask carries more than 65536 class weights");
+    }
+    for (float w : m->class_weights) {
+      if (!(std::isfinite(w) && w > 0)) {
+        return Status::InvalidArgument("FitTask class_weights must be finite and > 0");
+      }
+    }
+    if (!IsFinite(m->pos_weight) || m->pos_weight < 0) {
+      return Status::InvalidArgument(
+          StrCat("FitTask pos_weight is ", m->pos_weight, "; it must be finite and >= 0"));
+    }
     if (m->model_sha256.empty() != m->model_graph.empty()) {
       return Status::InvalidArgument("FitTask carries model_graph and model_sha256 together or neither");
     }
@@ -605,6 +623,9 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     if (!m->signature.empty() && m->signature.size() != 64) {
       return Status::InvalidArgument(StrCat("GossipModel signature is ", m->signature.size(),
                                             " bytes; an Ed25519 signature is 64"));
+    }
+    if (!m->model_sha256.empty() && m->model_sha256.size() != 64) {
+      return Status::InvalidArgument("GossipModel model_sha256 must be 64 hex digits or empty");
     }
     FM_RETURN_IF_ERROR(CheckPayloadDescription(m->model, payload_bytes, "GossipModel.model", l));
   } else if (const auto* m = std::get_if<SecAggAdvertiseKeys>(&body)) {
@@ -813,6 +834,9 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_with_prediction(m->with_prediction);
     o->set_model_sha256(m->model_sha256);
     o->set_model_graph(m->model_graph);
+    o->set_loss(m->loss);
+    for (float w : m->class_weights) o->add_class_weights(w);
+    o->set_pos_weight(m->pos_weight);
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
       auto* os = o->mutable_secagg();
@@ -857,6 +881,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_weight(m->weight);
     ToProto(m->model, framing, o->mutable_model());
     o->set_signature(m->signature.data(), m->signature.size());
+    o->set_model_sha256(m->model_sha256);
   } else if (const auto* m = std::get_if<SecAggAdvertiseKeys>(&body)) {
     auto* o = env->mutable_secagg_advertise_keys();
     o->set_federation_id(m->federation_id);
@@ -961,6 +986,9 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.with_prediction = i.with_prediction();
       m.model_sha256 = i.model_sha256();
       m.model_graph = i.model_graph();
+      m.loss = i.loss();
+      m.class_weights.assign(i.class_weights().begin(), i.class_weights().end());
+      m.pos_weight = i.pos_weight();
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
@@ -1037,6 +1065,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.weight = i.weight();
       FM_RETURN_IF_ERROR(FromProto(i.model(), "GossipModel.model", l, &m.model, framing));
       m.signature.assign(i.signature().begin(), i.signature().end());
+      m.model_sha256 = i.model_sha256();
       *body = std::move(m);
       return Status::OK();
     }

@@ -75,6 +75,16 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("train", "batch", 32, "Local batch size").Min(1).Max(1000000),
         FloatKey("train", "lr", 0.01, "Local SGD learning rate").Min(0, true),
         FloatKey("train", "momentum", 0.0, "Local heavy-ball momentum").Min(0).Max(1, true),
+        StringKey("train", "loss", "cross_entropy",
+                  "Loss nodes train with and the global model is evaluated by; metrics follow "
+                  "its task (docs/models.md)")
+            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
+        FloatListKey("train", "class_weights", {},
+                     "cross_entropy: one weight per class (PyTorch's weight=); empty = 1 each")
+            .Min(0, true),
+        FloatKey("train", "pos_weight", 1.0,
+                 "bce_with_logits: weight of the positive class's term (PyTorch's pos_weight)")
+            .Min(0, true),
         StringKey("model", "name", "mlp", "Model architecture of the global model")
             .Choices(KnownModelNames()),
         StringKey("model", "onnx", "",
@@ -138,6 +148,15 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   r.learning_rate = v.GetFloat("train", "lr");
   r.momentum = v.GetFloat("train", "momentum");
+  r.loss = v.GetString("train", "loss");
+  for (double w : v.GetFloatList("train", "class_weights")) r.class_weights.push_back(static_cast<float>(w));
+  r.pos_weight = v.GetFloat("train", "pos_weight");
+  c.loss.kind = ParseLossKind(r.loss).value();
+  c.loss.class_weights = r.class_weights;
+  c.loss.pos_weight = static_cast<float>(r.pos_weight);
+  FM_RETURN_IF_ERROR(AttributeToKey(ValidateLossOptions(c.loss), v,
+                                    {{"class_weights", "train", "class_weights"},
+                                     {"pos_weight", "train", "pos_weight"}}));
   r.update_codec = v.GetString("codec", "update");
   r.downlink_codec = v.GetString("codec", "downlink");
   r.update_prediction = v.GetFloat("rounds", "update_prediction");

@@ -11,6 +11,7 @@
 
 #include "aggregator/round_engine.h"
 #include "aggregator/strategy.h"
+#include "core/loss.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
 #include "node/config/config_schema.h"
@@ -31,6 +32,9 @@ struct AggregatorConfig {
   // [rounds] strategy / prox_mu
   std::string strategy = "fedavg";
   StrategyOptions strategy_options;
+  // [train] loss, class_weights, pos_weight (also in rounds, as sent to nodes): the loss
+  // the global model is evaluated with.
+  LossOptions loss;
   // [model]
   ModelSpec model;
   uint64_t model_seed = 0;

@@ -134,6 +134,22 @@ Result<ConfigValue> FromToml(const toml::node& node, const ConfigKey& k) {
         return ConfigValue(std::move(out));
       }
       break;
+    case ConfigType::kFloatList:
+      if (const toml::array* arr = node.as_array()) {
+        std::vector<double> out;
+        for (size_t i = 0; i < arr->size(); ++i) {
+          if (auto v = (*arr)[i].value_exact<double>()) {
+            out.push_back(*v);
+          } else if (auto n = (*arr)[i].value_exact<int64_t>()) {
+            out.push_back(static_cast<double>(*n));
+          } else {
+            return Status::InvalidArgument(Expected(k, "an array whose element " + std::to_string(i) +
+                                                           " is a " + Describe((*arr)[i])));
+          }
+        }
+        return ConfigValue(std::move(out));
+      }
+      break;
   }
   return Status::InvalidArgument(Expected(k, Describe(node)));
 }
@@ -173,11 +189,38 @@ Result<ConfigValue> FromText(const std::string& text, const ConfigKey& k) {
       if (text.back() == ',') out.push_back("");
       return ConfigValue(std::move(out));
     }
+    case ConfigType::kFloatList: {
+      std::vector<double> out;
+      std::string item;
+      std::istringstream in(text);
+      while (!text.empty() && std::getline(in, item, ',')) {
+        size_t first = item.find_first_not_of(" \t");
+        size_t last = item.find_last_not_of(" \t");
+        const std::string t = first == std::string::npos ? "" : item.substr(first, last - first + 1);
+        double v = 0;
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || p != t.data() + t.size() || t.empty())
+          return Status::InvalidArgument(Expected(k, SQuote(text)));
+        out.push_back(v);
+      }
+      return ConfigValue(std::move(out));
+    }
   }
   return Status::InvalidArgument(Expected(k, SQuote(text)));
 }
 
 Status CheckValue(const ConfigKey& k, const ConfigValue& value) {
+  if (k.type == ConfigType::kFloatList) {
+    for (double v : std::get<std::vector<double>>(value)) {
+      if (!std::isfinite(v)) return Status::InvalidArgument("every element must be a finite number");
+      bool low = k.min && (k.min_exclusive ? v <= *k.min : v < *k.min);
+      bool high = k.max && (k.max_exclusive ? v >= *k.max : v > *k.max);
+      if (low || high)
+        return Status::InvalidArgument("every element must be " + k.RangeText() + ", got " +
+                                       ShortestFloat(v));
+    }
+    return Status::OK();
+  }
   if (k.type == ConfigType::kInt || k.type == ConfigType::kFloat) {
     double v = k.type == ConfigType::kInt ? static_cast<double>(std::get<int64_t>(value))
                                           : std::get<double>(value);
@@ -409,6 +452,11 @@ double ConfigValues::GetFloat(std::string_view section, std::string_view key) co
 bool ConfigValues::GetBool(std::string_view section, std::string_view key) const {
   return std::get<bool>(Get(section, key, ConfigType::kBool).value);
 }
+const std::vector<double>& ConfigValues::GetFloatList(std::string_view section,
+                                                     std::string_view key) const {
+  return std::get<std::vector<double>>(Get(section, key, ConfigType::kFloatList).value);
+}
+
 const std::vector<std::string>& ConfigValues::GetStringList(std::string_view section,
                                                             std::string_view key) const {
   return std::get<std::vector<std::string>>(Get(section, key, ConfigType::kStringList).value);

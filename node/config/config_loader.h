@@ -26,6 +26,7 @@ class ConfigValues {
   double GetFloat(std::string_view section, std::string_view key) const;
   bool GetBool(std::string_view section, std::string_view key) const;
   const std::vector<std::string>& GetStringList(std::string_view section, std::string_view key) const;
+  const std::vector<double>& GetFloatList(std::string_view section, std::string_view key) const;
 
   // True when the file or a --set gave the key (false: the default applies).
   bool IsSet(std::string_view section, std::string_view key) const;

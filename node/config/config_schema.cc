@@ -45,6 +45,7 @@ std::string_view ConfigTypeName(ConfigType type) {
     case ConfigType::kFloat: return "float";
     case ConfigType::kBool: return "boolean";
     case ConfigType::kStringList: return "list of strings";
+    case ConfigType::kFloatList: return "list of floats";
   }
   return "?";
 }
@@ -120,8 +121,14 @@ ConfigKey StringListKey(std::string section, std::string key, std::vector<std::s
   return MakeKey(std::move(section), std::move(key), ConfigType::kStringList, std::move(def),
                  std::move(doc));
 }
+ConfigKey FloatListKey(std::string section, std::string key, std::vector<double> def,
+                       std::string doc) {
+  return MakeKey(std::move(section), std::move(key), ConfigType::kFloatList, std::move(def),
+                 std::move(doc));
+}
 ConfigKey RequiredKey(std::string section, std::string key, ConfigType type, std::string doc) {
-  static const ConfigValue kZero[] = {std::string(), int64_t{0}, 0.0, false, std::vector<std::string>()};
+  static const ConfigValue kZero[] = {std::string(), int64_t{0}, 0.0, false,
+                                      std::vector<std::string>(), std::vector<double>()};
   ConfigKey k = MakeKey(std::move(section), std::move(key), type, kZero[static_cast<int>(type)],
                         std::move(doc));
   k.required = true;
@@ -159,6 +166,13 @@ std::string FormatDefault(const ConfigKey& key) {
       std::string out = "[";
       for (const std::string& s : std::get<std::vector<std::string>>(v)) {
         out += (out.size() > 1 ? ", " : "") + Quote(s);
+      }
+      return out + "]";
+    }
+    case ConfigType::kFloatList: {
+      std::string out = "[";
+      for (double d : std::get<std::vector<double>>(v)) {
+        out += (out.size() > 1 ? ", " : "") + FormatNumber(d);
       }
       return out + "]";
     }

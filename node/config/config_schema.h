@@ -14,13 +14,14 @@
 
 namespace fedmesh {
 
-enum class ConfigType { kString, kInt, kFloat, kBool, kStringList };
+enum class ConfigType { kString, kInt, kFloat, kBool, kStringList, kFloatList };
 
 // "string", "integer", "float", "boolean", "list of strings": the words error messages use.
 std::string_view ConfigTypeName(ConfigType type);
 
 // The value of one key; the alternative matches the key's ConfigType, in enum order.
-using ConfigValue = std::variant<std::string, int64_t, double, bool, std::vector<std::string>>;
+using ConfigValue =
+    std::variant<std::string, int64_t, double, bool, std::vector<std::string>, std::vector<double>>;
 
 // How a relative string value is resolved (see docs/config.md, "Relative paths").
 enum class PathKind {
@@ -64,6 +65,10 @@ ConfigKey FloatKey(std::string section, std::string key, double def, std::string
 ConfigKey BoolKey(std::string section, std::string key, bool def, std::string doc);
 ConfigKey StringListKey(std::string section, std::string key, std::vector<std::string> def,
                         std::string doc);
+// A list of numbers (a TOML array of floats or integers; "1.5,2" with --set); Min/Max
+// bound every element.
+ConfigKey FloatListKey(std::string section, std::string key, std::vector<double> def,
+                       std::string doc);
 ConfigKey RequiredKey(std::string section, std::string key, ConfigType type, std::string doc);
 
 struct ConfigSchema {

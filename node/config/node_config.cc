@@ -123,6 +123,15 @@ const ConfigSchema& NodeConfigSchema() {
         IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
         FloatKey("train", "lr", 0.01, "SGD learning rate").Min(0, true),
         FloatKey("train", "momentum", 0.0, "Heavy-ball momentum").Min(0).Max(1, true),
+        StringKey("train", "loss", "cross_entropy",
+                  "Loss for local and gossip training (in aggregator mode the aggregator's "
+                  "[train] loss wins)")
+            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
+        FloatListKey("train", "class_weights", {},
+                     "cross_entropy: one weight per class; empty = 1 each")
+            .Min(0, true),
+        FloatKey("train", "pos_weight", 1.0, "bce_with_logits: weight of the positive term")
+            .Min(0, true),
         FloatKey("train", "weight_decay", 0.0, "L2 penalty coefficient").Min(0),
         FloatKey("train", "prox_mu", 0.0, "FedProx proximal coefficient mu; 0 = plain SGD").Min(0),
         IntKey("train", "threads", 0, "Compute threads; 0 = all cores").Min(0).Max(4096),
@@ -176,6 +185,13 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   t.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   t.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
+  t.trainer.loss.kind = ParseLossKind(v.GetString("train", "loss")).value();
+  for (double w : v.GetFloatList("train", "class_weights"))
+    t.trainer.loss.class_weights.push_back(static_cast<float>(w));
+  t.trainer.loss.pos_weight = static_cast<float>(v.GetFloat("train", "pos_weight"));
+  FM_RETURN_IF_ERROR(AttributeToKey(ValidateLossOptions(t.trainer.loss), v,
+                                    {{"class_weights", "train", "class_weights"},
+                                     {"pos_weight", "train", "pos_weight"}}));
   t.trainer.sgd.weight_decay = static_cast<float>(v.GetFloat("train", "weight_decay"));
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));

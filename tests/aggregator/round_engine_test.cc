@@ -298,7 +298,7 @@ TEST(RoundEngineTest, ThreeRoundsOfFedAvgMatchTheHandComputation) {
   std::vector<double> evaluated_first;
   Evaluator eval = [&](std::span<const float> g) {
     evaluated_first.push_back(g[0]);
-    return EvalResult{0.25 * static_cast<double>(evaluated_first.size()), 1.0};
+    return EvalResult{0.25 * static_cast<double>(evaluated_first.size()), 1.0, {}};
   };
   Harness h(WaitFor(4), {0.0f, 1.0f, -3.0f, 0.25f}, 1, nullptr, eval);
   h.Register("n1", 128, 1.0f);

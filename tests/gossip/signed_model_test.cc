@@ -62,6 +62,7 @@ TEST(SignedModel, EveryCoveredFieldIsProtected) {
   add("shapes", [](auto& t) { t.model.shapes = {{3}}; });
   add("payload byte", [](auto& t) { t.model.bytes[5] ^= 1; });
   add("signature byte", [](auto& t) { t.signature[10] ^= 1; });
+  add("model_sha256", [](auto& t) { t.model_sha256 = std::string(64, 'b'); });
   for (const auto& [what, t] : tampered) {
     Status s = VerifyModel(alice.public_identity(), "fed", t);
     EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << what;

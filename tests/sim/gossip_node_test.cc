@@ -37,9 +37,10 @@ class GossipNodeTest : public ::testing::Test {
   }
 
   GossipNode& Start(const std::string& id, std::vector<Seed> seeds, float init,
-                    const NodeCheckpoint* restored = nullptr) {
+                    const NodeCheckpoint* restored = nullptr, std::string model_sha256 = "") {
     GossipNodeOptions o;
     o.federation_id = "fed";
+    o.model_sha256 = std::move(model_sha256);
     o.period_s = 1.0;
     o.join_pull_timeout_s = 3.0;
     o.averaging.protocol = GossipProtocol::kPushPull;
@@ -141,6 +142,19 @@ TEST_F(GossipNodeTest, ReplayedTamperedUnsignedSpoofedAndOutsiderModelsAreDroppe
   EXPECT_EQ(std::vector<float>(a.params().begin(), a.params().end()), before);
   EXPECT_EQ(a.drops().total(), 6u);
   (void)b;
+}
+
+// Issue 18: peers that run different model graphs never mix: each drops the other's
+// models (signed, well-formed, allowlisted) as wrong_model, and keeps its own values.
+TEST_F(GossipNodeTest, PeersWithAnotherGraphHashAreNotMixed) {
+  GossipNode& a = Start("a", {}, 1.0f, nullptr, std::string(64, 'a'));
+  RunUntil(4.0);
+  GossipNode& b = Start("b", {Seed{"a", "inproc://a"}}, 5.0f, nullptr, std::string(64, 'b'));
+  RunUntil(12.0);
+  EXPECT_GT(a.drops().wrong_model + b.drops().wrong_model, 0u);
+  EXPECT_EQ(a.drops().bad_signature + b.drops().bad_signature, 0u);
+  for (float v : a.params()) EXPECT_EQ(v, 1.0f);
+  for (float v : b.params()) EXPECT_EQ(v, 5.0f);
 }
 
 TEST_F(GossipNodeTest, CheckpointRestoresModelStepSequenceAndPeers) {
