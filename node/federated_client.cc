@@ -64,6 +64,7 @@ std::string RejectReasonName(wire::RejectReason r) {
 // NodeCheckpoint::tensors names of the error-feedback state.
 constexpr char kResidualTensor[] = "codec/residual";
 constexpr char kDgcVelocityTensor[] = "codec/dgc_velocity";
+constexpr char kLocalTensor[] = "model/local";  // the site's own values of [model] local
 // NodeCheckpoint::attributes names of an adopted graph model (hex ONNX bytes, its hash).
 constexpr char kModelGraphAttribute[] = "model/graph_hex";
 constexpr char kModelShaAttribute[] = "model/graph_sha256";
@@ -203,12 +204,16 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
     }
     FM_RETURN_IF_ERROR(c->carry_.feedback->Restore(std::move(residual), std::move(dgc_velocity))
                            .WithContext("checkpoint in " + config.db_path));
+    if (auto it = checkpoint->tensors.find(kLocalTensor); it != checkpoint->tensors.end()) {
+      c->carry_.local_values = std::move(it->second);
+    }
     c->model_version_ = checkpoint->model_version;
     c->last_round_served_ = checkpoint->last_round_served;
     c->Log("resumed from checkpoint in " + config.db_path + ": model version " +
            std::to_string(c->model_version_) + ", last round served " +
            (c->last_round_served_ ? std::to_string(*c->last_round_served_) : "none"));
   }
+  FM_RETURN_IF_ERROR(c->ComputeLocalRanges().WithContext("[model] local"));
   c->Log("model " + c->model_->name() + " (" + std::to_string(c->model_->num_params()) +
          " parameters) on " + c->backend_->name() + "; partition " + std::to_string(t.index) +
          "/" + std::to_string(t.partition.num_partitions) + " = " +
@@ -354,6 +359,18 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
   return Status::OK();
 }
 
+Status FederatedClient::ComputeLocalRanges() {
+  local_ranges_.clear();
+  if (config_.local_patterns.empty()) return Status::OK();
+  const graph::GraphModel* g = model_->graph_model();
+  if (!g) {
+    // A built-in model now; the aggregator's graph model may replace it with the first task.
+    return Status::OK();
+  }
+  FM_ASSIGN_OR_RETURN(local_ranges_, graph::MatchTensors(*g, config_.local_patterns));
+  return Status::OK();
+}
+
 Status FederatedClient::AdoptModel(const std::string& sha256, const std::string& graph_bytes) {
   if (const graph::GraphModel* g = model_->graph_model(); g && g->hash() == sha256) {
     return Status::OK();
@@ -379,6 +396,8 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   FM_RETURN_IF_ERROR((*m)->CheckCompatible(train_).WithContext(
       "this site's data does not fit the aggregator's model (graph " + sha256.substr(0, 12) + ")"));
   model_ = std::move(*m);
+  carry_.local_values.clear();
+  FM_RETURN_IF_ERROR(ComputeLocalRanges());
   model_graph_ = graph_bytes;
   model_sha256_ = sha256;
   carry_.velocity.clear();
@@ -412,12 +431,17 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     // Errors stop the node: it could never train this federation's model.
     FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph));
   }
+  if (!config_.local_patterns.empty() && model_->graph_model() == nullptr) {
+    return Status::FailedPrecondition("[model] local names tensors of a graph model, but this "
+                                      "federation trains the built-in '" + model_->name() + "'");
+  }
   FitContext ctx;
   ctx.model = model_.get();
   ctx.train = &train_;
   ctx.trainer = config_.training.trainer;
   ctx.default_chain = &default_chain_;
   ctx.feedback = config_.error_feedback;
+  ctx.local = local_ranges_;
   ctx.node_id = identity_.name();
   ctx.seed = config_.training.seed;
   ctx.clock = env_;
@@ -488,6 +512,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (!carry_.feedback->residual().empty()) cp.tensors[kResidualTensor] = carry_.feedback->residual();
   if (!carry_.feedback->velocity().empty()) cp.tensors[kDgcVelocityTensor] = carry_.feedback->velocity();
   if (!secagg_input.empty()) cp.tensors[kSecAggInputTensor] = std::move(secagg_input);
+  if (!carry_.local_values.empty()) cp.tensors[kLocalTensor] = carry_.local_values;
   if (!model_graph_.empty()) {
     cp.attributes[kModelGraphAttribute] = ToHex(model_graph_);
     cp.attributes[kModelShaAttribute] = model_sha256_;

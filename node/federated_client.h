@@ -158,7 +158,11 @@ class FederatedClient {
   codec::Chain default_chain_;   // [codec] chain
   FitCarry carry_;               // velocity and error feedback, across rounds and restarts
   uint64_t model_version_ = 0;
+  // FitContext::local for model_, from [model] local; recomputed when the model changes.
+  Status ComputeLocalRanges();
+
   std::string model_graph_;  // the adopted architecture (FitTask::model_graph); empty: none
+  std::vector<std::pair<size_t, size_t>> local_ranges_;
   std::string model_sha256_;
   std::optional<uint64_t> last_round_served_;
   std::vector<PublicIdentity> secagg_allow_;  // [secagg] allow; empty: refuse secure rounds

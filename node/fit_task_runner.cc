@@ -92,6 +92,21 @@ std::span<const float> StartVelocity(const PreparedFitTask& p, const FitCarry& c
 
 Result<TrainedFit> TrainFitTask(const FitContext& ctx, PreparedFitTask& p, const FitCarry& carry) {
   Model& model = *ctx.model;
+  // Local tensors start from the site's own values (the global model's in the first task).
+  size_t local_total = 0;
+  for (const auto& [offset, size] : ctx.local) {
+    if (offset + size > p.global.size())
+      return Status::Internal("a local tensor range lies outside the model");
+    local_total += size;
+  }
+  if (!ctx.local.empty() && carry.local_values.size() == local_total) {
+    size_t at = 0;
+    for (const auto& [offset, size] : ctx.local) {
+      std::copy(carry.local_values.begin() + at, carry.local_values.begin() + at + size,
+                p.global.begin() + offset);
+      at += size;
+    }
+  }
   FM_RETURN_IF_ERROR(model.SetParams(p.global));
   Trainer trainer(&model, p.trainer, &p.env);
   if (auto v = StartVelocity(p, carry); !v.empty()) {
@@ -127,11 +142,17 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
     if (!std::isfinite(delta[i])) return Refuse("training diverged (non-finite weights)");
     delta[i] -= p.global[i];  // the update is the change to the model received
   }
+  // Local tensors: the site keeps what it trained and sends nothing of them.
+  std::vector<float> local_values;
+  for (const auto& [offset, size] : ctx.local)
+    for (size_t i = offset; i < offset + size; ++i) local_values.push_back(p.global[i] + delta[i]);
   if (ctx.corrupt) ctx.corrupt(delta);
   // What the aggregator already predicted need not be sent (it adds p back).
   if (!p.prediction.empty()) {
     for (size_t i = 0; i < n; ++i) delta[i] -= p.prediction[i];
   }
+  for (const auto& [offset, size] : ctx.local)
+    std::fill(delta.begin() + offset, delta.begin() + offset + size, 0.0f);
 
   // Error feedback: rebuilt when the chain changes. What the old chain left behind is still
   // owed to the aggregator, so its state carries over.
@@ -163,6 +184,7 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
   out.global = std::move(p.global);
   out.chain_name = chain.name();
   carry.feedback = std::move(feedback);
+  if (!ctx.local.empty()) carry.local_values = std::move(local_values);
   // Without momentum the optimizer's buffer is all zeros: carrying it would cost a model's
   // worth of memory (a simulator's million clients) or checkpoint space for nothing.
   if (p.trainer.sgd.momentum > 0) {

@@ -37,6 +37,9 @@ namespace fedmesh {
 // codec's error feedback (created on first use with the chain the task needs).
 struct FitCarry {
   std::vector<float> velocity;
+  // The site's own values of its local tensors (FitContext::local), concatenated in range
+  // order; empty until the first task trained them.
+  std::vector<float> local_values;
   std::optional<codec::ErrorFeedback> feedback;
 };
 
@@ -53,6 +56,10 @@ struct FitContext {
   // Applied to the change before encoding. Empty for real nodes; the simulator's
   // Byzantine clients (sim/) corrupt their update here.
   std::function<void(std::vector<float>& delta)> corrupt;
+  // Ranges (offset, size) of the flat vector that stay on this site ([model] local, e.g.
+  // FedBN's BatchNorm tensors): trained from the site's own values rather than the global
+  // model's, and sent as zeros, so they never leave it. Empty: everything is shared.
+  std::vector<std::pair<size_t, size_t>> local;
   // Checked between epochs: true abandons the task (FitOutcome::stopped).
   std::function<bool()> stop;
 };

@@ -31,6 +31,10 @@ const ConfigSchema& SimConfigSchema() {
             .Min(1)
             .Max(1000000),
         StringKey("sim", "model", "mlp", "Model architecture").Choices(KnownModelNames()),
+        StringKey("sim", "onnx", "",
+                  "ONNX file of the model (torch.onnx.export); replaces [sim] model. Trained per "
+                  "client (the batched trainer takes built-in models only)")
+            .Path(PathKind::kPath),
         StringKey("sim", "partition", "dirichlet", "How the training data is split among clients")
             .Choices({"iid", "dirichlet", "shards", "quantity"}),
         FloatKey("sim", "alpha", 0.5, "dirichlet: label concentration; 0.1 = few classes per client, 100 = near IID")
@@ -162,6 +166,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.clients_per_round = static_cast<uint32_t>(v.GetInt("sim", "clients_per_round"));
   o.rounds = static_cast<uint32_t>(v.GetInt("sim", "rounds"));
   o.model.name = v.GetString("sim", "model");
+  if (const std::string onnx = v.GetString("sim", "onnx"); !onnx.empty()) o.model.name = onnx;
   o.partition = v.GetString("sim", "partition");
   o.alpha = v.GetFloat("sim", "alpha");
   o.strategy = v.GetString("sim", "strategy");

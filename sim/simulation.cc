@@ -121,6 +121,11 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   // The device first: a missing GPU fails the run before the data is loaded.
   std::unique_ptr<BatchedOps> batched_ops;
   const bool batched = options.batched_clients > 0 && options.mode == SimMode::kAggregator;
+  if (batched && IsOnnxModelName(options.model.name)) {
+    return Status::InvalidArgument("[sim] batched_clients trains the built-in models only; set it "
+                                   "to 0 to train the ONNX model " + options.model.name +
+                                   " per client");
+  }
   if (batched) {
     auto ops = MakeBatchedOps(options.device, options.threads);
     if (!ops.ok()) return ops.status().WithContext("[sim] device");

@@ -123,6 +123,10 @@ Status GraphModel::Init(const GraphModelOptions& options) {
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     const Node& n = graph_.nodes[k];
     if (n.op_type == "Constant") continue;
+    // Every kernel writes its first output; only later ones (a mask, statistics) may be
+    // left unnamed.
+    if (n.outputs.empty() || n.outputs[0].empty())
+      return Status::InvalidArgument(n.Label() + " names no output");
     KernelContext ctx{&n, graph_.opset, lookup};
     FM_ASSIGN_OR_RETURN(kernels_[k], MakeKernel(ctx));
     for (size_t i = 0; i < n.inputs.size(); ++i)
@@ -156,8 +160,9 @@ Status GraphModel::Init(const GraphModelOptions& options) {
   for (const auto* slots : {&param_slots_, &state_slots_})
     for (const TensorSlot& s : *slots) {
       table.refs[s.name] = {slots == &state_slots_ ? Where::kState : Where::kParam, s.offset, s.dims};
-      backend_->CopyFromHost(params_.data() + s.offset, graph_.FindInitializer(s.name)->f.data(),
-                             s.size * sizeof(float));
+      if (s.size > 0)  // an empty tensor's data (and an empty buffer) may be null
+        backend_->CopyFromHost(params_.data() + s.offset,
+                               graph_.FindInitializer(s.name)->f.data(), s.size * sizeof(float));
     }
   // Constants as floats (int64 values are exact up to 2^24, enough for shapes and ids).
   for (auto& [name, t] : constants_) {
@@ -236,7 +241,9 @@ Status GraphModel::Plan(int64_t batch) {
       return Status::InvalidArgument("at batch size " + std::to_string(batch) + ": " +
                                      s.message());
     if (node_out[k].size() < n.outputs.size())
-      return Status::Internal(n.Label() + ": the kernel gave fewer output shapes than outputs");
+      return Status::InvalidArgument(n.Label() + " has " + std::to_string(n.outputs.size()) +
+                                     " outputs; " + n.op_type + " gives " +
+                                     std::to_string(node_out[k].size()));
     for (const Dims& d : node_out[k]) {
       s = CheckPlanned(d, options_.limits, n.Label() + " output");
       if (!s.ok())
@@ -463,5 +470,38 @@ static std::vector<Tensor> Copies(const std::vector<TensorSlot>& slots, const fl
 
 std::vector<Tensor> GraphModel::ParamTensors() const { return Copies(param_slots_, params_.data()); }
 std::vector<Tensor> GraphModel::StateTensors() const { return Copies(state_slots_, params_.data()); }
+
+namespace {
+
+bool Glob(const char* p, const char* s) {
+  if (*p == '\0') return *s == '\0';
+  if (*p == '*') return Glob(p + 1, s) || (*s != '\0' && Glob(p, s + 1));
+  if (*s == '\0') return false;
+  return (*p == '?' || *p == *s) && Glob(p + 1, s + 1);
+}
+
+}  // namespace
+
+Result<std::vector<std::pair<size_t, size_t>>> MatchTensors(
+    const GraphModel& m, const std::vector<std::string>& patterns) {
+  std::vector<std::pair<size_t, size_t>> out;
+  std::vector<bool> used(patterns.size(), false);
+  for (const auto* slots : {&m.param_slots(), &m.state_slots()})
+    for (const TensorSlot& s : *slots) {
+      bool hit = false;
+      for (size_t k = 0; k < patterns.size(); ++k)
+        if (Glob(patterns[k].c_str(), s.name.c_str())) hit = used[k] = true;
+      if (hit) out.push_back({s.offset, s.size});
+    }
+  for (size_t k = 0; k < patterns.size(); ++k)
+    if (!used[k]) {
+      std::string names;
+      for (const auto* slots : {&m.param_slots(), &m.state_slots()})
+        for (const TensorSlot& s : *slots) names += (names.empty() ? "" : ", ") + s.name;
+      return Status::InvalidArgument("local pattern '" + patterns[k] +
+                                     "' matches no tensor of the model; its tensors are: " + names);
+    }
+  return out;
+}
 
 }  // namespace fedmesh::graph

@@ -126,4 +126,11 @@ class GraphModel {
   Plan_* current_ = nullptr;  // the plan of the last Forward
 };
 
+// The ranges (offset, size) of the flat vector whose tensor names match any of `patterns`
+// (globs: '*' any run of characters, '?' one), trainable and state tensors alike, in
+// flat-vector order. A pattern that matches nothing is an error listing the names, so a
+// typo cannot silently share what a site meant to keep.
+Result<std::vector<std::pair<size_t, size_t>>> MatchTensors(const GraphModel& m,
+                                                            const std::vector<std::string>& patterns);
+
 }  // namespace fedmesh::graph

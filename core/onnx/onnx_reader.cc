@@ -61,7 +61,7 @@ Result<Tensor> ConvertTensor(const ::onnx::TensorProto& tp, const std::string& w
     const char* raw = tp.raw_data().data();
     if (type == ::onnx::TensorProto::FLOAT) {
       t.f.resize(n);
-      std::memcpy(t.f.data(), raw, n * 4);  // little-endian, as ONNX specifies
+      if (n > 0) std::memcpy(t.f.data(), raw, n * 4);  // little-endian, as ONNX specifies
     } else {
       t.i.resize(n);
       for (int64_t k = 0; k < n; ++k) {

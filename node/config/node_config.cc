@@ -118,6 +118,10 @@ const ConfigSchema& NodeConfigSchema() {
                   "The graph hash (fedmesh-model inspect) of the only model architecture this "
                   "site will train; a task with another one stops the node with an error. "
                   "Empty = any"),
+        StringListKey("model", "local", {},
+                      "Tensors of a graph model that stay on this site, as globs over their "
+                      "names (fedmesh-model inspect lists them), e.g. [\"*bn*\"] for FedBN: "
+                      "trained from this site's own values and never sent"),
         IntKey("model", "seed", 0, "Seed of model initialisation, shuffling and dropout").Min(0),
         IntKey("train", "epochs", 1, "Local passes over this site's data").Min(1).Max(1000000),
         IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
@@ -180,6 +184,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.model.name = v.GetString("model", "name");
   if (const std::string onnx = v.GetString("model", "onnx"); !onnx.empty()) t.model.name = onnx;
   c.expect_model_sha256 = v.GetString("model", "expect_sha256");
+  c.local_patterns = v.GetStringList("model", "local");
   t.seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   t.epochs = static_cast<int>(v.GetInt("train", "epochs"));
   t.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));

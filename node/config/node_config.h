@@ -65,6 +65,8 @@ struct NodeConfig {
   // [model] expect_sha256: the only graph hash this site trains (lower-case hex); empty =
   // whatever the aggregator sends.
   std::string expect_model_sha256;
+  // [model] local: globs over tensor names that stay on this site (FedBN, personal heads).
+  std::vector<std::string> local_patterns;
 };
 
 const ConfigSchema& NodeConfigSchema();

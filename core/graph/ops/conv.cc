@@ -331,8 +331,9 @@ class Conv final : public OpKernel {
         return Status::InvalidArgument(s.message() + " for X " + DimsToString(x) + " and W " +
                                        DimsToString(w));
     }
-    // The GEMM takes int dimensions.
-    if (g.kdim() * g.pix() > INT_MAX || g.m * g.kdim() > INT_MAX || g.c * g.in_pix() > INT_MAX ||
+    // The GEMM takes int dimensions (each factor first, so that no product overflows).
+    if (g.h.out > INT_MAX || g.w.out > INT_MAX || g.pix() > INT_MAX || g.kdim() > INT_MAX ||
+        g.kdim() * g.pix() > INT_MAX || g.m * g.kdim() > INT_MAX || g.c * g.in_pix() > INT_MAX ||
         g.m * g.pix() > INT_MAX)
       return Status::InvalidArgument(label_ + ": X " + DimsToString(x) + " with W " +
                                      DimsToString(w) + " is too large for one image's GEMM");
@@ -383,17 +384,19 @@ KernelResult MakeConv(const KernelContext& ctx) {
   std::vector<int64_t> dilations = n.Ints("dilations", {});
   // Explicit pads are ignored under auto_pad, as ONNX Runtime does.
   std::vector<int64_t> pads = auto_pad == "NOTSET" ? n.Ints("pads", {}) : std::vector<int64_t>{};
+  // Bounded by INT_MAX too, so that the window arithmetic cannot overflow int64.
   for (int64_t v : strides)
-    if (v < 1)
+    if (v < 1 || v > INT_MAX)
       return Status::InvalidArgument(label + ": strides " + IntsToString(strides) +
-                                     " must be >= 1");
+                                     " must be in [1, " + std::to_string(INT_MAX) + "]");
   for (int64_t v : dilations)
-    if (v < 1)
+    if (v < 1 || v > INT_MAX)
       return Status::InvalidArgument(label + ": dilations " + IntsToString(dilations) +
-                                     " must be >= 1");
+                                     " must be in [1, " + std::to_string(INT_MAX) + "]");
   for (int64_t v : pads)
-    if (v < 0)
-      return Status::InvalidArgument(label + ": pads " + IntsToString(pads) + " must be >= 0");
+    if (v < 0 || v > INT_MAX)
+      return Status::InvalidArgument(label + ": pads " + IntsToString(pads) + " must be in [0, " +
+                                     std::to_string(INT_MAX) + "]");
   if (pads.size() % 2 != 0)
     return Status::InvalidArgument(label + ": pads " + IntsToString(pads) +
                                    " needs a begin and an end value per axis");

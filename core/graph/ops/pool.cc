@@ -50,6 +50,12 @@ struct Geo {
   int64_t out_pix() const { return h.out * w.out; }
 };
 
+// Cells the windows of `outputs` outputs span, for the OpenMP threshold; in double, since
+// a kernel of up to 2^31 x 2^31 (mostly over padding) would overflow int64.
+double Work(int64_t outputs, const Geo& g) {
+  return static_cast<double>(outputs) * static_cast<double>(g.h.k) * static_cast<double>(g.w.k);
+}
+
 struct WindowAttrs {
   std::vector<int64_t> kernel_shape, strides, pads;  // strides, pads empty: the defaults
   bool ceil_mode = false;
@@ -80,14 +86,16 @@ Result<WindowAttrs> ParseWindow(const Node& n) {
                                    ", strides " + IntsToString(a.strides) + " and pads " +
                                    IntsToString(a.pads) +
                                    " disagree on the number of spatial axes");
+  // Bounded by INT32_MAX too, so that the window arithmetic cannot overflow int64 (pads
+  // are smaller than the kernel).
   for (int64_t v : a.kernel_shape)
-    if (v < 1)
+    if (v < 1 || v > INT32_MAX)
       return Status::InvalidArgument(label + ": kernel_shape " + IntsToString(a.kernel_shape) +
-                                     " must be >= 1");
+                                     " must be in [1, " + std::to_string(INT32_MAX) + "]");
   for (int64_t v : a.strides)
-    if (v < 1)
+    if (v < 1 || v > INT32_MAX)
       return Status::InvalidArgument(label + ": strides " + IntsToString(a.strides) +
-                                     " must be >= 1");
+                                     " must be in [1, " + std::to_string(INT32_MAX) + "]");
   for (int64_t v : a.pads)
     if (v < 0)
       return Status::InvalidArgument(label + ": pads " + IntsToString(a.pads) + " must be >= 0");
@@ -166,7 +174,7 @@ class MaxPool final : public OpKernel {
     float* y = c.out[0];
     float* arg = c.workspace;
     const int64_t planes = g.planes();
-#pragma omp parallel for schedule(static) if (planes * g.out_pix() * g.h.k * g.w.k > kParallelWork)
+#pragma omp parallel for schedule(static) if (Work(planes * g.out_pix(), g) > kParallelWork)
     for (int64_t p = 0; p < planes; ++p) {
       const float* xp = x + p * g.in_pix();
       float* yp = y + p * g.out_pix();
@@ -238,7 +246,7 @@ class AveragePool final : public OpKernel {
     const float* x = c.in[0];
     float* y = c.out[0];
     const int64_t planes = g.planes();
-#pragma omp parallel for schedule(static) if (planes * g.out_pix() * g.h.k * g.w.k > kParallelWork)
+#pragma omp parallel for schedule(static) if (Work(planes * g.out_pix(), g) > kParallelWork)
     for (int64_t p = 0; p < planes; ++p) {
       const float* xp = x + p * g.in_pix();
       float* yp = y + p * g.out_pix();
@@ -264,7 +272,7 @@ class AveragePool final : public OpKernel {
     const Geo g = *Resolve(label_, a_, *c.in_dims[0]);
     const float* dy = c.dout[0];
     const int64_t planes = g.planes();
-#pragma omp parallel for schedule(static) if (planes * g.out_pix() * g.h.k * g.w.k > kParallelWork)
+#pragma omp parallel for schedule(static) if (Work(planes * g.out_pix(), g) > kParallelWork)
     for (int64_t p = 0; p < planes; ++p) {
       float* dxp = dx + p * g.in_pix();
       const float* dyp = dy + p * g.out_pix();

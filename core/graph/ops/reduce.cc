@@ -89,6 +89,8 @@ class Reduce final : public OpKernel {
 
 KernelResult Make(bool mean, const KernelContext& ctx) {
   const Node& n = *ctx.node;
+  if (n.inputs.empty() || n.inputs[0].empty())
+    return Status::InvalidArgument(n.Label() + " has no input");
   std::vector<int64_t> axes = n.Ints("axes", {});
   if (n.inputs.size() > 1 && !n.inputs[1].empty()) {  // ReduceSum >= 13, ReduceMean >= 18
     const Tensor* t = ctx.constant(n.inputs[1]);

@@ -3,6 +3,7 @@
 // (Reshape's shape, Unsqueeze's axes from opset 13) must be constants: they are read once
 // at load, and the batch dimension stays free.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/graph/ops/ops.h"
@@ -68,6 +69,9 @@ class Relabel final : public OpKernel {
           } else if (d < 0) {
             return Status::InvalidArgument(label_ + ": negative dim in its shape");
           } else {
+            if (d > 0 && known > INT64_MAX / d)
+              return Status::InvalidArgument(label_ + ": shape " + DimsToString(arg_) +
+                                             " has too many elements");
             known *= d;
           }
           y.push_back(d);
@@ -109,6 +113,9 @@ class Relabel final : public OpKernel {
         for (int64_t a : arg_) {
           auto ax = NormAxis(a, ry, label_);
           if (!ax.ok()) return ax.status();
+          if (ins[*ax])
+            return Status::InvalidArgument(label_ + ": axis " + std::to_string(a) +
+                                           " is repeated");
           ins[*ax] = true;
         }
         size_t src = 0;
@@ -303,7 +310,9 @@ class Gather final : public OpKernel {
     const float* idx = c.in[1];
     for (int64_t j = 0; j < count; ++j) {
       const float v = idx[j];
-      const int64_t k = static_cast<int64_t>(v);
+      // In range as a float first: converting NaN or a value beyond int64 is undefined.
+      const bool in_range = v >= static_cast<float>(-len) && v < static_cast<float>(len);
+      const int64_t k = in_range ? static_cast<int64_t>(v) : len;
       if (static_cast<float>(k) != v || k < -len || k >= len)
         return Status::OutOfRange(label_ + ": index " + std::to_string(v) + " at position " +
                                   std::to_string(j) + " is not an integer in [" +
@@ -353,7 +362,11 @@ class Pad final : public OpKernel {
       return Status::InvalidArgument(label_ + ": " + std::to_string(pads_.size()) +
                                      " pads for rank " + std::to_string(r));
     Dims y = in[0];
-    for (size_t k = 0; k < r; ++k) y[k] += pads_[k] + pads_[k + r];
+    for (size_t k = 0; k < r; ++k)
+      if (__builtin_add_overflow(y[k], pads_[k], &y[k]) ||
+          __builtin_add_overflow(y[k], pads_[k + r], &y[k]))
+        return Status::InvalidArgument(label_ + ": pads " + DimsToString(pads_) + " on " +
+                                       DimsToString(in[0]) + " overflow");
     *out = {y};
     return Status::OK();
   }
@@ -393,8 +406,16 @@ class Pad final : public OpKernel {
   std::string label_;
 };
 
+// Input 0 of every op here is its data.
+Status CheckData(const Node& n) {
+  if (n.inputs.empty() || n.inputs[0].empty())
+    return Status::InvalidArgument(n.Label() + " has no data input");
+  return Status::OK();
+}
+
 KernelResult MakeRelabel(Relabel::Kind kind, std::vector<int64_t> arg, const KernelContext& ctx,
                          bool allowzero = false) {
+  FM_RETURN_IF_ERROR(CheckData(*ctx.node));
   return std::unique_ptr<OpKernel>(new Relabel(kind, std::move(arg), allowzero, ctx.node->Label()));
 }
 
@@ -425,14 +446,19 @@ KernelResult MakeUnsqueeze(const KernelContext& ctx) {
   return MakeRelabel(Relabel::Kind::kUnsqueeze, axes, ctx);
 }
 KernelResult MakeTranspose(const KernelContext& ctx) {
+  FM_RETURN_IF_ERROR(CheckData(*ctx.node));
   return std::unique_ptr<OpKernel>(new Transpose(ctx.node->Ints("perm", {}), ctx.node->Label()));
 }
 KernelResult MakeConcat(const KernelContext& ctx) {
   if (!ctx.node->Has("axis")) return Status::InvalidArgument(ctx.node->Label() + " has no axis");
+  const auto& ins = ctx.node->inputs;
+  if (ins.empty() || std::any_of(ins.begin(), ins.end(), [](const auto& s) { return s.empty(); }))
+    return Status::InvalidArgument(ctx.node->Label() + " needs one or more inputs, all named");
   return std::unique_ptr<OpKernel>(new Concat(ctx.node->Int("axis", 0), ctx.node->Label()));
 }
 KernelResult MakePad(const KernelContext& ctx) {
   const Node& n = *ctx.node;
+  FM_RETURN_IF_ERROR(CheckData(n));
   const std::string mode = n.String("mode", "constant");
   if (mode != "constant")
     return Status::InvalidArgument(n.Label() + ": pad mode '" + mode +
@@ -456,7 +482,7 @@ KernelResult MakePad(const KernelContext& ctx) {
 }
 
 KernelResult MakeGather(const KernelContext& ctx) {
-  if (ctx.node->inputs.size() != 2)
+  if (ctx.node->inputs.size() != 2 || ctx.node->inputs[0].empty() || ctx.node->inputs[1].empty())
     return Status::InvalidArgument(ctx.node->Label() + " needs inputs data and indices");
   return std::unique_ptr<OpKernel>(new Gather(ctx.node->Int("axis", 0), ctx.node->Label()));
 }

@@ -39,6 +39,7 @@ class Softmax final : public OpKernel {
   Status Forward(const KernelCall& c) override {
     int64_t outer, len, inner;
     Extents(*c.in_dims[0], &outer, &len, &inner);
+    if (len == 0) return Status::OK();  // no element to read the maximum from
     const float* x = c.in[0];
     float* y = c.out[0];
     for (int64_t o = 0; o < outer; ++o)
@@ -88,6 +89,8 @@ class Softmax final : public OpKernel {
 };
 
 KernelResult Make(bool log, const KernelContext& ctx) {
+  if (ctx.node->inputs.size() != 1 || ctx.node->inputs[0].empty())
+    return Status::InvalidArgument(ctx.node->Label() + " needs exactly one input");
   const bool old = ctx.opset < 13;
   return std::unique_ptr<OpKernel>(
       new Softmax(log, ctx.node->Int("axis", old ? 1 : -1), old, ctx.node->Label()));

@@ -175,6 +175,8 @@ KernelResult MakeIdentity(const KernelContext& ctx) { return Make(Fn::kIdentity,
 
 KernelResult MakeDropout(const KernelContext& ctx) {
   const Node& n = *ctx.node;
+  if (n.inputs.empty() || n.inputs[0].empty())
+    return Status::InvalidArgument(n.Label() + " has no input");
   float ratio = n.Float("ratio", 0.5f);  // opset < 12: an attribute
   if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
     const Tensor* t = ctx.constant(n.inputs[1]);
