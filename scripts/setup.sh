@@ -17,7 +17,7 @@ PACKAGES=(
   dataset-fashion-mnist gnuplot-nox
 )
 # Baselines used only by bench/ (never linked into the product).
-BENCH_PACKAGES=(python3-torch python3-numpy)
+BENCH_PACKAGES=(python3-torch python3-numpy python3-onnx python3-venv)
 
 want=("${PACKAGES[@]}")
 if [[ "${FEDMESH_SETUP_BENCH:-0}" == "1" ]]; then want+=("${BENCH_PACKAGES[@]}"); fi
