@@ -339,10 +339,8 @@ Backend::LossResult Model::ForwardBackward(int batch, uint64_t seed) {
 
 Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr) {
   if (graph_) {
-    const auto loss = ForwardBackward(batch, seed);
-    if (status_.ok())
-      backend_->SgdStep(params_ptr_, grads_ptr_, /*velocity=*/nullptr, nullptr, num_trainable_,
-                        SgdStepParams{.lr = lr});
+    const auto loss = ForwardWithLossGradient(batch, seed);
+    if (status_.ok()) graph_->BackwardSgd(lr);
     return loss;
   }
   const auto loss = ForwardWithLossGradient(batch, seed);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 #include <unordered_map>
 
 #include "core/check.h"
@@ -81,6 +83,10 @@ struct GraphModel::Plan_ {
   std::vector<float*> input_data;      // per graph input
   std::vector<float*> input_grad;      // per graph input (null unless requested)
   std::vector<KernelCall> calls;       // per node (unused for Constant nodes)
+  // BackwardSgd: the calls with parameters read by one kernel that can step them stepped
+  // in place, and the (offset, size) ranges left for a separate SgdStep.
+  std::vector<KernelCall> sgd_calls;
+  std::vector<std::pair<size_t, size_t>> sgd_rest;
   std::vector<bool> run_backward;      // per node
   std::vector<Dims> input_dims;        // per graph input
   std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
@@ -365,6 +371,40 @@ Status GraphModel::Plan(int64_t batch) {
     c.workspace = cursor;
     cursor += workspace[k];
   }
+  // The fused-SGD variant of the calls.
+  std::map<size_t, int> uses;  // parameter offset -> reads by kernels
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    for (const std::string& in : graph_.nodes[k].inputs) {
+      if (in.empty()) continue;
+      const ValueRef& r = table.refs.at(in);
+      if (r.where == Where::kParam) ++uses[r.index];
+    }
+  }
+  p->sgd_calls = p->calls;
+  std::set<size_t> stepped;
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k] || !p->run_backward[k]) continue;
+    const Node& n = graph_.nodes[k];
+    KernelCall& c = p->sgd_calls[k];
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      const ValueRef& r = table.refs.at(n.inputs[i]);
+      if (r.where != Where::kParam || uses[r.index] != 1 || !kernels_[k]->CanStepInput(i)) continue;
+      c.step_input.resize(n.inputs.size(), false);
+      c.step_input[i] = true;
+      c.din[i] = params_.data() + r.index;
+      stepped.insert(r.index);
+    }
+  }
+  for (const TensorSlot& s : param_slots_) {
+    if (stepped.count(s.offset)) continue;
+    if (!p->sgd_rest.empty() && p->sgd_rest.back().first + p->sgd_rest.back().second == s.offset) {
+      p->sgd_rest.back().second += s.size;
+    } else {
+      p->sgd_rest.push_back({s.offset, s.size});
+    }
+  }
   plans_[batch] = std::move(p);
   return Status::OK();
 }
@@ -422,6 +462,22 @@ void GraphModel::Backward() {
   backend_->Fill(grads_.data(), num_flat(), 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
     if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
+}
+
+void GraphModel::BackwardSgd(float lr) {
+  FM_CHECK(current_ != nullptr);
+  Plan_& p = *current_;
+  std::fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.data() + p.grad_arena.size(),
+            0.0f);
+  for (const auto& [offset, size] : p.sgd_rest) backend_->Fill(grads_.data() + offset, size, 0.0f);
+  for (size_t k = graph_.nodes.size(); k-- > 0;) {
+    if (!kernels_[k] || !p.run_backward[k]) continue;
+    p.sgd_calls[k].lr = lr;
+    kernels_[k]->Backward(p.sgd_calls[k]);
+  }
+  for (const auto& [offset, size] : p.sgd_rest)
+    backend_->SgdStep(params_.data() + offset, grads_.data() + offset, /*velocity=*/nullptr,
+                      nullptr, size, SgdStepParams{.lr = lr});
 }
 
 const float* GraphModel::input_grad(size_t k) const {

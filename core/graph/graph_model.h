@@ -96,6 +96,12 @@ class GraphModel {
   // options.input_gradients, from output_grad() of the last Forward (a training one).
   void Backward();
   const float* input_grad(size_t k) const;
+  // Backward fused with a plain SGD step (w -= lr * dL/dw) on the trainable parameters:
+  // parameters read by one kernel that can step them (Gemm's weight and bias) are updated
+  // inside that kernel's backward, with no gradient buffer pass; the rest get their
+  // gradients and one SgdStep. Equal to Backward then the step up to rounding; grads() is
+  // left unspecified.
+  void BackwardSgd(float lr);
   // Any value of the last Forward by name (tests, debugging); null if unknown.
   const float* value(const std::string& name, Dims* dims = nullptr) const;
 

@@ -44,6 +44,12 @@ struct KernelCall {
   std::vector<float*> out;
   std::vector<const Dims*> out_dims;
   std::vector<float*> din;         // backward: accumulate here; null when not needed
+  // Backward fused with plain SGD (GraphModel::BackwardSgd): where step_input[i] is true,
+  // din[i] is the PARAMETER itself and the kernel applies din[i] += -lr * gradient, after
+  // every use of its old value. Only for inputs the kernel declares CanStepInput. Empty
+  // (the default) in ordinary backward passes.
+  std::vector<bool> step_input;
+  float lr = 0.0f;
   std::vector<const float*> dout;  // backward: gradient of each output (zeros if unused)
   float* workspace = nullptr;      // WorkspaceFloats() floats, kept from Forward to Backward
   bool training = false;
@@ -67,6 +73,13 @@ class OpKernel {
   }
   // Input i carries no gradient (indices, shapes, masks): the executor passes din[i] null.
   virtual bool IsIndexInput(size_t i) const {
+    (void)i;
+    return false;
+  }
+  // Input i (a parameter read by this node alone) may be stepped in place during Backward
+  // (KernelCall::step_input): the kernel scales its gradient by -lr and reads the input's
+  // old value for nothing after writing it.
+  virtual bool CanStepInput(size_t i) const {
     (void)i;
     return false;
   }

@@ -159,3 +159,46 @@ TEST(OnnxFixtureStructure, HashIgnoresWeightsButNotArchitecture) {
 
 }  // namespace
 }  // namespace fedmesh::graph
+
+namespace fedmesh::graph {
+namespace {
+
+// BackwardSgd (Gemm weights and biases stepped inside the kernel, the rest by SgdStep)
+// equals Backward followed by one SGD step, up to rounding, and moves the weights.
+TEST(OnnxFixtureStructure, FusedSgdStepEqualsBackwardThenStep) {
+  for (const char* fixture : {"resnet_bn", "tabular_mlp", "embedding", "opzoo"}) {
+    SCOPED_TRACE(fixture);
+    auto backend = MakeCpuBackend(1);
+    auto ga = onnx::ReadOnnxFile(kDir + fixture + "/model_train.onnx");
+    auto gb = onnx::ReadOnnxFile(kDir + fixture + "/model_train.onnx");
+    ASSERT_TRUE(ga.ok() && gb.ok());
+    DisableDropout(&*ga);
+    DisableDropout(&*gb);
+    auto a = GraphModel::Create(std::move(*ga), backend.get());
+    auto b = GraphModel::Create(std::move(*gb), backend.get());
+    ASSERT_TRUE(a.ok() && b.ok());
+    const std::vector<float> x = Floats(Load(fixture, "x.pb"));
+    const std::vector<float> r = Load(fixture, "r.pb").f;
+    const float lr = 0.05f;
+    for (GraphModel* m : {a->get(), b->get()}) {
+      ASSERT_TRUE(m->Plan(4).ok());
+      std::copy(x.begin(), x.end(), m->input(0, 4));
+      ASSERT_TRUE(m->Forward(4, true, 3).ok());
+      std::copy(r.begin(), r.end(), m->output_grad(0));
+    }
+    const std::vector<float> before((*a)->params(), (*a)->params() + (*a)->num_flat());
+    (*a)->Backward();
+    backend->SgdStep((*a)->params(), (*a)->grads(), nullptr, nullptr, (*a)->num_trainable(),
+                     SgdStepParams{.lr = lr});
+    (*b)->BackwardSgd(lr);
+    double moved = 0;
+    for (size_t i = 0; i < (*a)->num_flat(); ++i) {
+      ASSERT_NEAR((*a)->params()[i], (*b)->params()[i], 1e-6) << "element " << i;
+      moved = std::max(moved, std::fabs(double((*a)->params()[i]) - before[i]));
+    }
+    EXPECT_GT(moved, 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh::graph

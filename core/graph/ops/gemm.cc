@@ -43,6 +43,14 @@ class Gemm final : public OpKernel {
     return Status::OK();
   }
 
+  // B and C: their gradients are GEMM / sum outputs that can land in the parameter
+  // directly, once dA (which reads B) has been computed.
+  bool CanStepInput(size_t i) const override { return i == 1 || i == 2; }
+
+  size_t WorkspaceFloats(const std::vector<Dims>&, const std::vector<Dims>& out) const override {
+    return static_cast<size_t>(out[0][1]);  // the bias gradient's column sums
+  }
+
   Status Forward(const KernelCall& c) override {
     const Dims& a = *c.in_dims[0];
     const Dims& y = *c.out_dims[0];
@@ -69,6 +77,7 @@ class Gemm final : public OpKernel {
     const float* B = c.in[1];
     const float* dY = c.dout[0];
     const int lda = trans_a_ ? m : k, ldb = trans_b_ ? k : n;
+    auto scale = [&](size_t i) { return c.step_input.size() > i && c.step_input[i] ? -c.lr : 1.0f; };
     if (float* dA = c.din[0]) {
       if (!trans_a_)  // dA[m,k] += alpha dY op(B)^T
         c.be->Gemm(false, !trans_b_, m, k, n, alpha_, dY, n, B, ldb, 1.0f, dA, k);
@@ -76,21 +85,27 @@ class Gemm final : public OpKernel {
         c.be->Gemm(trans_b_, true, k, m, n, alpha_, B, ldb, dY, n, 1.0f, dA, m);
     }
     if (float* dB = c.din[1]) {
+      const float s = alpha_ * scale(1);
       if (!trans_b_)  // dB[k,n] += alpha op(A)^T dY
-        c.be->Gemm(!trans_a_, false, k, n, m, alpha_, A, lda, dY, n, 1.0f, dB, n);
+        c.be->Gemm(!trans_a_, false, k, n, m, s, A, lda, dY, n, 1.0f, dB, n);
       else  // dB[n,k] += alpha dY^T op(A)
-        c.be->Gemm(true, trans_a_, n, k, m, alpha_, dY, n, A, lda, 1.0f, dB, k);
+        c.be->Gemm(true, trans_a_, n, k, m, s, dY, n, A, lda, 1.0f, dB, k);
     }
     if (has_c_ && c.din[2]) {
       const BroadcastIndex bc(*c.in_dims[2], y);
       float* dC = c.din[2];
+      const float s = beta_ * scale(2);
       if (bc.same()) {
-        for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[i] += beta_ * dY[i];
+        for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[i] += s * dY[i];
       } else if (*c.in_dims[2] == Dims{n} || *c.in_dims[2] == Dims{1, n}) {
+        // Column sums first, so a stepped bias is written once.
+        float* tmp = c.workspace;
+        std::fill(tmp, tmp + n, 0.0f);
         for (int r = 0; r < m; ++r)
-          for (int j = 0; j < n; ++j) dC[j] += beta_ * dY[int64_t{r} * n + j];
+          for (int j = 0; j < n; ++j) tmp[j] += dY[int64_t{r} * n + j];
+        for (int j = 0; j < n; ++j) dC[j] += s * tmp[j];
       } else {
-        for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[bc.At(i)] += beta_ * dY[i];
+        for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[bc.At(i)] += s * dY[i];
       }
     }
   }
