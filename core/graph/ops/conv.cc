@@ -207,6 +207,9 @@ class Conv final : public OpKernel {
     return Status::OK();
   }
 
+  // W and B: their gradients are summed from per-thread partials after dX is done.
+  bool CanStepInput(size_t i) const override { return i == 1 || i == 2; }
+
   void Backward(const KernelCall& c) override {
     const Geo g = Call(c);
     const float* x = c.in[0];
@@ -261,13 +264,16 @@ class Conv final : public OpKernel {
         }
       }
     }
-    // Add the per-thread partial sums in thread order (small: M * (kd + 1) floats each).
+    // Add the per-thread partial sums in thread order (small: M * (kd + 1) floats each);
+    // a stepped W or B (BackwardSgd) gets -lr times them, now that dX no longer reads W.
+    const float sw = c.step_input.size() > 1 && c.step_input[1] ? -c.lr : 1.0f;
+    const float sb = c.step_input.size() > 2 && c.step_input[2] ? -c.lr : 1.0f;
     for (int t = 0; t < team; ++t) {
       const float* part = c.workspace + g.thread_floats() * t + g.cols_floats();
       if (dw)
-        for (size_t i = 0; i < nw; ++i) dw[i] += part[i];
+        for (size_t i = 0; i < nw; ++i) dw[i] += sw * part[i];
       if (db)
-        for (int64_t o = 0; o < g.m; ++o) db[o] += part[nw + o];
+        for (int64_t o = 0; o < g.m; ++o) db[o] += sb * part[nw + o];
     }
   }
 

@@ -74,16 +74,22 @@ class BatchNorm final : public OpKernel {
     for (int64_t ch = 0; ch < C; ++ch) {
       double m, v;
       if (c.training) {
+        // Float sums over one plane (they vectorise), double across planes.
         double s = 0.0;
         for (int64_t n = 0; n < N; ++n) {
           const float* p = x + (n * C + ch) * S;
-          for (int64_t i = 0; i < S; ++i) s += p[i];
+          float acc = 0.0f;
+          for (int64_t i = 0; i < S; ++i) acc += p[i];
+          s += acc;
         }
         m = s / static_cast<double>(count);
+        const float mf = static_cast<float>(m);
         double q = 0.0;
         for (int64_t n = 0; n < N; ++n) {
           const float* p = x + (n * C + ch) * S;
-          for (int64_t i = 0; i < S; ++i) q += (p[i] - m) * (p[i] - m);
+          float acc = 0.0f;
+          for (int64_t i = 0; i < S; ++i) acc += (p[i] - mf) * (p[i] - mf);
+          q += acc;
         }
         v = q / static_cast<double>(count);  // biased: what the batch is normalised with
         const double unbiased = q / static_cast<double>(count - 1);
@@ -96,12 +102,12 @@ class BatchNorm final : public OpKernel {
       const double inv = 1.0 / std::sqrt(v + eps_);
       mean[ch] = static_cast<float>(m);
       inv_std[ch] = static_cast<float>(inv);
-      const double a = scale[ch] * inv;  // y = a * x + b
-      const double b = bias[ch] - a * m;
+      const float a = static_cast<float>(scale[ch] * inv);  // y = a * x + b
+      const float b = static_cast<float>(bias[ch] - scale[ch] * inv * m);
       for (int64_t n = 0; n < N; ++n) {
         const float* p = x + (n * C + ch) * S;
         float* q = y + (n * C + ch) * S;
-        for (int64_t i = 0; i < S; ++i) q[i] = static_cast<float>(a * p[i] + b);
+        for (int64_t i = 0; i < S; ++i) q[i] = a * p[i] + b;
       }
       // Optional outputs: running mean and var after the update, then the batch mean and
       // (biased) variance the batch was normalised with: opset 9's saved_mean, saved_var.
@@ -130,15 +136,19 @@ class BatchNorm final : public OpKernel {
     float* dbias = c.din[2];
 #pragma omp parallel for schedule(static) if (N * C * S > kParallelWork)
     for (int64_t ch = 0; ch < C; ++ch) {
-      const double m = mean[ch], inv = inv_std[ch];
-      double sg = 0.0, sgx = 0.0;  // sum dy, sum dy * xhat
+      const double inv = inv_std[ch];
+      const float mf = mean[ch];
+      double sg = 0.0, sgx = 0.0;  // sum dy, sum dy * xhat (float within a plane)
       for (int64_t n = 0; n < N; ++n) {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
+        float a = 0.0f, b = 0.0f;
         for (int64_t i = 0; i < S; ++i) {
-          sg += g[i];
-          sgx += g[i] * (p[i] - m) * inv;
+          a += g[i];
+          b += g[i] * (p[i] - mf);
         }
+        sg += a;
+        sgx += b * inv;
       }
       if (dscale) dscale[ch] += static_cast<float>(sgx);
       if (dbias) dbias[ch] += static_cast<float>(sg);
@@ -147,12 +157,14 @@ class BatchNorm final : public OpKernel {
       // Batch statistics: dx = k * (dy - mean(dy) - xhat * mean(dy * xhat)).
       const double mg = batch_stats ? sg / count : 0.0;
       const double mgx = batch_stats ? sgx / count : 0.0;
+      // dx += k*g - k*mg - k*inv*mgx * (x - m), in float.
+      const float kf = static_cast<float>(k), c0 = static_cast<float>(k * mg),
+                  c1 = static_cast<float>(k * inv * mgx);
       for (int64_t n = 0; n < N; ++n) {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
         float* d = dx + (n * C + ch) * S;
-        for (int64_t i = 0; i < S; ++i)
-          d[i] += static_cast<float>(k * (g[i] - mg - (p[i] - m) * inv * mgx));
+        for (int64_t i = 0; i < S; ++i) d[i] += kf * g[i] - c0 - c1 * (p[i] - mf);
       }
     }
   }
