@@ -1,5 +1,6 @@
 #include "node/aggregator_service.h"
 
+#include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
 #include "core/onnx/onnx_writer.h"
 
@@ -105,16 +106,19 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   FM_ASSIGN_OR_RETURN(s->store_, AggregatorStore::Open(config.db_path));
   {
     FM_ASSIGN_OR_RETURN(std::optional<StoredGraph> stored, s->store_->ModelGraph());
-    const std::string& sha = s->config_.rounds.model_sha256;
+    // A built-in model is remembered by its spec, so fedmesh-model can export it as ONNX.
+    const std::string sha =
+        s->config_.rounds.model_sha256.empty() ? kBuiltinModelGraph : s->config_.rounds.model_sha256;
     if (stored && stored->sha256 != sha) {
       return Status::FailedPrecondition(
           "the store " + config.db_path + " belongs to a model with graph sha256 " +
           stored->sha256 + " but the configured model " +
-          (sha.empty() ? "is the built-in '" + spec.name + "'" : "has " + sha) +
+          (sha == kBuiltinModelGraph ? "is the built-in '" + spec.name + "'" : "has " + sha) +
           ": use the model this store was created with, or a new [aggregator] db");
     }
-    if (!stored && !sha.empty()) {
-      FM_RETURN_IF_ERROR(s->store_->SaveModelGraph(sha, s->config_.rounds.model_graph));
+    if (!stored) {
+      FM_RETURN_IF_ERROR(s->store_->SaveModelGraph(
+          sha, sha == kBuiltinModelGraph ? SpecToText(spec) : s->config_.rounds.model_graph));
     }
   }
   FM_RETURN_IF_ERROR(s->InitEngine());
@@ -453,7 +457,8 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
       .Add("bytes_down_raw", static_cast<int64_t>(m.bytes_down_raw))
       .Add("bytes_down", static_cast<int64_t>(m.bytes_down))
       .Add("wall_s", m.wall_s);
-  for (const auto& [name, value] : c.metrics.test_metrics) line.Add("test_" + name, value);
+  for (const auto& [name, value] : c.metrics.test_metrics)
+    if (name != "accuracy") line.Add("test_" + name, value);  // test_accuracy is above
   if (const auto& p = c.metrics.privacy) {
     line.Add("epsilon", p->epsilon).Add("delta", p->delta).Add("clip_norm", p->clip_norm);
   }

@@ -112,14 +112,15 @@ Result<LocalTrainingReport> RunLocalTraining(
           .Add("epoch_samples_per_s", es.samples_per_s)
           .Add("train_samples", report.train_samples)
           .Add("seconds", report.train_seconds);
-      for (const auto& [name, value] : ev.metrics) j.Add("test_" + name, value);
+      for (const auto& [name, value] : ev.metrics)
+        if (name != "accuracy") j.Add("test_" + name, value);  // test_accuracy is above
       metrics << j.str() << '\n';
       metrics.flush();
       if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");
     }
   }
   if (!options.save_model_path.empty()) {
-    FM_RETURN_IF_ERROR(SaveModel(*model, options.save_model_path));
+    FM_RETURN_IF_ERROR(SaveModel(*model, options.save_model_path, &spec));
     if (progress) progress("model written to " + options.save_model_path);
   }
   return report;

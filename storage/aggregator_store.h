@@ -75,9 +75,13 @@ struct NodeRecord {
   double last_seen = 0;
 };
 
+// StoredGraph::sha256 of a built-in model, whose `onnx` holds its spec as text
+// (core/builtin_graph.h SpecToText) rather than ONNX bytes.
+inline constexpr char kBuiltinModelGraph[] = "builtin";
+
 struct StoredGraph {
-  std::string sha256;  // graph::CanonicalHash, hex
-  std::string onnx;    // onnx::SerializeArchitecture bytes
+  std::string sha256;  // graph::CanonicalHash, hex; or kBuiltinModelGraph
+  std::string onnx;    // onnx::SerializeArchitecture bytes; or the built-in's spec text
 };
 
 class AggregatorStore {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
 #include "core/model.h"
 #include "core/model_export.h"
@@ -78,12 +79,19 @@ int Inspect(const std::string& path) {
 // aggregator store, or the checkpointed model of a node store.
 int Export(const std::string& db, std::optional<uint64_t> round, const std::string& out) {
   std::string graph_bytes;
+  std::optional<fedmesh::ModelSpec> builtin;  // the store's built-in model, when it says
   std::vector<float> params;
   auto agg = fedmesh::AggregatorStore::Open(db);
   if (agg.ok()) {
     auto graph = (*agg)->ModelGraph();
     if (!graph.ok()) return Fail(graph.status());
-    if (*graph) graph_bytes = (*graph)->onnx;
+    if (*graph && (*graph)->sha256 == fedmesh::kBuiltinModelGraph) {
+      auto spec = fedmesh::SpecFromText((*graph)->onnx);
+      if (!spec.ok()) return Fail(spec.status().WithContext(db));
+      builtin = *spec;
+    } else if (*graph) {
+      graph_bytes = (*graph)->onnx;
+    }
     uint64_t version = 0;
     if (round) {
       auto metrics = (*agg)->Metrics();
@@ -124,8 +132,13 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
     }
   }
   auto backend = fedmesh::MakeCpuBackend(1);
-  if (graph_bytes.empty()) {
-    // A built-in model: its flat vector is all there is.
+  if (builtin) {
+    auto g = fedmesh::BuiltinModelGraph(*builtin, params);
+    if (!g.ok()) return Fail(g.status().WithContext(db));
+    fedmesh::Status s = fedmesh::SaveGraph(*g, out);
+    if (!s.ok()) return Fail(s);
+  } else if (graph_bytes.empty()) {
+    // A store from before model specs were kept: its flat vector is all there is.
     if (out.size() < 4 || out.compare(out.size() - 4, 4, ".npz") != 0)
       return Fail(fedmesh::Status::InvalidArgument(
           db + " holds a built-in model, which exports as .npz only"));

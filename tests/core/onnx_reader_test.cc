@@ -8,6 +8,9 @@
 #include <sstream>
 
 #include "core/backend.h"
+#include "core/builtin_graph.h"
+#include "core/model_zoo.h"
+#include "core/rng.h"
 #include "core/graph/graph_model.h"
 #include "core/graph/inference_graph.h"
 #include "core/model.h"
@@ -258,6 +261,73 @@ TEST(InferenceGraph, BatchNormLosesItsTrainingOutputsAndOutputsAreUnchanged) {
   ASSERT_TRUE((*m)->Forward(3, false, 0).ok());
   ASSERT_TRUE((*m2)->Forward(3, false, 0).ok());
   for (int i = 0; i < 30; ++i) EXPECT_EQ((*m)->output(0)[i], (*m2)->output(0)[i]);
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// The built-in models as ONNX graphs: the graph (NCHW, OIHW, permuted first Dense) gives
+// the layer model's logits on the same samples, single-channel and three-channel images.
+TEST(BuiltinGraph, GivesTheLayerModelsOutputs) {
+  struct Case {
+    std::string name;
+    SampleShape shape;
+  };
+  for (const Case& c : {Case{"logreg", {28, 28, 1}}, Case{"mlp", {6, 5, 3}}, Case{"mlp", {12}},
+                        Case{"cnn", {12, 8, 3}}, Case{"cnn", {28, 28, 1}}}) {
+    SCOPED_TRACE(c.name + " " + ShapeToString(c.shape));
+    auto be = MakeCpuBackend(1);
+    ModelSpec spec;
+    spec.name = c.name;
+    spec.input_shape = c.shape;
+    spec.num_classes = 4;
+    spec.hidden = {16, 8};
+    auto layers = BuildModel(spec, be.get());
+    ASSERT_TRUE(layers.ok()) << layers.status().ToString();
+    (*layers)->InitParams(5);
+    auto g = BuiltinModelGraph(spec, (*layers)->GetParams());
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    // Through the ONNX writer and reader, as fedmesh-model exports it.
+    auto back = onnx::ParseOnnx(*onnx::SerializeOnnx(*g));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    auto graph_model = Model::CreateFromGraph("g", be.get(), std::move(*back));
+    ASSERT_TRUE(graph_model.ok()) << graph_model.status().ToString();
+    Dataset hwc;
+    hwc.sample_shape = c.shape;
+    hwc.num_classes = 4;
+    Rng rng(9);
+    const int n = 3;
+    for (size_t i = 0; i < n * ShapeSize(c.shape); ++i) hwc.features.push_back(static_cast<float>(rng.Uniform()));
+    hwc.labels = {0, 1, 2};
+    Dataset chw = hwc;  // the same samples in NCHW order for images
+    if (c.shape.size() == 3) {
+      const int H = c.shape[0], W = c.shape[1], C = c.shape[2];
+      for (int s = 0; s < n; ++s)
+        for (int h = 0; h < H; ++h)
+          for (int w = 0; w < W; ++w)
+            for (int ch = 0; ch < C; ++ch)
+              chw.features[s * H * W * C + (ch * H + h) * W + w] =
+                  hwc.features[s * H * W * C + (h * W + w) * C + ch];
+    }
+    (*layers)->Reserve(n);
+    (*layers)->LoadContiguousBatch(hwc, 0, n);
+    (*layers)->Evaluate(n);
+    (*graph_model)->Reserve(n);
+    (*graph_model)->LoadContiguousBatch(chw, 0, n);
+    (*graph_model)->Evaluate(n);
+    for (int i = 0; i < n * 4; ++i)
+      EXPECT_NEAR((*layers)->logits()[i], (*graph_model)->logits()[i], 1e-4) << i;
+  }
+  ModelSpec spec;
+  spec.name = "mlp";
+  EXPECT_FALSE(BuiltinModelGraph(spec, std::vector<float>(7)).ok());
+  auto text = SpecFromText(SpecToText(spec));
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->hidden, spec.hidden);
+  EXPECT_EQ(text->input_shape, spec.input_shape);
 }
 
 }  // namespace

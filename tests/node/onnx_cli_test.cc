@@ -200,5 +200,27 @@ TEST_F(OnnxCli, TrainsAnImportedModelAndSavesItBack) {
   }
 }
 
+// The built-in mlp, trained with the layer code, saves as ONNX too and scores the same.
+TEST_F(OnnxCli, BuiltinModelSavesAsOnnx) {
+  if (!LoadFashionMnist(DataSplit::kTest).ok()) GTEST_SKIP() << "Fashion-MNIST not installed";
+  const fs::path metrics = dir_ / "mlp.jsonl", out = dir_ / "mlp.onnx";
+  ProcessResult r = Exec(kBin + "fedmesh-node --local-only --threads 2 --epochs 1 --num-partitions 10 "
+                         "--model mlp --hidden 64 --metrics " + metrics.string() +
+                         " --save-model " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string line = Slurp(metrics);
+  const double printed = std::atof(line.c_str() + line.find("\"test_accuracy\":") + 16);
+  auto g = onnx::ReadOnnxFile(out.string());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto backend = MakeCpuBackend(1);
+  auto model = Model::CreateFromGraph("mlp", backend.get(), std::move(*g));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  SystemEnv env(1);
+  Trainer trainer(model->get(), TrainerOptions{}, &env);
+  auto ev = trainer.Evaluate(LoadFashionMnist(DataSplit::kTest).value());
+  ASSERT_TRUE(ev.ok());
+  EXPECT_NEAR(ev->accuracy, printed, 1e-4);
+}
+
 }  // namespace
 }  // namespace fedmesh

@@ -1,0 +1,29 @@
+// The built-in models (logreg, mlp, cnn) as graphs in ONNX's layout, with a trained
+// built-in model's flat parameters moved into the graph's tensors: the layer code computes
+// images as NHWC with OHWI convolution weights, ONNX as NCHW / OIHW, so convolution weights
+// are transposed and the columns of the first Dense after a Flatten permuted from HWC to
+// CHW order. The result is an inference graph (Dropout left out) whose input is [N, C, H, W]
+// for images and [N, F] for tabular data, and whose outputs equal the built-in model's.
+// Also: a one-line text form of a ModelSpec, how the aggregator's store remembers which
+// built-in model its flat vectors belong to.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "core/graph/graph.h"
+#include "core/model_zoo.h"
+#include "core/status.h"
+
+namespace fedmesh {
+
+// REQUIRES: params.size() is the built-in model's parameter count (checked: an error
+// otherwise).
+Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params);
+
+// "name=mlp;input=28,28,1;classes=10;hidden=256;dropout=0", and back.
+std::string SpecToText(const ModelSpec& spec);
+Result<ModelSpec> SpecFromText(const std::string& text);
+
+}  // namespace fedmesh
