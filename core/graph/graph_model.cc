@@ -87,6 +87,9 @@ struct GraphModel::Plan_ {
   // in place, and the (offset, size) ranges left for a separate SgdStep.
   std::vector<KernelCall> sgd_calls;
   std::vector<std::pair<size_t, size_t>> sgd_rest;
+  // Backward: the (offset, size) ranges of the gradient vector to zero first; parameters
+  // whose one reader overwrites their gradient (KernelCall::overwrite_input) are left out.
+  std::vector<std::pair<size_t, size_t>> grad_zero;
   std::vector<bool> run_backward;      // per node
   std::vector<Dims> input_dims;        // per graph input
   std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
@@ -381,30 +384,43 @@ Status GraphModel::Plan(int64_t batch) {
       if (r.where == Where::kParam) ++uses[r.index];
     }
   }
+  // A parameter read by one kernel that writes its gradient in one pass (CanStepInput):
+  // Backward lets the kernel overwrite its gradient instead of zeroing and accumulating,
+  // BackwardSgd lets it step the parameter in place.
+  std::set<size_t> single;  // offsets of such parameters
   p->sgd_calls = p->calls;
-  std::set<size_t> stepped;
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     if (!kernels_[k] || !p->run_backward[k]) continue;
     const Node& n = graph_.nodes[k];
-    KernelCall& c = p->sgd_calls[k];
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
       const ValueRef& r = table.refs.at(n.inputs[i]);
       if (r.where != Where::kParam || uses[r.index] != 1 || !kernels_[k]->CanStepInput(i)) continue;
-      c.step_input.resize(n.inputs.size(), false);
-      c.step_input[i] = true;
-      c.din[i] = params_.data() + r.index;
-      stepped.insert(r.index);
+      KernelCall& sgd = p->sgd_calls[k];
+      sgd.step_input.resize(n.inputs.size(), false);
+      sgd.step_input[i] = true;
+      sgd.din[i] = params_.data() + r.index;
+      KernelCall& plain = p->calls[k];
+      plain.overwrite_input.resize(n.inputs.size(), false);
+      plain.overwrite_input[i] = true;
+      single.insert(r.index);
     }
   }
-  for (const TensorSlot& s : param_slots_) {
-    if (stepped.count(s.offset)) continue;
-    if (!p->sgd_rest.empty() && p->sgd_rest.back().first + p->sgd_rest.back().second == s.offset) {
-      p->sgd_rest.back().second += s.size;
+  for (KernelCall& c : p->sgd_calls) c.overwrite_input.clear();
+  auto add_range = [](std::vector<std::pair<size_t, size_t>>& ranges, size_t offset, size_t size) {
+    if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
+      ranges.back().second += size;
     } else {
-      p->sgd_rest.push_back({s.offset, s.size});
+      ranges.push_back({offset, size});
     }
+  };
+  for (const TensorSlot& s : param_slots_) {
+    if (single.count(s.offset)) continue;
+    add_range(p->sgd_rest, s.offset, s.size);
+    add_range(p->grad_zero, s.offset, s.size);
   }
+  // The state's gradient stays zero (nothing writes it; readers of the flat gradient see it).
+  for (const TensorSlot& s : state_slots_) add_range(p->grad_zero, s.offset, s.size);
   plans_[batch] = std::move(p);
   return Status::OK();
 }
@@ -459,7 +475,7 @@ void GraphModel::Backward() {
   Plan_& p = *current_;
   std::fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.data() + p.grad_arena.size(),
             0.0f);
-  backend_->Fill(grads_.data(), num_flat(), 0.0f);
+  for (const auto& [offset, size] : p.grad_zero) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
     if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
 }

@@ -50,6 +50,20 @@ struct KernelCall {
   // (the default) in ordinary backward passes.
   std::vector<bool> step_input;
   float lr = 0.0f;
+  // Where overwrite_input[i] is true, din[i] (a parameter gradient read by no one else) was
+  // not zeroed and the kernel writes din[i] = gradient. Only for CanStepInput inputs.
+  std::vector<bool> overwrite_input;
+
+  // How Backward writes input i's gradient g: din[i] = keep * din[i] + scale * g.
+  struct GradWrite {
+    float scale = 1.0f;
+    float keep = 1.0f;
+  };
+  GradWrite Write(size_t i) const {
+    if (i < step_input.size() && step_input[i]) return {-lr, 1.0f};
+    if (i < overwrite_input.size() && overwrite_input[i]) return {1.0f, 0.0f};
+    return {};
+  }
   std::vector<const float*> dout;  // backward: gradient of each output (zeros if unused)
   float* workspace = nullptr;      // WorkspaceFloats() floats, kept from Forward to Backward
   bool training = false;
@@ -77,8 +91,9 @@ class OpKernel {
     return false;
   }
   // Input i (a parameter read by this node alone) may be stepped in place during Backward
-  // (KernelCall::step_input): the kernel scales its gradient by -lr and reads the input's
-  // old value for nothing after writing it.
+  // (KernelCall::step_input) or have its gradient overwritten (overwrite_input): the kernel
+  // writes din[i] once, as KernelCall::Write(i) says, and reads the input's old value for
+  // nothing after writing it.
   virtual bool CanStepInput(size_t i) const {
     (void)i;
     return false;

@@ -109,11 +109,13 @@ class KernelRun {
   }
 
   // Backward with output gradients `r` (empty: none); din[i] is allocated, prefilled with
-  // `fill`, for the inputs in `want` and null otherwise.
+  // `fill`, for the inputs in `want` and null otherwise. `overwrite`: the call's
+  // overwrite_input.
   std::vector<Floats> Backward(const std::vector<Floats>& r, const std::vector<size_t>& want,
-                               float fill, bool training) {
+                               float fill, bool training, std::vector<bool> overwrite = {}) {
     std::vector<Floats> din(in.size());
     KernelCall c = Call(training);
+    c.overwrite_input = std::move(overwrite);
     for (size_t i = 0; i < in.size(); ++i)
       if (std::find(want.begin(), want.end(), i) != want.end()) {
         din[i].assign(in[i].size(), fill);
@@ -173,7 +175,14 @@ void CheckGradients(KernelRun& run, const std::vector<Floats>& r, const std::vec
   ASSERT_TRUE(run.Forward(training).ok());
   const std::vector<Floats> grad = run.Backward(r, want, 0.0f, training);
   const std::vector<Floats> grad_plus_one = run.Backward(r, want, 1.0f, training);
+  // Inputs the kernel may overwrite (a parameter with one reader): prefilled NaN, overwritten
+  // with the same gradient.
+  std::vector<bool> overwrite(run.num_inputs(), false);
+  for (size_t i : want) overwrite[i] = run.kernel().CanStepInput(i);
+  const std::vector<Floats> grad_over =
+      run.Backward(r, want, std::nanf(""), training, overwrite);
   for (size_t i : want) {
+    if (overwrite[i]) EXPECT_EQ(grad_over[i], grad[i]) << "input " << i << " overwritten";
     int bad = 0;
     for (size_t j = 0; j < run.in[i].size(); ++j) {
       // Accumulation: din prefilled with 1 gets 1 + grad.

@@ -266,14 +266,16 @@ class Conv final : public OpKernel {
     }
     // Add the per-thread partial sums in thread order (small: M * (kd + 1) floats each);
     // a stepped W or B (BackwardSgd) gets -lr times them, now that dX no longer reads W.
-    const float sw = c.step_input.size() > 1 && c.step_input[1] ? -c.lr : 1.0f;
-    const float sb = c.step_input.size() > 2 && c.step_input[2] ? -c.lr : 1.0f;
+    // An overwritten W or B (KernelCall::overwrite_input) keeps nothing of its old value.
+    const KernelCall::GradWrite ww = c.Write(1), wb = c.Write(2);
     for (int t = 0; t < team; ++t) {
       const float* part = c.workspace + g.thread_floats() * t + g.cols_floats();
+      // Assigned, not scaled by zero: the old value may be anything, NaN included.
+      const bool set_w = t == 0 && ww.keep == 0.0f, set_b = t == 0 && wb.keep == 0.0f;
       if (dw)
-        for (size_t i = 0; i < nw; ++i) dw[i] += sw * part[i];
+        for (size_t i = 0; i < nw; ++i) dw[i] = (set_w ? 0.0f : dw[i]) + ww.scale * part[i];
       if (db)
-        for (int64_t o = 0; o < g.m; ++o) db[o] += sb * part[nw + o];
+        for (int64_t o = 0; o < g.m; ++o) db[o] = (set_b ? 0.0f : db[o]) + wb.scale * part[nw + o];
     }
   }
 

@@ -11,6 +11,9 @@
 namespace fedmesh::graph::ops {
 namespace {
 
+// C of shape [n] or [1, n]: the same bias added to every row of Y.
+bool IsRowBias(const Dims& cd, int64_t n) { return cd == Dims{n} || cd == Dims{1, n}; }
+
 class Gemm final : public OpKernel {
  public:
   Gemm(const Node& n)
@@ -58,9 +61,15 @@ class Gemm final : public OpKernel {
     const int k = static_cast<int>(trans_a_ ? a[0] : a[1]);
     float beta = 0.0f;
     if (has_c_) {
-      const BroadcastIndex bc(*c.in_dims[2], y);
       const float* cv = c.in[2];
-      for (int64_t i = 0; i < int64_t{m} * n; ++i) c.out[0][i] = beta_ * cv[bc.At(i)];
+      float* out = c.out[0];
+      if (IsRowBias(*c.in_dims[2], n)) {  // nn.Linear's bias: one row per sample
+        for (int r = 0; r < m; ++r)
+          for (int j = 0; j < n; ++j) out[int64_t{r} * n + j] = beta_ * cv[j];
+      } else {
+        const BroadcastIndex bc(*c.in_dims[2], y);
+        for (int64_t i = 0; i < int64_t{m} * n; ++i) out[i] = beta_ * cv[bc.At(i)];
+      }
       beta = 1.0f;
     }
     c.be->Gemm(trans_a_, trans_b_, m, n, k, alpha_, c.in[0], trans_a_ ? m : k, c.in[1],
@@ -77,7 +86,6 @@ class Gemm final : public OpKernel {
     const float* B = c.in[1];
     const float* dY = c.dout[0];
     const int lda = trans_a_ ? m : k, ldb = trans_b_ ? k : n;
-    auto scale = [&](size_t i) { return c.step_input.size() > i && c.step_input[i] ? -c.lr : 1.0f; };
     if (float* dA = c.din[0]) {
       if (!trans_a_)  // dA[m,k] += alpha dY op(B)^T
         c.be->Gemm(false, !trans_b_, m, k, n, alpha_, dY, n, B, ldb, 1.0f, dA, k);
@@ -85,19 +93,24 @@ class Gemm final : public OpKernel {
         c.be->Gemm(trans_b_, true, k, m, n, alpha_, B, ldb, dY, n, 1.0f, dA, m);
     }
     if (float* dB = c.din[1]) {
-      const float s = alpha_ * scale(1);
-      if (!trans_b_)  // dB[k,n] += alpha op(A)^T dY
-        c.be->Gemm(!trans_a_, false, k, n, m, s, A, lda, dY, n, 1.0f, dB, n);
-      else  // dB[n,k] += alpha dY^T op(A)
-        c.be->Gemm(true, trans_a_, n, k, m, s, dY, n, A, lda, 1.0f, dB, k);
+      const KernelCall::GradWrite w = c.Write(1);
+      const float s = alpha_ * w.scale;
+      if (!trans_b_)  // dB[k,n] = keep dB + alpha op(A)^T dY
+        c.be->Gemm(!trans_a_, false, k, n, m, s, A, lda, dY, n, w.keep, dB, n);
+      else  // dB[n,k] = keep dB + alpha dY^T op(A)
+        c.be->Gemm(true, trans_a_, n, k, m, s, dY, n, A, lda, w.keep, dB, k);
     }
     if (has_c_ && c.din[2]) {
-      const BroadcastIndex bc(*c.in_dims[2], y);
+      const Dims& cd = *c.in_dims[2];
       float* dC = c.din[2];
-      const float s = beta_ * scale(2);
-      if (bc.same()) {
+      const KernelCall::GradWrite w = c.Write(2);
+      const float s = beta_ * w.scale;
+      const int64_t nc = NumElements(cd);
+      // Assigned, not scaled by zero, when overwritten: the old value may be NaN.
+      if (w.keep == 0.0f) std::fill(dC, dC + nc, 0.0f);
+      if (cd == y) {
         for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[i] += s * dY[i];
-      } else if (*c.in_dims[2] == Dims{n} || *c.in_dims[2] == Dims{1, n}) {
+      } else if (IsRowBias(cd, n)) {
         // Column sums first, so a stepped bias is written once.
         float* tmp = c.workspace;
         std::fill(tmp, tmp + n, 0.0f);
@@ -105,6 +118,7 @@ class Gemm final : public OpKernel {
           for (int j = 0; j < n; ++j) tmp[j] += dY[int64_t{r} * n + j];
         for (int j = 0; j < n; ++j) dC[j] += s * tmp[j];
       } else {
+        const BroadcastIndex bc(cd, y);
         for (int64_t i = 0; i < int64_t{m} * n; ++i) dC[bc.At(i)] += s * dY[i];
       }
     }
