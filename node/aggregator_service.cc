@@ -37,13 +37,14 @@ uint64_t WallNowMs() {
                                    .count());
 }
 
-// The [eval] dataset. The aggregator config names only the source; a CSV eval set must
-// hold its labels in a column called "label" (the config has no label_column key yet).
-Result<Dataset> LoadEvalData(const std::string& source) {
+// The [eval] dataset, for a model with `num_classes` classes: the model fixes the class
+// count, so an eval file that lacks the top class still fits it.
+Result<Dataset> LoadEvalData(const AggregatorConfig& config, int num_classes) {
   DataSourceSpec spec;
-  spec.train = source;
-  spec.test = source;
-  spec.label_column = "label";
+  spec.train = config.eval_dataset;
+  spec.test = config.eval_dataset;
+  spec.label_column = config.eval_label_column;
+  spec.num_classes = num_classes;
   return LoadDataSource(spec, DataSplit::kTest);
 }
 
@@ -72,22 +73,20 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   // SIGHUP reloads the ZAP allowlist; the secure aggregation one is read at start.
   if (s->config_.rounds.secagg.enabled) s->config_.rounds.secagg.allowlist = allowlist;
 
-  // Eval data first: it fixes the model's input shape and class count.
+  // The model fixes its input shape and class count ([model] input_shape / num_classes, or
+  // the ONNX file); the eval data must fit it, never the other way round.
+  const ModelSpec& spec = config.model;
+  s->backend_ = MakeCpuBackend(s->options_.eval_threads);
+  FM_ASSIGN_OR_RETURN(s->model_, BuildModel(spec, s->backend_.get()));
   if (s->options_.eval_data) {
     s->eval_data_ = std::move(s->options_.eval_data);
     s->options_.eval_data.reset();
   } else if (!config.eval_dataset.empty()) {
-    auto data = LoadEvalData(config.eval_dataset);
+    const int classes = IsRegression(config.loss.kind) ? 0 : s->model_->num_classes();
+    auto data = LoadEvalData(config, classes);
     if (!data.ok()) return data.status().WithContext("[eval] dataset");
     s->eval_data_ = std::move(data).value();
   }
-  ModelSpec spec = config.model;
-  if (s->eval_data_) {
-    spec.input_shape = s->eval_data_->sample_shape;
-    spec.num_classes = s->eval_data_->num_classes;
-  }
-  s->backend_ = MakeCpuBackend(s->options_.eval_threads);
-  FM_ASSIGN_OR_RETURN(s->model_, BuildModel(spec, s->backend_.get()));
   if (const graph::GraphModel* g = s->model_->graph_model()) {
     // Sites build the model from the FitTask, so they need no model file.
     FM_ASSIGN_OR_RETURN(s->config_.rounds.model_graph, onnx::SerializeArchitecture(g->graph()));
@@ -97,7 +96,10 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
   FM_RETURN_IF_ERROR(s->model_->SetLoss(config.loss).WithContext("[train] loss"));
   if (s->eval_data_) {
-    FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_).WithContext("[eval] dataset"));
+    FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_)
+                           .WithContext("[eval] dataset " + config.eval_dataset +
+                                        " does not fit the model ([model] input_shape, "
+                                        "num_classes)"));
     TrainerOptions topt;
     topt.loss = config.loss;
     s->trainer_ = std::make_unique<Trainer>(s->model_.get(), topt, env);

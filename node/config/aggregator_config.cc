@@ -93,6 +93,15 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "task. Replaces [model] name; empty = use name")
             .Path(PathKind::kPath),
         IntKey("model", "seed", 0, "Seed of the initial global model").Min(0),
+        FloatListKey("model", "input_shape", {28, 28, 1},
+                     "Input of a built-in model, one sample: [height, width, channels] for "
+                     "images, [features] for table rows; the sites' data must match. Ignored "
+                     "with [model] onnx (the file declares it)")
+            .Min(1),
+        IntKey("model", "num_classes", 10,
+               "Outputs of a built-in model (classes; 1 for bce_with_logits or a single "
+               "regression target). Ignored with [model] onnx")
+            .Min(1),
         StringKey("codec", "update", "",
                   "Codec chain every node must encode its update with, e.g. topk:0.01|int8|zstd; "
                   "empty = each node's own [codec] chain"),
@@ -109,6 +118,8 @@ const ConfigSchema& AggregatorConfigSchema() {
         StringKey("eval", "dataset", "fashion-mnist",
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
+        StringKey("eval", "label_column", "label",
+                  "csv [eval] dataset: the column holding the integer class labels"),
     };
     for (ConfigKey& k : RoundModeConfigKeys(10, "in [min_clients, clients_per_round]")) {
       s->keys.push_back(std::move(k));
@@ -183,6 +194,23 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   if (const std::string onnx = v.GetString("model", "onnx"); !onnx.empty()) c.model.name = onnx;
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
+  c.eval_label_column = v.GetString("eval", "label_column");
+  c.model.num_classes = static_cast<int>(v.GetInt("model", "num_classes"));
+  c.model.input_shape.clear();
+  for (double d : v.GetFloatList("model", "input_shape")) {
+    if (d != std::floor(d) || d > (1 << 24)) {
+      return AttributeToKey(Status::InvalidArgument("input_shape must hold whole numbers up to "
+                                                    "2^24, got " + std::to_string(d)),
+                            v, {{"", "model", "input_shape"}});
+    }
+    c.model.input_shape.push_back(static_cast<int>(d));
+  }
+  if (c.model.input_shape.empty() || c.model.input_shape.size() > 3) {
+    return AttributeToKey(
+        Status::InvalidArgument("input_shape needs 1 value ([features]) or 3 ([height, width, "
+                                "channels]), got " + std::to_string(c.model.input_shape.size())),
+        v, {{"", "model", "input_shape"}});
+  }
 
   // Field names as Validate(RoundEngineOptions) spells them; longer names first where one
   // contains another, so "min_available_clients" is not taken for "min_clients".

@@ -35,11 +35,13 @@ struct AggregatorConfig {
   // [train] loss, class_weights, pos_weight (also in rounds, as sent to nodes): the loss
   // the global model is evaluated with.
   LossOptions loss;
-  // [model]
+  // [model]: name (or onnx), input_shape, num_classes. The model alone fixes its input and
+  // output shapes; the [eval] dataset must fit it.
   ModelSpec model;
   uint64_t model_seed = 0;
   // [eval]
   std::string eval_dataset;  // data source of the held-out set; empty = no evaluation
+  std::string eval_label_column = "label";  // csv eval data: the label column
 };
 
 const ConfigSchema& AggregatorConfigSchema();

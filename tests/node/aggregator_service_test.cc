@@ -167,6 +167,8 @@ class AggregatorServiceTest : public ::testing::Test {
     config_.rounds.min_available_clients = 3;
     config_.rounds.timeout_s = 60;
     config_.model.name = "logreg";
+    config_.model.input_shape = {4};  // TinyEvalSet
+    config_.model.num_classes = 3;
     config_.model_seed = 7;
     config_.eval_dataset = "";
   }
@@ -368,6 +370,40 @@ TEST_F(AggregatorServiceTest, AggregatorServiceRefusesKeyNotInAllowlist) {
   auto nodes = service->store().Nodes();
   ASSERT_TRUE(nodes.ok());
   EXPECT_TRUE(nodes->empty());
+}
+
+// The model alone fixes its shape ([model] input_shape, num_classes): a CSV eval file whose
+// labels sit in another column and lack the top class still gets the configured model
+// (logreg 4 -> 3: 15 parameters), and eval data of another width is refused, naming the
+// keys. Before, the model took the eval file's width and its max label + 1 classes.
+TEST_F(AggregatorServiceTest, TheModelNotTheEvalFileFixesTheShape) {
+  const std::string csv = dir_.path + "/eval.csv";
+  {
+    std::ofstream out(csv);
+    out << "a,b,outcome,c,d\n";
+    for (int i = 0; i < 20; ++i) out << i << ",0.5," << (i % 2) << ",1,-1\n";  // classes 0, 1
+  }
+  config_.eval_dataset = "csv:" + csv;
+  config_.eval_label_column = "outcome";
+  auto s = AggregatorService::Create(config_, &env_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->engine().global().size(), 15u);
+  s->reset();
+
+  config_.db_path = dir_.path + "/agg2.db";
+  config_.model.input_shape = {5};
+  auto wrong = AggregatorService::Create(config_, &env_);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("[model] input_shape"), std::string::npos)
+      << wrong.status().ToString();
+  EXPECT_NE(wrong.status().message().find("[4]"), std::string::npos) << wrong.status().ToString();
+
+  config_.model.input_shape = {4};
+  config_.eval_label_column = "label";  // not in the file
+  auto no_column = AggregatorService::Create(config_, &env_);
+  ASSERT_FALSE(no_column.ok());
+  EXPECT_NE(no_column.status().message().find("label"), std::string::npos)
+      << no_column.status().ToString();
 }
 
 }  // namespace

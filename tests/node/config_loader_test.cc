@@ -479,6 +479,31 @@ TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing required key [federation] id"));
 }
 
+// [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape
+// names the key.
+TEST(ConfigAggregator, ModelShapeKeys) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[model]\ninput_shape = [30]\n"
+                                           "num_classes = 2\n[eval]\nlabel_column = \"diagnosis\"\n");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model.input_shape, SampleShape({30}));
+  EXPECT_EQ(r->model.num_classes, 2);
+  EXPECT_EQ(r->eval_label_column, "diagnosis");
+  auto def = LoadAggregatorConfig(path, {"model.input_shape=28,28,1"});
+  ASSERT_TRUE(def.ok()) << def.status().ToString();
+  EXPECT_EQ(def->model.input_shape, SampleShape({28, 28, 1}));
+  auto frac = LoadAggregatorConfig(path, {"model.input_shape=2.5"});
+  ASSERT_FALSE(frac.ok());
+  EXPECT_THAT(frac.status().message(), HasSubstr("[model] input_shape: input_shape must hold whole"));
+  auto rank = LoadAggregatorConfig(path, {"model.input_shape=1,2,3,4"});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_THAT(rank.status().message(), HasSubstr("[model] input_shape: input_shape needs 1 value"));
+  auto zero = LoadAggregatorConfig(path, {"model.num_classes=0"});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.status().message(), HasSubstr("[model] num_classes"));
+}
+
 // Issue 8: the [strategy] table reaches StrategyOptions; out-of-range values and unknown
 // keys name their key.
 TEST(ConfigAggregator, StrategyTableFillsTheOptionsAndBadValuesNameTheKey) {
