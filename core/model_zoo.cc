@@ -48,8 +48,10 @@ Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backen
     if (!m.ok()) return Status::InvalidArgument(spec.name + ": " + m.status().message());
     return m;
   }
-  if (spec.num_classes < 2) {
-    return Status::InvalidArgument("a classifier needs at least 2 classes, got " +
+  // One output is a binary logit (bce_with_logits) or a regression target; the loss checks
+  // that the count fits it (Model::SetLoss).
+  if (spec.num_classes < 1) {
+    return Status::InvalidArgument("a model needs at least one output (num_classes), got " +
                                    std::to_string(spec.num_classes));
   }
   if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f)) {

@@ -126,10 +126,23 @@ int main(int argc, char** argv) {
   app.add_option("--save-model", o.save_model_path, "Local-only: write the trained model to FILE.onnx or FILE.npz");
   app.add_option("--hidden", hidden, "mlp hidden layer sizes, comma separated")->capture_default_str();
   app.add_option("--dropout", o.model.dropout, "Dropout before hidden Dense layers")->capture_default_str();
-  app.add_option("--data", o.data.train, "Training data: fashion-mnist | csv:PATH")->capture_default_str();
-  app.add_option("--test-data", o.data.test, "Test data (default: the source's test split; required for csv)");
-  app.add_option("--label-column", o.data.label_column, "CSV column holding the class label");
-  app.add_option("--num-classes", o.data.num_classes, "CSV: number of classes (0 = largest label + 1)")->capture_default_str();
+  app.add_option("--data", o.data.train,
+                 "Training data: fashion-mnist | csv:PATH | npz:PATH | npy:X,Y | images:DIR (docs/data.md)")
+      ->capture_default_str();
+  app.add_option("--test-data", o.data.test, "Test data, same forms (default: the source's test split; only fashion-mnist has one)");
+  app.add_option("--label-column", o.data.label_column, "CSV column holding the label");
+  app.add_option("--num-classes", o.data.num_classes, "Number of classes (0 = largest label + 1)")->capture_default_str();
+  app.add_flag("--regression", o.data.regression, "The labels are float regression targets (csv, npz)");
+  app.add_option("--label-values", o.data.label_values, "CSV: text labels in class order, comma separated")->delimiter(',');
+  app.add_option("--features", o.data.features, "CSV: feature columns in order, comma separated (default: all but the label)")->delimiter(',');
+  app.add_option("--categorical", o.data.categorical, "CSV: text feature columns to one-hot encode, comma separated")->delimiter(',');
+  app.add_option("--categories", o.data.categories, "CSV: a fixed category list, column=a,b,c (repeatable)");
+  app.add_option("--missing", o.data.missing, "CSV: missing cells are an error | drop their row")
+      ->check(CLI::IsMember({"error", "drop"}))
+      ->capture_default_str();
+  app.add_option("--image-height", o.data.image_height, "images: height every image is resized to")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--image-width", o.data.image_width, "images: width every image is resized to")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--image-channels", o.data.image_channels, "images: 1 (grey) or 3 (RGB)")->check(CLI::IsMember({1, 3}))->capture_default_str();
   app.add_option("--partition", o.partition.scheme, "Partition scheme: iid | dirichlet | shards | quantity")->capture_default_str();
   app.add_option("--alpha", o.partition.alpha, "Dirichlet concentration (smaller = more label skew)")->capture_default_str();
   app.add_option("--shards", o.partition.shards_per_partition, "Label shards per partition (shards scheme)")->capture_default_str();

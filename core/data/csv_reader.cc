@@ -1,13 +1,16 @@
 #include "core/data/csv_reader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <limits>
+#include <string>
 #include <system_error>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +79,12 @@ std::string ParseNumber(std::string_view cell, double* out) {
   }
   *out = v;
   return "";
+}
+
+// The spellings of a missing value that spreadsheet, R and pandas exports use.
+bool IsMissing(std::string_view cell) {
+  static constexpr std::string_view kMissing[] = {"", "NA", "N/A", "NaN", "nan", "null", "NULL", "?"};
+  return std::find(std::begin(kMissing), std::end(kMissing), cell) != std::end(kMissing);
 }
 
 std::string At(std::string_view source, size_t line) {
@@ -147,33 +156,126 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
                                 " and " + std::to_string(c + 1) + "); rename one");
     }
   }
+  auto available = [&] {
+    std::string a;
+    for (size_t c = 0; c < num_columns; ++c) a += (c > 0 ? ", " : "") + names[c];
+    return a;
+  };
   const auto label_it = column_of.find(options.label_column);
   if (label_it == column_of.end()) {
-    std::string available;
-    for (size_t c = 0; c < num_columns; ++c) {
-      if (c > 0) available += ", ";
-      available += names[c];
-    }
     return Status::InvalidArgument("label column " + Quote(options.label_column) +
                                    " is not in the header of " + std::string(source_name) +
-                                   "; available columns: " + available);
+                                   "; available columns: " + available());
   }
   const size_t label_col = label_it->second;
-  if (num_columns < 2) {
+
+  // The feature columns, in output order.
+  std::vector<size_t> feature_cols;
+  if (options.features.empty()) {
+    for (size_t c = 0; c < num_columns; ++c)
+      if (c != label_col) feature_cols.push_back(c);
+  } else {
+    std::vector<bool> seen(num_columns, false);
+    for (const std::string& f : options.features) {
+      const auto it = column_of.find(f);
+      if (it == column_of.end()) {
+        return Status::InvalidArgument("feature column " + Quote(f) + " is not in the header of " +
+                                       std::string(source_name) + "; available columns: " +
+                                       available());
+      }
+      if (it->second == label_col || seen[it->second]) {
+        return Status::InvalidArgument("feature column " + Quote(f) + " is " +
+                                       (it->second == label_col ? "the label column"
+                                                                : "listed twice") +
+                                       " in the features of " + std::string(source_name));
+      }
+      seen[it->second] = true;
+      feature_cols.push_back(it->second);
+    }
+  }
+  if (feature_cols.empty()) {
     return Status::Corruption(std::string(source_name) +
                               " has only the label column; at least one feature column is needed");
   }
-  const size_t num_features = num_columns - 1;
+  // Categorical columns: their position among the features, and their fixed categories.
+  std::vector<int> category_slot(num_columns, -1);  // column -> index into vocab
+  std::vector<std::vector<std::string>> fixed(options.categorical.size());
+  for (size_t k = 0; k < options.categorical.size(); ++k) {
+    const std::string& name = options.categorical[k];
+    const auto it = column_of.find(name);
+    if (it == column_of.end() ||
+        std::find(feature_cols.begin(), feature_cols.end(), it->second) == feature_cols.end()) {
+      return Status::InvalidArgument("categorical column " + Quote(name) + " is not " +
+                                     (it == column_of.end() ? "in the header" : "a feature") +
+                                     " of " + std::string(source_name) +
+                                     "; available columns: " + available());
+    }
+    if (category_slot[it->second] >= 0) {
+      return Status::InvalidArgument("categorical column " + Quote(name) + " is listed twice");
+    }
+    category_slot[it->second] = static_cast<int>(k);
+  }
+  for (const std::string& spec : options.categories) {
+    const size_t eq = spec.find('=');
+    const std::string name = spec.substr(0, eq);
+    const auto it = column_of.find(name);
+    if (eq == std::string::npos || it == column_of.end() || category_slot[it->second] < 0) {
+      return Status::InvalidArgument(
+          "categories entry " + Quote(spec) +
+          " must read \"column=a,b,c\" for a column listed as categorical");
+    }
+    std::vector<std::string>& list = fixed[static_cast<size_t>(category_slot[it->second])];
+    std::string_view rest = std::string_view(spec).substr(eq + 1);
+    while (true) {
+      const size_t comma = rest.find(',');
+      list.emplace_back(Trim(rest.substr(0, comma), ','));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    std::vector<std::string> sorted = list;
+    std::sort(sorted.begin(), sorted.end());
+    if (list.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+        sorted.front().empty()) {
+      return Status::InvalidArgument("categories entry " + Quote(spec) +
+                                     " needs distinct, non-empty categories");
+    }
+  }
+  for (const std::string& v : options.label_values) {
+    if (v.empty() || std::count(options.label_values.begin(), options.label_values.end(), v) > 1)
+      return Status::InvalidArgument("label_values must be distinct and non-empty");
+  }
+  if (options.regression && !options.label_values.empty()) {
+    return Status::InvalidArgument("label_values are for classes; a regression target is a number");
+  }
+  if (options.missing != "error" && options.missing != "drop") {
+    return Status::InvalidArgument("missing must be \"error\" or \"drop\", got " +
+                                   Quote(options.missing));
+  }
+  const bool drop_missing = options.missing == "drop";
+  const int label_count = static_cast<int>(options.label_values.size());
+  if (label_count > 0 && options.num_classes > 0 && options.num_classes != label_count) {
+    return Status::InvalidArgument("num_classes " + std::to_string(options.num_classes) +
+                                   " differs from the " + std::to_string(label_count) +
+                                   " label_values");
+  }
+
+  // Category ids in first-seen order while reading (fixed lists: their order), renumbered
+  // to sorted order at the end, so the encoding does not depend on row order.
+  std::vector<std::unordered_map<std::string, int>> vocab(options.categorical.size());
+  for (size_t k = 0; k < fixed.size(); ++k)
+    for (size_t i = 0; i < fixed[k].size(); ++i) vocab[k].emplace(fixed[k][i], static_cast<int>(i));
 
   Dataset ds;
-  ds.sample_shape = {static_cast<int>(num_features)};
-  // One pass to count lines lets us reserve once instead of reallocating large buffers.
+  // Rows are read into `raw` (one value per feature column; a category's id as a float),
+  // expanded into one-hot columns once every category is known.
+  std::vector<float> raw;
   const size_t approx_rows =
       static_cast<size_t>(std::count(text.begin() + pos, text.end(), '\n')) + 1;
   ds.labels.reserve(approx_rows);
-  ds.features.reserve(approx_rows * num_features);
+  raw.reserve(approx_rows * feature_cols.size());
+  std::vector<float> row(feature_cols.size());
 
-  int32_t max_label = -1;
+  int32_t max_label = -1, min_label = std::numeric_limits<int32_t>::max();
   while (next_line(&line)) {
     if (IsBlank(line)) continue;
     SplitCells(line, d, &cells);
@@ -182,42 +284,172 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
                                 std::to_string(num_columns) + " fields (as in the header), got " +
                                 std::to_string(cells.size()));
     }
-    for (size_t c = 0; c < num_columns; ++c) {
+    auto missing_error = [&](size_t c) {
+      return Status::Corruption(At(source_name, line_no) + "cell " + Quote(cells[c]) +
+                                " in column " + Quote(names[c]) +
+                                " is missing (empty, NA, NaN, null or ?); fill it in, or set "
+                                "missing = \"drop\" to leave such rows out");
+    };
+    bool drop = false;
+    for (size_t j = 0; j < feature_cols.size() && !drop; ++j) {
+      const size_t c = feature_cols[j];
+      if (IsMissing(cells[c])) {
+        if (!drop_missing) return missing_error(c);
+        drop = true;
+        break;
+      }
+      if (const int k = category_slot[c]; k >= 0) {
+        const std::string value(cells[c]);
+        auto it = vocab[k].find(value);
+        if (it == vocab[k].end()) {
+          if (!fixed[k].empty()) {
+            std::string listed;
+            for (const std::string& v : fixed[k]) listed += (listed.empty() ? "" : ", ") + v;
+            return Status::Corruption(At(source_name, line_no) + "category " + Quote(value) +
+                                      " in column " + Quote(names[c]) +
+                                      " is not one of the listed categories: " + listed);
+          }
+          it = vocab[k].emplace(value, static_cast<int>(vocab[k].size())).first;
+        }
+        row[j] = static_cast<float>(it->second);
+        continue;
+      }
       double v = 0.0;
-      std::string why = ParseNumber(cells[c], &v);
-      if (c == label_col) {
+      if (const std::string why = ParseNumber(cells[c], &v); !why.empty()) {
+        return Status::Corruption(At(source_name, line_no) + "cell " + Quote(cells[c]) +
+                                  " in column " + Quote(names[c]) + " " + why +
+                                  (cells[c].size() > 0 && !std::isdigit(static_cast<unsigned char>(cells[c][0])) &&
+                                           cells[c][0] != '-' && cells[c][0] != '.'
+                                       ? "; list text columns in categorical"
+                                       : ""));
+      }
+      row[j] = static_cast<float>(v);
+    }
+    const std::string_view label_cell = cells[label_col];
+    if (!drop && IsMissing(label_cell)) {
+      if (!drop_missing) return missing_error(label_col);
+      drop = true;
+    }
+    if (drop) continue;
+    int32_t label = 0;
+    if (label_count > 0) {
+      const auto it = std::find(options.label_values.begin(), options.label_values.end(),
+                                label_cell);
+      if (it == options.label_values.end()) {
+        std::string listed;
+        for (const std::string& v : options.label_values) listed += (listed.empty() ? "" : ", ") + v;
+        return Status::Corruption(At(source_name, line_no) + "label " + Quote(label_cell) +
+                                  " in column " + Quote(names[label_col]) +
+                                  " is not one of the label_values: " + listed);
+      }
+      label = static_cast<int32_t>(it - options.label_values.begin());
+    } else {
+      double v = 0.0;
+      std::string why = ParseNumber(label_cell, &v);
+      if (options.regression) {
+        if (!why.empty()) {
+          return Status::Corruption(At(source_name, line_no) + "target " + Quote(label_cell) +
+                                    " in column " + Quote(names[label_col]) + " " + why);
+        }
+        ds.targets.push_back(static_cast<float>(v));
+      } else {
         if (why.empty() && (v < 0.0 || v != std::floor(v) || v > kMaxCsvLabel)) {
           why = v > kMaxCsvLabel && v == std::floor(v)
                     ? "is larger than " + std::to_string(kMaxCsvLabel) + "; remap labels to 0..K-1"
                     : "is not a non-negative integer; labels must be class indices 0, 1, 2, ...";
+        } else if (!why.empty() && why == "is not a number") {
+          why = "is not a class index 0, 1, 2, ...; for text labels list them in class order "
+                "in label_values";
         }
         if (!why.empty()) {
-          return Status::Corruption(At(source_name, line_no) + "label " + Quote(cells[c]) +
-                                    " in column " + Quote(names[c]) + " " + why);
+          return Status::Corruption(At(source_name, line_no) + "label " + Quote(label_cell) +
+                                    " in column " + Quote(names[label_col]) + " " + why);
         }
-        const auto label = static_cast<int32_t>(v);
-        if (options.num_classes > 0 && label >= options.num_classes) {
-          return Status::Corruption(At(source_name, line_no) + "label " + std::to_string(label) +
-                                    " in column " + Quote(names[c]) + " is >= num_classes " +
-                                    std::to_string(options.num_classes) +
-                                    "; raise num_classes or fix the label");
-        }
-        max_label = std::max(max_label, label);
-        ds.labels.push_back(label);
-      } else {
-        if (!why.empty()) {
-          return Status::Corruption(At(source_name, line_no) + "cell " + Quote(cells[c]) +
-                                    " in column " + Quote(names[c]) + " " + why);
-        }
-        ds.features.push_back(static_cast<float>(v));
+        label = static_cast<int32_t>(v);
       }
     }
+    if (!options.regression && options.num_classes > 0 && label >= options.num_classes) {
+      return Status::Corruption(At(source_name, line_no) + "label " + std::to_string(label) +
+                                " in column " + Quote(names[label_col]) + " is >= num_classes " +
+                                std::to_string(options.num_classes) +
+                                "; raise num_classes or fix the label");
+    }
+    max_label = std::max(max_label, label);
+    min_label = std::min(min_label, label);
+    ds.labels.push_back(options.regression ? 0 : label);
+    raw.insert(raw.end(), row.begin(), row.end());
   }
   if (ds.labels.empty()) {
     return Status::Corruption(std::string(source_name) +
-                              " has a header but no data rows; add at least one sample");
+                              (drop_missing ? " has no data rows without missing values"
+                                            : " has a header but no data rows") +
+                              "; add at least one sample");
   }
-  ds.num_classes = options.num_classes > 0 ? options.num_classes : max_label + 1;
+
+  // Sorted category order (fixed lists keep theirs): old id -> new id, and the names.
+  std::vector<std::vector<int>> renumber(vocab.size());
+  std::vector<std::vector<std::string>> category_names(vocab.size());
+  for (size_t k = 0; k < vocab.size(); ++k) {
+    std::vector<std::pair<std::string, int>> entries(vocab[k].begin(), vocab[k].end());
+    if (fixed[k].empty()) {
+      std::sort(entries.begin(), entries.end());
+    } else {
+      std::sort(entries.begin(), entries.end(),
+                [](const auto& a, const auto& b) { return a.second < b.second; });
+    }
+    renumber[k].resize(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      renumber[k][static_cast<size_t>(entries[i].second)] = static_cast<int>(i);
+      category_names[k].push_back(entries[i].first);
+    }
+  }
+  for (size_t c : feature_cols) {
+    if (const int k = category_slot[c]; k >= 0) {
+      for (const std::string& v : category_names[static_cast<size_t>(k)])
+        ds.feature_names.push_back(names[c] + "=" + v);
+    } else {
+      ds.feature_names.push_back(names[c]);
+    }
+  }
+  const size_t width = ds.feature_names.size();
+  const size_t n = ds.labels.size();
+  if (options.categorical.empty()) {
+    ds.features = std::move(raw);
+  } else {
+    ds.features.assign(n * width, 0.0f);
+    for (size_t r = 0; r < n; ++r) {
+      float* out = ds.features.data() + r * width;
+      const float* in = raw.data() + r * feature_cols.size();
+      size_t o = 0;
+      for (size_t j = 0; j < feature_cols.size(); ++j) {
+        const int k = category_slot[feature_cols[j]];
+        if (k < 0) {
+          out[o++] = in[j];
+          continue;
+        }
+        const std::vector<int>& ids = renumber[static_cast<size_t>(k)];
+        out[o + static_cast<size_t>(ids[static_cast<size_t>(in[j])])] = 1.0f;
+        o += ids.size();
+      }
+    }
+  }
+  ds.sample_shape = {static_cast<int>(width)};
+  if (options.regression) {
+    ds.num_classes = 1;
+    ds.target_dim = 1;
+  } else {
+    ds.num_classes = options.num_classes > 0 ? options.num_classes
+                     : label_count > 0       ? label_count
+                                             : max_label + 1;
+    // Classes inferred from one distinct label say nothing about the others.
+    if (options.num_classes == 0 && label_count == 0 && min_label == max_label) {
+      return Status::Corruption(std::string(source_name) + ": label column " +
+                                Quote(names[label_col]) + " holds a single class (" +
+                                std::to_string(max_label) +
+                                "); a classifier needs two or more (set num_classes when this "
+                                "site lacks the others)");
+    }
+  }
   return ds;
 }
 

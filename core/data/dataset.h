@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace fedmesh {
@@ -20,6 +21,9 @@ struct Dataset {
   // classification data.
   std::vector<float> targets;
   int target_dim = 0;
+  // Names of the sample_size() feature columns of tabular data ("age", "purpose=car" for a
+  // one-hot column); empty when the source has none (images).
+  std::vector<std::string> feature_names;
 
   size_t size() const { return labels.size(); }
   size_t sample_size() const {
@@ -36,6 +40,7 @@ struct Dataset {
     out.sample_shape = sample_shape;
     out.num_classes = num_classes;
     out.target_dim = target_dim;
+    out.feature_names = feature_names;
     const size_t s = sample_size();
     // Appended rather than resized then overwritten: no zero pass over the copy.
     out.features.reserve(indices.size() * s);

@@ -244,17 +244,29 @@ Status CheckValue(const ConfigKey& k, const ConfigValue& value) {
   return Status::OK();
 }
 
+std::string ResolvePath(const fs::path& base, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (base / p).lexically_normal().string();
+}
+
 std::string Resolve(const fs::path& base, const std::string& value, PathKind kind) {
   if (value.empty() || kind == PathKind::kNone) return value;
-  std::string prefix;
-  std::string p = value;
-  if (kind == PathKind::kDataSource) {
-    if (value.rfind("csv:", 0) != 0) return value;  // a named source, not a path
-    prefix = "csv:";
-    p = value.substr(4);
+  if (kind != PathKind::kDataSource) return ResolvePath(base, value);
+  // "csv:PATH", "npz:PATH", "images:DIR", "npy:X,Y"; other names are not paths.
+  for (const char* prefix : {"csv:", "npz:", "images:"}) {
+    if (value.starts_with(prefix)) {
+      const size_t n = std::string_view(prefix).size();
+      return prefix + ResolvePath(base, value.substr(n));
+    }
   }
-  if (p.empty() || fs::path(p).is_absolute()) return value;
-  return prefix + (base / p).lexically_normal().string();
+  if (value.starts_with("npy:")) {
+    const std::string paths = value.substr(4);
+    const size_t comma = paths.find(',');
+    if (comma == std::string::npos) return "npy:" + ResolvePath(base, paths);
+    return "npy:" + ResolvePath(base, paths.substr(0, comma)) + "," +
+           ResolvePath(base, paths.substr(comma + 1));
+  }
+  return value;
 }
 
 }  // namespace

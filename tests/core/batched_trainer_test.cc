@@ -144,7 +144,7 @@ TEST(BatchedTrainer, RefusesInputThatDoesNotFitNamingTheClient) {
   wrong[1].data.features.resize(wrong[1].data.size() * 25);
   EXPECT_TRUE(HasCode(run(wrong), StatusCode::kInvalidArgument, "batched client 1"));
   wrong = cases;
-  wrong[0].data = Dataset{{6, 6, 1}, 5, {}, {}, {}, 0};
+  wrong[0].data = Dataset{{6, 6, 1}, 5, {}, {}, {}, 0, {}};
   EXPECT_TRUE(HasCode(run(wrong), StatusCode::kInvalidArgument, "empty dataset"));
   // FedProx anchors for some clients only.
   TrainerOptions prox;

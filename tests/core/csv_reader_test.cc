@@ -63,13 +63,13 @@ TEST(CsvReaderTest, ToleratesNoFinalNewlineBlankLinesAndBom) {
 
 TEST(CsvReaderTest, IntegralDecimalLabelsAreAccepted) {
   // pandas writes an int column with missing values as floats: "3.0" is class 3.
-  Result<Dataset> ds = ParseCsv("x,y\n1,3.0\n", Label("y"), "x");
+  Result<Dataset> ds = ParseCsv("x,y\n1,3.0\n", Label("y", 4), "x");
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->labels, (std::vector<int32_t>{3}));
 }
 
 TEST(CsvReaderTest, TabDelimiter) {
-  CsvOptions o = Label("y");
+  CsvOptions o = Label("y", 2);  // one row, one class: the count is given
   o.delimiter = '\t';
   Result<Dataset> ds = ParseCsv("a\ty\tb\n1.5\t1\t2\n", o, "x.tsv");
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -165,6 +165,121 @@ TEST(CsvReaderTest, ReadCsvFromFile) {
   ExpectError(ReadCsv(dir + "/none.csv", Label("default")).status(), StatusCode::kNotFound,
               {dir + "/none.csv"});
   std::filesystem::remove_all(dir);
+}
+
+// German-credit-like rows: text categories one-hot encoded in place, in sorted order, with
+// their names; a chosen subset and order of feature columns.
+TEST(CsvReaderTest, CategoricalColumnsAreOneHotInSortedOrder) {
+  CsvOptions o = Label("good");
+  o.categorical = {"purpose", "housing"};
+  const std::string text =
+      "age,purpose,amount,housing,good\n"
+      "30,car,1000,own,1\n"
+      "45,furniture,250.5,rent,0\n"
+      "22,car,90,free,1\n";
+  Result<Dataset> ds = ParseCsv(text, o, "bank.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->sample_shape, (std::vector<int>{7}));
+  EXPECT_EQ(ds->feature_names,
+            (std::vector<std::string>{"age", "purpose=car", "purpose=furniture", "amount",
+                                      "housing=free", "housing=own", "housing=rent"}));
+  EXPECT_EQ(ds->features, (std::vector<float>{30, 1, 0, 1000, 0, 1, 0,  //
+                                              45, 0, 1, 250.5f, 0, 0, 1,  //
+                                              22, 1, 0, 90, 1, 0, 0}));
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{1, 0, 1}));
+
+  // Fixed lists keep their order, and a value outside them is an error naming line and column.
+  o.categories = {"housing=rent,own,free,other"};
+  o.features = {"housing", "age"};
+  o.categorical = {"housing"};
+  ds = ParseCsv(text, o, "bank.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->feature_names,
+            (std::vector<std::string>{"housing=rent", "housing=own", "housing=free",
+                                      "housing=other", "age"}));
+  EXPECT_EQ(ds->features, (std::vector<float>{0, 1, 0, 0, 30, 1, 0, 0, 0, 45, 0, 0, 1, 0, 22}));
+  o.categories = {"housing=rent,own"};
+  ExpectError(ParseCsv(text, o, "bank.csv").status(), StatusCode::kCorruption,
+              {"bank.csv line 4", "\"free\"", "column \"housing\"", "rent, own"});
+  // Text in a column not listed as categorical says how to fix it.
+  ExpectError(ParseError("a,b,y\n1,car,0\n"), StatusCode::kCorruption,
+              {"line 2", "\"car\"", "column \"b\"", "categorical"});
+}
+
+TEST(CsvReaderTest, BadColumnOptionsNameTheColumn) {
+  CsvOptions o = Label("y");
+  o.features = {"a", "zz"};
+  ExpectError(ParseError("a,b,y\n1,2,0\n", o), StatusCode::kInvalidArgument,
+              {"\"zz\"", "available columns: a, b, y"});
+  o.features = {"a", "y"};
+  ExpectError(ParseError("a,b,y\n1,2,0\n", o), StatusCode::kInvalidArgument, {"label column"});
+  o.features = {};
+  o.categorical = {"c"};
+  ExpectError(ParseError("a,b,y\n1,2,0\n", o), StatusCode::kInvalidArgument, {"\"c\""});
+  o.categorical = {"a"};
+  o.categories = {"a"};
+  ExpectError(ParseError("a,b,y\n1,2,0\n", o), StatusCode::kInvalidArgument, {"column=a,b,c"});
+  o.categories = {"a=x,x"};
+  ExpectError(ParseError("a,b,y\n1,2,0\n", o), StatusCode::kInvalidArgument, {"distinct"});
+  o = Label("y");
+  o.missing = "mean";
+  ExpectError(ParseError("a,y\n1,0\n", o), StatusCode::kInvalidArgument, {"\"mean\""});
+}
+
+TEST(CsvReaderTest, MissingCellsAreAnErrorOrDropTheirRow) {
+  const std::string text = "a,b,y\n1,2,0\nNA,3,1\n4,?,1\n5,6,\n7,8,1\n";
+  ExpectError(ParseError(text), StatusCode::kCorruption,
+              {"site.csv line 3", "\"NA\"", "column \"a\"", "missing", "drop"});
+  CsvOptions o = Label("y");
+  o.missing = "drop";
+  Result<Dataset> ds = ParseCsv(text, o, "site.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->features, (std::vector<float>{1, 2, 7, 8}));
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{0, 1}));
+  ExpectError(ParseCsv("a,y\nNA,1\n", o, "site.csv").status(), StatusCode::kCorruption,
+              {"no data rows without missing values"});
+}
+
+// Text labels map in the order listed, the same on a site that lacks a class; anything else
+// is an error. Without label_values, text labels say how to map them.
+TEST(CsvReaderTest, TextLabelsMapInTheListedOrder) {
+  CsvOptions o = Label("diagnosis");
+  o.label_values = {"B", "M"};
+  Result<Dataset> ds = ParseCsv("r,diagnosis\n1,M\n2,B\n3,M\n", o, "wdbc.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(ds->num_classes, 2);
+  ds = ParseCsv("r,diagnosis\n1,M\n", o, "wdbc.csv");  // only malignant rows: still class 1
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{1}));
+  EXPECT_EQ(ds->num_classes, 2);
+  ExpectError(ParseCsv("r,diagnosis\n1,X\n", o, "wdbc.csv").status(), StatusCode::kCorruption,
+              {"line 2", "\"X\"", "label_values: B, M"});
+  ExpectError(ParseError("r,diagnosis\n1,M\n", Label("diagnosis")), StatusCode::kCorruption,
+              {"line 2", "\"M\"", "label_values"});
+}
+
+TEST(CsvReaderTest, RegressionTargetsAreFloats) {
+  CsvOptions o = Label("progression");
+  o.regression = true;
+  Result<Dataset> ds = ParseCsv("age,bmi,progression\n0.03,0.06,151\n-0.01,-0.05,75.5\n", o, "d");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->target_dim, 1);
+  EXPECT_EQ(ds->targets, (std::vector<float>{151.0f, 75.5f}));
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(ds->features, (std::vector<float>{0.03f, 0.06f, -0.01f, -0.05f}));
+  ExpectError(ParseCsv("a,progression\n1,high\n", o, "d").status(), StatusCode::kCorruption,
+              {"line 2", "target \"high\""});
+}
+
+// A label column with one class cannot train a classifier, unless num_classes says the site
+// lacks the others.
+TEST(CsvReaderTest, OneClassIsAnErrorUnlessNumClassesIsSet) {
+  ExpectError(ParseError("a,y\n1,1\n2,1\n"), StatusCode::kCorruption,
+              {"site.csv", "column \"y\"", "single class"});
+  Result<Dataset> ds = ParseCsv("a,y\n1,1\n2,1\n", Label("y", 3), "site.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->num_classes, 3);
 }
 
 }  // namespace

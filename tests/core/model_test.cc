@@ -165,7 +165,7 @@ TEST_F(ModelTest, TrainerRejectsIncompatibleData) {
   EXPECT_TRUE(t.Evaluate(wrong).ok());  // same size, flat model: accepted as flattened
   wrong.sample_shape = {5};
   EXPECT_EQ(t.Evaluate(wrong).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(t.TrainEpoch(Dataset{{8}, 3, {}, {}, {}, 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.TrainEpoch(Dataset{{8}, 3, {}, {}, {}, 0, {}}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ModelTest, FedProxPullsTowardsTheAnchor) {

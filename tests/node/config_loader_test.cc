@@ -335,6 +335,56 @@ device = "auto"
   EXPECT_EQ(c.training.device, "auto");
 }
 
+// The site-data keys reach DataSourceSpec; npz:, npy: and images: paths resolve against the
+// config file's directory like csv:.
+TEST(ConfigNode, SiteDataKeys) {
+  TempDir dir;
+  std::string path = dir.Write("site/node.toml", R"([node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[federation]
+id = "f"
+[data]
+dataset = "csv:bank.csv"
+test = "npy:x.npy,/abs/y.npy"
+label_column = "risk"
+label_values = ["good", "bad"]
+features = ["purpose", "amount"]
+categorical = ["purpose"]
+categories = ["purpose=car,cash"]
+missing = "drop"
+image_size = [32, 24]
+image_channels = 3
+)");
+  const fs::path base = dir.path() / "site";
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const DataSourceSpec& d = r->training.data;
+  EXPECT_EQ(d.train, "csv:" + (base / "bank.csv").string());
+  EXPECT_EQ(d.test, "npy:" + (base / "x.npy").string() + ",/abs/y.npy");
+  EXPECT_EQ(d.label_values, (std::vector<std::string>{"good", "bad"}));
+  EXPECT_EQ(d.features, (std::vector<std::string>{"purpose", "amount"}));
+  EXPECT_EQ(d.categorical, (std::vector<std::string>{"purpose"}));
+  EXPECT_EQ(d.categories, (std::vector<std::string>{"purpose=car,cash"}));
+  EXPECT_EQ(d.missing, "drop");
+  EXPECT_FALSE(d.regression);
+  EXPECT_EQ(d.image_height, 32);
+  EXPECT_EQ(d.image_width, 24);
+  EXPECT_EQ(d.image_channels, 3);
+  auto npz = LoadNodeConfig(path, {"data.dataset=npz:rel/t.npz", "data.regression=true"});
+  ASSERT_TRUE(npz.ok()) << npz.status().ToString();
+  EXPECT_EQ(npz->training.data.train, "npz:rel/t.npz");  // --set: as typed
+  EXPECT_TRUE(npz->training.data.regression);
+  auto size = LoadNodeConfig(path, {"data.image_size=32"});
+  ASSERT_FALSE(size.ok());
+  EXPECT_THAT(size.status().message(), HasSubstr("[data] image_size: image_size must be [height, width]"));
+  auto missing = LoadNodeConfig(path, {"data.missing=mean"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("[data] missing"));
+}
+
 TEST(ConfigNode, ValidatorErrorNamesTheKey) {
   TempDir dir;
   std::string path = dir.Write("node.toml", R"([node]

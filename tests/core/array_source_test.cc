@@ -1,0 +1,174 @@
+// core/data/array_source: datasets from .npz archives and .npy pairs written here with the
+// same encoder fedmesh uses for models (np.load reads them back, see core/npz.h), and the
+// data-source names that reach them. Values are checked exactly; every bad input names the
+// file and the array.
+#include "core/data/array_source.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/data/data_source.h"
+
+namespace fedmesh {
+namespace {
+
+namespace fs = std::filesystem;
+
+NpzArray Floats(std::string name, graph::Dims dims, std::vector<float> v) {
+  return {std::move(name), graph::DType::kFloat32, std::move(dims), std::move(v), {}};
+}
+NpzArray Ints(std::string name, graph::Dims dims, std::vector<int64_t> v) {
+  return {std::move(name), graph::DType::kInt64, std::move(dims), {}, std::move(v)};
+}
+
+class ArraySourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("array_source_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  std::string Write(const std::string& name, const std::vector<NpzArray>& arrays) {
+    const std::string path = (dir_ / name).string();
+    EXPECT_TRUE(WriteNpzFile(path, arrays).ok());
+    return path;
+  }
+  void ExpectError(const Status& s, StatusCode code, std::vector<std::string> fragments) {
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    for (const std::string& f : fragments)
+      EXPECT_NE(s.message().find(f), std::string::npos) << s.message() << " lacks " << f;
+  }
+  fs::path dir_;
+};
+
+TEST_F(ArraySourceTest, TableRowsAndLabels) {
+  const std::string path =
+      Write("site.npz", {Floats("x", {3, 2}, {1, 2, 3, 4, 5, 6}), Ints("y", {3}, {2, 0, 1})});
+  DataSourceSpec spec;
+  spec.train = "npz:" + path;
+  Result<Dataset> ds = LoadDataSource(spec, DataSplit::kTrain);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->sample_shape, (std::vector<int>{2}));
+  EXPECT_EQ(ds->features, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{2, 0, 1}));
+  EXPECT_EQ(ds->num_classes, 3);
+  spec.num_classes = 5;
+  EXPECT_EQ(LoadDataSource(spec, DataSplit::kTrain)->num_classes, 5);
+  // No test split of its own.
+  ExpectError(LoadDataSource(spec, DataSplit::kTest).status(), StatusCode::kInvalidArgument,
+              {"no built-in test split"});
+}
+
+TEST_F(ArraySourceTest, GreyImagesGetAChannelAndFloatLabelsMayBeIntegral) {
+  std::vector<float> x(2 * 3 * 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * float(i);
+  const std::string path = Write("img.npz", {Floats("x", {2, 3, 4}, x), Floats("y", {2}, {1, 0})});
+  Result<Dataset> ds = ReadNpzDataset(path, {});
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->sample_shape, (std::vector<int>{3, 4, 1}));
+  EXPECT_EQ(ds->features, x);
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{1, 0}));
+}
+
+TEST_F(ArraySourceTest, RegressionTargets) {
+  const std::string path =
+      Write("r.npz", {Floats("x", {2, 1}, {0.5f, -1}), Floats("y", {2, 2}, {1.5f, 2, -3, 4})});
+  ArraySourceOptions o;
+  o.regression = true;
+  Result<Dataset> ds = ReadNpzDataset(path, o);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->target_dim, 2);
+  EXPECT_EQ(ds->targets, (std::vector<float>{1.5f, 2, -3, 4}));
+}
+
+TEST_F(ArraySourceTest, NpyPair) {
+  const std::string x = (dir_ / "x.npy").string(), y = (dir_ / "y.npy").string();
+  // An .npz member is an .npy file: cut them out of one-member archives' encoding.
+  for (const auto& [path, a] : {std::pair{x, Floats("x", {2, 2}, {1, 2, 3, 4})},
+                                std::pair{y, Ints("y", {2}, {0, 1})}}) {
+    const std::string npz = EncodeNpz({a});
+    // The stored member runs from the .npy magic to the central directory.
+    const size_t start = npz.find("\x93NUMPY");
+    const size_t end = npz.find("PK\x01\x02");
+    ASSERT_NE(start, std::string::npos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string npy = npz.substr(start, end - start);
+    ASSERT_TRUE(DecodeNpy(npy, a.name).ok()) << DecodeNpy(npy, a.name).status().ToString();
+    std::ofstream(path, std::ios::binary) << npy;
+  }
+  DataSourceSpec spec;
+  spec.train = "npy:" + x + "," + y;
+  Result<Dataset> ds = LoadDataSource(spec, DataSplit::kTrain);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->features, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{0, 1}));
+  spec.train = "npy:" + x;
+  ExpectError(LoadDataSource(spec, DataSplit::kTrain).status(), StatusCode::kInvalidArgument,
+              {"npy:X_PATH,Y_PATH"});
+}
+
+TEST_F(ArraySourceTest, BadArraysNameTheFileAndTheArray) {
+  ExpectError(ReadNpzDataset(Write("keys.npz", {Floats("features", {1, 1}, {1}),
+                                                Ints("labels", {1}, {0})}),
+                             {})
+                  .status(),
+              StatusCode::kInvalidArgument, {"keys.npz", "arrays named x and y", "features, labels"});
+  ExpectError(ReadNpzDataset(Write("n.npz", {Floats("x", {2, 1}, {1, 2}), Ints("y", {3}, {0, 1, 1})}),
+                             {})
+                  .status(),
+              StatusCode::kCorruption, {"n.npz", "array y has shape [3]", "holds 2 samples"});
+  ExpectError(ReadNpzDataset(Write("nan.npz", {Floats("x", {2, 1}, {1, std::nanf("")}), Ints("y", {2}, {0, 1})}),
+                             {})
+                  .status(),
+              StatusCode::kCorruption, {"nan.npz", "array x", "sample 1", "finite"});
+  ExpectError(ReadNpzDataset(Write("neg.npz", {Floats("x", {2, 1}, {1, 2}), Ints("y", {2}, {0, -1})}),
+                             {})
+                  .status(),
+              StatusCode::kCorruption, {"neg.npz", "array y", "sample 1", "class indices"});
+  ExpectError(ReadNpzDataset(Write("frac.npz", {Floats("x", {1, 1}, {1}), Floats("y", {1}, {0.5f})}),
+                             {})
+                  .status(),
+              StatusCode::kCorruption, {"frac.npz", "class indices"});
+  ExpectError(ReadNpzDataset(Write("flat.npz", {Floats("x", {3}, {1, 2, 3}), Ints("y", {3}, {0, 1, 1})}),
+                             {})
+                  .status(),
+              StatusCode::kCorruption, {"flat.npz", "[N, F]"});
+  ExpectError(ReadNpzDataset(Write("empty.npz", {Floats("x", {0, 2}, {}), Ints("y", {0}, {})}), {})
+                  .status(),
+              StatusCode::kCorruption, {"empty.npz", "no samples"});
+  ExpectError(ReadNpzDataset(Write("one.npz", {Floats("x", {2, 1}, {1, 2}), Ints("y", {2}, {1, 1})}), {})
+                  .status(),
+              StatusCode::kCorruption, {"one.npz", "single class"});
+  ArraySourceOptions three;
+  three.num_classes = 3;
+  ExpectError(ReadNpzDataset(Write("big.npz", {Floats("x", {1, 1}, {1}), Ints("y", {1}, {3})}), three)
+                  .status(),
+              StatusCode::kCorruption, {"big.npz", ">= num_classes 3"});
+  // Not an archive at all, and an empty file.
+  std::ofstream(dir_ / "text.npz") << "x,y\n1,0\n";
+  EXPECT_FALSE(ReadNpzDataset((dir_ / "text.npz").string(), {}).ok());
+  std::ofstream(dir_ / "zero.npz");
+  Status zero = ReadNpzDataset((dir_ / "zero.npz").string(), {}).status();
+  EXPECT_FALSE(zero.ok());
+  EXPECT_NE(zero.message().find("zero.npz"), std::string::npos) << zero.ToString();
+  ExpectError(ReadNpzDataset((dir_ / "absent.npz").string(), {}).status(), StatusCode::kNotFound,
+              {"absent.npz"});
+}
+
+TEST(DataSourceNames, UnknownSourceListsTheKnownOnes) {
+  DataSourceSpec spec;
+  spec.train = "parquet:x";
+  Status s = LoadDataSource(spec, DataSplit::kTrain).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("npz:PATH"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("images:DIR"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace fedmesh
