@@ -52,6 +52,13 @@ Status Validate(const RoundEngineOptions& o) {
                                    std::string(rule));
   };
   if (o.total_rounds < 1) return bad("total_rounds", o.total_rounds, ">= 1");
+  if (o.federated_eval.enabled) {
+    const FederatedEvalSettings& e = o.federated_eval;
+    if (e.every < 1) return bad("federated_eval.every", e.every, ">= 1");
+    if (e.min_sites < 1) return bad("federated_eval.min_sites", e.min_sites, ">= 1");
+    if (!(std::isfinite(e.timeout_s) && e.timeout_s > 0))
+      return bad("federated_eval.timeout_s", e.timeout_s, "finite and > 0");
+  }
   if (o.clients_per_round < 1) return bad("clients_per_round", o.clients_per_round, ">= 1");
   if (o.min_clients < 1) return bad("min_clients", o.min_clients, ">= 1");
   if (o.min_clients > o.clients_per_round) {
@@ -351,6 +358,7 @@ std::vector<RoundEngine::Output> RoundEngine::OnMessage(const std::string& from,
 std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
   FM_CHECK(started_);
   std::vector<Output> out;
+  if (eval_ && now >= eval_->deadline_s()) CloseEval(out);
   if (phase_ != Phase::kRoundOpen || now < deadline_s_) return out;  // stale or early
   if (secagg_) {
     AdvanceSecAgg(/*at_deadline=*/true, out);
@@ -412,6 +420,7 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
     return reject(RejectCause::kMalformed, "FitResult round " + Str(r.round) +
                                                " differs from header round " + Str(m.header.round));
   }
+  if (r.evaluation) return HandleEvalResult(from, m, r, out);
   if (phase_ == Phase::kFinished) {
     return reject(RejectCause::kLate, "update for " + claimed + " after the federation finished");
   }
@@ -591,6 +600,7 @@ void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCa
 // ---- Rounds ------------------------------------------------------------------------------
 
 void RoundEngine::TryOpenRound(std::vector<Output>& out) {
+  if (pending_finish_) return;  // the last round closed; only its evaluation is open
   const int needed = std::max(options_.min_clients, options_.min_available_clients);
   // Counted first: listing a million registered nodes at every registration would be
   // quadratic while the engine waits for them.
@@ -766,6 +776,7 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   }
   metrics.privacy = strategy_->privacy();
   out.push_back(RoundClosed{round_, model_version_, metrics, global_, strategy_->SaveState()});
+  MaybeStartEval(out);
 
   selected_.clear();
   earlier_selected_.clear();
@@ -809,7 +820,80 @@ void RoundEngine::RetryOrGiveUp(std::vector<Output>& out, std::string why) {
   TryOpenRound(out);
 }
 
+void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
+  const FederatedEvalSettings& e = options_.federated_eval;
+  if (!e.enabled) return;
+  const bool last = round_ >= options_.total_rounds || !strategy_->CanRunAnotherRound().ok();
+  if (round_ % e.every != 0 && !last) return;
+  if (eval_) CloseEval(out);  // the previous one ran out of time: report what it has
+  std::set<std::string> asked;
+  for (const auto& [id, node] : nodes_)
+    if (node.connected) asked.insert(id);
+  eval_.emplace(round_, model_version_, asked, env_->NowSeconds() + e.timeout_s, e.min_sites);
+  if (asked.empty()) {
+    CloseEval(out);
+    return;
+  }
+  wire::FitTask task;
+  task.round = round_;
+  auto encoded = codec::EncodePayload(downlink_chain_, global_, env_->rng().NextU64());
+  task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
+  task.model_sha256 = options_.model_sha256;
+  task.model_graph = options_.model_graph;
+  task.loss = options_.loss;
+  task.class_weights = options_.class_weights;
+  task.pos_weight = options_.pos_weight;
+  task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
+  task.batch_size = static_cast<uint32_t>(options_.batch_size);
+  task.learning_rate = options_.learning_rate;
+  task.momentum = options_.momentum;
+  task.evaluate_only = true;
+  for (const std::string& id : asked)
+    out.push_back(Send{id, wire::Message{OutHeader(), task}, eval_->deadline_s()});
+  out.push_back(SetTimer{eval_->deadline_s()});
+}
+
+void RoundEngine::HandleEvalResult(const std::string& from, const wire::Message& m,
+                                   const wire::FitResult& r, std::vector<Output>& out) {
+  if (!eval_ || eval_->round() != r.round) {
+    Reject(from, m, RejectCause::kLate,
+           "evaluation of round " + Str(r.round) + ", which is not being evaluated (closed, or "
+           "never asked for)",
+           out);
+    return;
+  }
+  if (std::string why = eval_->Accept(from, r); !why.empty()) {
+    Reject(from, m, why.find("already") != std::string::npos ? RejectCause::kDuplicate
+                                                             : RejectCause::kMalformed,
+           why, out);
+    return;
+  }
+  if (eval_->complete()) CloseEval(out);
+}
+
+void RoundEngine::CloseEval(std::vector<Output>& out) {
+  if (!eval_) return;
+  out.push_back(EvalClosed{eval_->Close()});
+  eval_.reset();
+  if (pending_finish_) {
+    auto [status, stopped] = std::move(*pending_finish_);
+    pending_finish_.reset();
+    Finish(std::move(status), out, std::move(stopped));
+  }
+}
+
 void RoundEngine::Finish(Status status, std::vector<Output>& out, std::string stopped_early) {
+  if (eval_) {
+    if (status.ok()) {  // the last evaluation closes first
+      pending_finish_.emplace(std::move(status), std::move(stopped_early));
+      phase_ = Phase::kWaitingForNodes;
+      selected_.clear();
+      accepted_.clear();
+      fit_task_.reset();
+      return;
+    }
+    CloseEval(out);
+  }
   phase_ = Phase::kFinished;
   selected_.clear();
   accepted_.clear();

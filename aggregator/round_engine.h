@@ -34,6 +34,7 @@
 #include <variant>
 #include <vector>
 
+#include "aggregator/federated_eval.h"
 #include "aggregator/secagg_round.h"
 #include "aggregator/strategy.h"
 #include "core/codec/codec.h"
@@ -130,6 +131,13 @@ struct RoundEngineOptions {
   // (too few nodes or shares) fails the attempt: retried like a round below quorum.
   // Synchronous rounds only. Off by default.
   SecAggSettings secagg;
+  // Federated evaluation: after a round closes (every federated_eval.every rounds and
+  // after the last one), every connected node is sent an evaluate_only FitTask with the new
+  // global model and answers with its held-out metrics (an evaluation FitResult); the engine
+  // reports them in EvalClosed when every asked node has answered or timeout_s passed. The
+  // next round opens at once; the federation finishes after the last evaluation closes. An
+  // evaluation open when the aggregator restarts is lost. Off by default.
+  FederatedEvalSettings federated_eval;
   // Whether UpdateAccepted carries the node's new weights, which the aggregator's store
   // persists for Restore. A driver that keeps no store (the simulator) turns it off and
   // saves a model-sized copy per update. Default: true.
@@ -268,8 +276,12 @@ class RoundEngine {
     // Why an OK federation ended before total_rounds (a privacy budget); empty otherwise.
     std::string stopped_early;
   };
+  // A federated evaluation closed (RoundEngineOptions::federated_eval): persist and log it.
+  struct EvalClosed {
+    FederatedEvalReport report;
+  };
   using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
-                              RoundClosed, RoundRetried, Finished>;
+                              RoundClosed, RoundRetried, Finished, EvalClosed>;
 
   // ---- Construction ----------------------------------------------------------------------
 
@@ -376,7 +388,14 @@ class RoundEngine {
   // stage closes the round. A stage that cannot close waits (early) or fails the attempt
   // (at its deadline).
   void AdvanceSecAgg(bool at_deadline, std::vector<Output>& out);
+  // Ends the federation; an OK end waits for an open federated evaluation to close.
   void Finish(Status status, std::vector<Output>& out, std::string stopped_early = {});
+  // Federated evaluation of the round just closed, when one is due.
+  void MaybeStartEval(std::vector<Output>& out);
+  void HandleEvalResult(const std::string& from, const wire::Message& m, const wire::FitResult& r,
+                        std::vector<Output>& out);
+  // Reports the open evaluation, then finishes if a Finish waited for it.
+  void CloseEval(std::vector<Output>& out);
   wire::FitTask BuildFitTask();
   void SendFitTask(const std::string& to, std::vector<Output>& out);
   wire::Header OutHeader();
@@ -421,6 +440,9 @@ class RoundEngine {
   codec::Chain downlink_chain_;  // parsed options_.downlink_codec
   std::optional<SecAggRound> secagg_;  // the open attempt's secure aggregation
   uint32_t secagg_contributors_ = 0;   // of the round being closed, for its metrics
+  std::optional<FederatedEvaluation> eval_;  // the open federated evaluation
+  // A Finish that waits for eval_ to close (OK status only).
+  std::optional<std::pair<Status, std::string>> pending_finish_;
 
   uint64_t next_message_id_ = 1;
   uint64_t total_retries_ = 0;

@@ -418,6 +418,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               bytes_down_raw_ = 0;
               return Status::OK();
             },
+            [&](RoundEngine::EvalClosed& e) { return RecordFederatedEval(e.report); },
             [&](RoundEngine::Finished& f) -> Status {
               finished_ = true;
               finish_status_ = f.status;
@@ -435,6 +436,64 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
         },
         output);
     FM_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// {"accuracy": 0.91, ...}: a site's metrics as one JSON object.
+std::string MetricsJson(const std::map<std::string, double>& metrics) {
+  JsonLine j;
+  for (const auto& [name, value] : metrics) j.Add(name, value);
+  return j.str();
+}
+
+}  // namespace
+
+Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
+  std::vector<SiteEvalRow> rows;
+  if (r.total) rows.push_back({"*", r.total->num_examples, r.total->loss, MetricsJson(r.total->metrics)});
+  for (const auto& [site, e] : r.sites) rows.push_back({site, e.num_examples, e.loss, MetricsJson(e.metrics)});
+  if (!rows.empty()) {
+    Status st = store_->SaveSiteEval(r.round, r.model_version, rows);
+    if (!st.ok()) return st.WithContext("persisting the federated evaluation of round " + std::to_string(r.round));
+  }
+  if (r.total) {
+    const auto acc = r.total->metrics.find("accuracy");
+    spdlog::info("round {} federated evaluation: {}/{} site(s), {} examples, loss {:.4f}{}", r.round,
+                 r.sites.size(), r.asked, r.total->num_examples, r.total->loss,
+                 acc == r.total->metrics.end() ? std::string()
+                                               : fmt::format(", accuracy {:.4f}", acc->second));
+  } else {
+    spdlog::warn("round {} federated evaluation: {}/{} site(s) answered, below [eval] min_sites {}; "
+                 "no federated metrics", r.round, r.sites.size(), r.asked,
+                 config_.rounds.federated_eval.min_sites);
+  }
+  if (config_.metrics_path.empty()) return Status::OK();
+  // One line for the federation, one per site, each with the round and "site" ("*": all).
+  JsonLine total;
+  total.Add("round", static_cast<int64_t>(r.round))
+      .Add("model_version", static_cast<int64_t>(r.model_version))
+      .Add("federated_eval", true)
+      .Add("site", "*")
+      .Add("sites_asked", static_cast<int64_t>(r.asked))
+      .Add("sites_answered", static_cast<int64_t>(r.sites.size()));
+  if (r.total) {
+    total.Add("num_examples", static_cast<int64_t>(r.total->num_examples)).Add("loss", r.total->loss);
+    for (const auto& [name, value] : r.total->metrics) total.Add(name, value);
+  }
+  FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, total));
+  for (const auto& [site, e] : r.sites) {
+    JsonLine line;
+    line.Add("round", static_cast<int64_t>(r.round))
+        .Add("model_version", static_cast<int64_t>(r.model_version))
+        .Add("federated_eval", true)
+        .Add("site", site)
+        .Add("num_examples", static_cast<int64_t>(e.num_examples))
+        .Add("loss", e.loss);
+    for (const auto& [name, value] : e.metrics) line.Add(name, value);
+    FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, line));
   }
   return Status::OK();
 }

@@ -99,6 +99,9 @@ class AggregatorService {
   Status HandleEvent(ServerEvent event);
   Status SendMessage(RoundEngine::Send& send);
   Status AppendMetricsLine(const RoundEngine::RoundClosed& closed, const RoundMetrics& stored);
+  // Persists a federated evaluation (store table site_eval), logs it and appends its
+  // metrics lines.
+  Status RecordFederatedEval(const FederatedEvalReport& report);
   void SetAllowlist(const std::vector<PublicIdentity>& allowlist);
   EvalResult Evaluate(std::span<const float> global);
 

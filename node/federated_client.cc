@@ -149,8 +149,18 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
 
   // This node's share of the data, loaded once; nothing of it ever leaves the node.
   const LocalTrainingOptions& t = config.training;
-  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/false));
+  // Held-out data for federated evaluation: [data] test, or this site's share of the
+  // source's own test split (partitioned like the training data). None: evaluation tasks
+  // are refused.
+  const bool has_test = !t.data.test.empty() || t.data.train == "fashion-mnist";
+  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, has_test));
   c->train_ = std::move(site.train);
+  c->test_ = std::move(site.test);
+  if (has_test && t.data.test.empty() && t.partition.num_partitions > 1) {
+    FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(c->test_.labels, c->test_.num_classes,
+                                                   t.partition, t.index));
+    c->test_ = c->test_.Subset(indices);
+  }
   c->backend_ = std::move(site.backend);
   c->model_ = std::move(site.model);
 
@@ -409,8 +419,41 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   return Status::OK();
 }
 
+Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTask& task) {
+  const std::string round = "round " + std::to_string(task.round);
+  auto refuse = [&](const std::string& why) {
+    ++stats_.tasks_refused;
+    Log("refused to evaluate the model of " + round + ": " + why);
+    return Status::OK();
+  };
+  if (task.round != m.header.round) {
+    return refuse("its round differs from the header's round " + std::to_string(m.header.round));
+  }
+  if (!task.model_sha256.empty()) FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph));
+  FitContext ctx;
+  ctx.model = model_.get();
+  ctx.trainer = config_.training.trainer;
+  ctx.default_chain = &default_chain_;
+  ctx.local = local_ranges_;
+  ctx.node_id = identity_.name();
+  ctx.seed = config_.training.seed;
+  ctx.clock = env_;
+  FM_ASSIGN_OR_RETURN(FitOutcome eval, RunEvalTask(ctx, task, carry_, test_));
+  if (!eval.refused.empty()) return refuse(eval.refused);
+  const auto acc = eval.result.metrics.find("accuracy");
+  Log(round + " evaluated on " + std::to_string(test_.size()) + " held-out samples: loss " +
+      std::to_string(eval.result.train_loss) +
+      (acc == eval.result.metrics.end() ? "" : ", accuracy " + std::to_string(acc->second)));
+  if (Status s = transport_->Send(wire::Message{OutHeader(task.round), std::move(eval.result)});
+      !s.ok()) {
+    Log("sending the evaluation of " + round + " failed: " + s.message());
+  }
+  return Status::OK();
+}
+
 Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTask& task,
                                       std::atomic<bool>* stop) {
+  if (task.evaluate_only) return HandleEvalTask(m, task);
   const std::string round = "round " + std::to_string(task.round);
   auto refuse = [&](const std::string& why) {
     ++stats_.tasks_refused;

@@ -130,6 +130,9 @@ class FederatedClient {
   wire::Header OutHeader(uint64_t round);
   // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only
   // a transport or store failure is an error.
+  // Federated evaluation: evaluates the task's model on test_ and answers with an
+  // evaluation FitResult (no training, nothing else changes).
+  Status HandleEvalTask(const wire::Message& m, const wire::FitTask& task);
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
   // The aggregator's secure aggregation messages for the round this node takes part in.
   // A message for another round, or one that fails a check, ends this node's part (logged).
@@ -151,6 +154,7 @@ class FederatedClient {
   std::function<void(const std::string&)> log_;
   CurveKey server_key_{};
   Dataset train_;
+  Dataset test_;  // held-out data for federated evaluation; may be empty
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<NodeStore> store_;

@@ -5,6 +5,7 @@
 
 #include "core/codec/payload.h"
 #include "core/codec/update_prediction.h"
+#include "core/wire/wire_codec.h"
 #include "core/rng.h"
 
 namespace fedmesh {
@@ -90,12 +91,14 @@ std::span<const float> StartVelocity(const PreparedFitTask& p, const FitCarry& c
   return {};
 }
 
-Result<TrainedFit> TrainFitTask(const FitContext& ctx, PreparedFitTask& p, const FitCarry& carry) {
-  Model& model = *ctx.model;
-  // Local tensors start from the site's own values (the global model's in the first task).
+namespace {
+
+// The global model with the site's own values of its local tensors (the global model's
+// until a task trained them) loaded into ctx.model.
+Status LoadWithLocalValues(const FitContext& ctx, std::vector<float>& global, const FitCarry& carry) {
   size_t local_total = 0;
   for (const auto& [offset, size] : ctx.local) {
-    if (offset + size > p.global.size())
+    if (offset + size > global.size())
       return Status::Internal("a local tensor range lies outside the model");
     local_total += size;
   }
@@ -103,11 +106,54 @@ Result<TrainedFit> TrainFitTask(const FitContext& ctx, PreparedFitTask& p, const
     size_t at = 0;
     for (const auto& [offset, size] : ctx.local) {
       std::copy(carry.local_values.begin() + at, carry.local_values.begin() + at + size,
-                p.global.begin() + offset);
+                global.begin() + offset);
       at += size;
     }
   }
-  FM_RETURN_IF_ERROR(model.SetParams(p.global));
+  return ctx.model->SetParams(global);
+}
+
+}  // namespace
+
+Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
+                               const FitCarry& carry, const Dataset& test) {
+  FitOutcome out;
+  if (!task.evaluate_only) return Status::Internal("RunEvalTask needs an evaluate_only task");
+  if (test.size() == 0) {
+    out.refused = "this site has no held-out data to evaluate on ([data] test)";
+    return out;
+  }
+  PreparedFitTask p = PrepareFitTask(ctx, task);
+  if (!p.refused.empty()) {
+    out.refused = std::move(p.refused);
+    return out;
+  }
+  FM_RETURN_IF_ERROR(LoadWithLocalValues(ctx, p.global, carry));
+  Trainer trainer(ctx.model, p.trainer, &p.env);
+  auto stats = trainer.Evaluate(test);
+  if (!stats.ok()) {
+    out.refused = "evaluating round " + std::to_string(task.round) + ": " + stats.status().message();
+    return out;
+  }
+  if (!std::isfinite(stats->loss)) {
+    out.refused = "the model's loss on this site's held-out data is not finite";
+    return out;
+  }
+  out.result.round = task.round;
+  out.result.num_examples = test.size();
+  out.result.train_loss = stats->loss;
+  out.result.update = wire::FloatPayload({});
+  out.result.evaluation = true;
+  for (const auto& [name, value] : stats->metrics)
+    if (std::isfinite(value)) out.result.metrics[name] = value;  // AUC of one class: NaN
+  out.global = std::move(p.global);
+  return out;
+}
+
+Result<TrainedFit> TrainFitTask(const FitContext& ctx, PreparedFitTask& p, const FitCarry& carry) {
+  Model& model = *ctx.model;
+  // Local tensors start from the site's own values (the global model's in the first task).
+  FM_RETURN_IF_ERROR(LoadWithLocalValues(ctx, p.global, carry));
   Trainer trainer(&model, p.trainer, &p.env);
   if (auto v = StartVelocity(p, carry); !v.empty()) {
     FM_RETURN_IF_ERROR(trainer.optimizer().SetVelocity(v));

@@ -85,6 +85,14 @@ uint64_t FitSeed(uint64_t seed, std::string_view node_id, uint64_t round);
 Result<FitOutcome> RunFitTask(const FitContext& context, const wire::FitTask& task,
                               FitCarry& carry);
 
+// Serves an evaluate_only task (federated evaluation): decodes the global model as
+// RunFitTask does, keeps the site's local tensors, evaluates on `test` (the site's
+// held-out data) and fills FitOutcome::result as an evaluation FitResult (num_examples,
+// mean loss, finite metrics, empty update). Refused (FitOutcome::refused) when `test` is
+// empty or the task does not fit the model. `carry` is not changed.
+Result<FitOutcome> RunEvalTask(const FitContext& context, const wire::FitTask& task,
+                               const FitCarry& carry, const Dataset& test);
+
 // ---- RunFitTask's phases ----------------------------------------------------------------
 // A task checked and decoded, ready to train.
 struct PreparedFitTask {

@@ -98,6 +98,19 @@ CREATE TABLE model_graph (
   onnx   BLOB NOT NULL
 );
 )sql",
+      // v5: federated evaluation (aggregator/federated_eval.h): each site's held-out
+      // figures for a round's model, and their example-weighted mean under site '*'.
+      R"sql(
+CREATE TABLE site_eval (
+  round         INTEGER NOT NULL,
+  site          TEXT NOT NULL,
+  model_version INTEGER NOT NULL,
+  num_examples  INTEGER NOT NULL CHECK (num_examples >= 0),
+  loss          REAL,
+  metrics_json  TEXT NOT NULL,
+  PRIMARY KEY (round, site)
+) WITHOUT ROWID;
+)sql",
   };
   return kSteps;
 }
@@ -204,6 +217,45 @@ Result<std::optional<StoredGraph>> AggregatorStore::ModelGraph() {
     const auto blob = q.ColumnBlob(1);
     out = StoredGraph{std::string(q.ColumnText(0)),
                       std::string(reinterpret_cast<const char*>(blob.data()), blob.size())};
+    return Status::OK();
+  });
+  FM_RETURN_IF_ERROR(s);
+  return out;
+}
+
+Status AggregatorStore::SaveSiteEval(uint64_t round, uint64_t model_version,
+                                     const std::vector<SiteEvalRow>& rows) {
+  return db_->WithTransaction([&]() -> Status {
+    for (const SiteEvalRow& r : rows) {
+      FM_ASSIGN_OR_RETURN(Statement q,
+                          db_->Prepare("INSERT OR REPLACE INTO site_eval (round, site, "
+                                       "model_version, num_examples, loss, metrics_json) "
+                                       "VALUES (?, ?, ?, ?, ?, ?)"));
+      FM_RETURN_IF_ERROR(q.Bind(1, static_cast<int64_t>(round)));
+      FM_RETURN_IF_ERROR(q.Bind(2, std::string_view(r.site)));
+      FM_RETURN_IF_ERROR(q.Bind(3, static_cast<int64_t>(model_version)));
+      FM_RETURN_IF_ERROR(q.Bind(4, static_cast<int64_t>(r.num_examples)));
+      FM_RETURN_IF_ERROR(q.Bind(5, r.loss));
+      FM_RETURN_IF_ERROR(q.Bind(6, std::string_view(r.metrics_json)));
+      FM_RETURN_IF_ERROR(q.Step().status());
+    }
+    return Status::OK();
+  });
+}
+
+Result<std::vector<SiteEvalRow>> AggregatorStore::SiteEvals(uint64_t round) {
+  std::vector<SiteEvalRow> out;
+  Status s = db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT site, num_examples, loss, metrics_json "
+                                                  "FROM site_eval WHERE round = ? ORDER BY site"));
+    FM_RETURN_IF_ERROR(q.Bind(1, static_cast<int64_t>(round)));
+    for (;;) {
+      FM_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      out.push_back(SiteEvalRow{std::string(q.ColumnText(0)),
+                                static_cast<uint64_t>(q.ColumnInt64(1)), NullableDouble(q, 2),
+                                std::string(q.ColumnText(3))});
+    }
     return Status::OK();
   });
   FM_RETURN_IF_ERROR(s);

@@ -84,9 +84,18 @@ struct StoredGraph {
   std::string onnx;    // onnx::SerializeArchitecture bytes; or the built-in's spec text
 };
 
+// One row of the site_eval table: a site's federated evaluation of a round's model, or
+// (site "*") the example-weighted mean over the sites.
+struct SiteEvalRow {
+  std::string site;
+  uint64_t num_examples = 0;
+  double loss = 0.0;         // NaN: not known
+  std::string metrics_json;  // {"accuracy": 0.91, ...}
+};
+
 class AggregatorStore {
  public:
-  // Opens or creates the store at `path` and brings its schema to version 3. A file of
+  // Opens or creates the store at `path` and brings its schema to version 5. A file of
   // another kind (a node store, a foreign database) or written by a newer fedmesh is
   // FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<AggregatorStore>> Open(const std::string& path);
@@ -102,6 +111,11 @@ class AggregatorStore {
   Status SaveModelGraph(const std::string& sha256, const std::string& onnx);
   // The stored architecture, or nullopt for a store of a built-in model.
   Result<std::optional<StoredGraph>> ModelGraph();
+  // Federated evaluation of round `round` (model `model_version`): one row per site and
+  // "*"; a later call for the same round and site replaces its row.
+  Status SaveSiteEval(uint64_t round, uint64_t model_version, const std::vector<SiteEvalRow>& rows);
+  // The rows of round `round`, ordered by site ("*" first).
+  Result<std::vector<SiteEvalRow>> SiteEvals(uint64_t round);
   // The highest version, or nullopt in a new store.
   Result<std::optional<StoredModel>> LatestModel();
   // NotFound for a version never stored; Corruption when the blob fails its check.

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,8 @@ inline constexpr uint32_t kProtocolVersion = 1;
 
 // Codec chain name for uncoded payloads: element_count little-endian IEEE-754 float32.
 inline constexpr std::string_view kCodecNone = "none";
+// Most metrics an evaluation FitResult may carry (core/metrics.h gives a handful per task).
+inline constexpr size_t kMaxEvalMetrics = 64;
 
 // Fields every message carries. The protocol version is not here: Encode always writes
 // kProtocolVersion and decoding rejects any other.
@@ -147,6 +150,10 @@ struct FitTask {
   std::string loss;
   std::vector<float> class_weights;
   double pos_weight = 0.0;
+  // Federated evaluation: the node evaluates global_model on its held-out data and answers
+  // with a FitResult whose `evaluation` is set; `round` is the round that produced the
+  // model. Never with secagg or with_prediction.
+  bool evaluate_only = false;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -164,6 +171,11 @@ struct FitResult {
   // True: `update` is the change minus the FitTask's prediction; the aggregator adds the
   // prediction back. Only in answer to a FitTask with_prediction.
   bool applied_prediction = false;
+  // The answer to an evaluate_only FitTask: num_examples held-out examples, train_loss
+  // their mean loss, `metrics` by name (finite; at most kMaxEvalMetrics, names of 1..64
+  // printable characters), `update` empty (codec "none", no elements).
+  bool evaluation = false;
+  std::map<std::string, double> metrics;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };

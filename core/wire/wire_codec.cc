@@ -581,6 +581,11 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     if (m->model_sha256.empty() != m->model_graph.empty()) {
       return Status::InvalidArgument("FitTask carries model_graph and model_sha256 together or neither");
     }
+    if (m->evaluate_only && (m->secagg.has_value() || m->with_prediction)) {
+      return Status::InvalidArgument(
+          "FitTask evaluate_only is set with secagg or with_prediction; an evaluation task "
+          "trains nothing");
+    }
     if (m->with_prediction) {
       if (m->secagg.has_value()) {
         return Status::InvalidArgument(
@@ -609,6 +614,31 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
                                             " but the update has ", payload_bytes, " bytes"));
     }
     FM_RETURN_IF_ERROR(CheckPayloadDescription(m->update, payload_bytes, "FitResult.update", l));
+    if (!m->evaluation && !m->metrics.empty()) {
+      return Status::InvalidArgument("FitResult carries metrics but is not an evaluation");
+    }
+    if (m->evaluation) {
+      if (m->update.element_count != 0 || payload_bytes != 0 || m->applied_prediction) {
+        return Status::InvalidArgument(
+            "FitResult evaluation carries an update; an evaluation sends metrics only");
+      }
+      if (m->metrics.size() > kMaxEvalMetrics) {
+        return Status::OutOfRange(StrCat("FitResult carries ", m->metrics.size(),
+                                         " metrics; the limit is ", kMaxEvalMetrics));
+      }
+      for (const auto& [name, value] : m->metrics) {
+        const bool printable = std::all_of(name.begin(), name.end(),
+                                           [](char c) { return c > ' ' && c < 0x7f; });
+        if (name.empty() || name.size() > 64 || !printable) {
+          return Status::InvalidArgument("FitResult metric names must be 1..64 printable "
+                                         "characters without spaces");
+        }
+        if (!IsFinite(value)) {
+          return Status::InvalidArgument(
+              StrCat("FitResult metric ", name, " is ", value, "; it must be finite"));
+        }
+      }
+    }
   } else if (const auto* m = std::get_if<Membership>(&body)) {
     FM_RETURN_IF_ERROR(CheckMembership(*m, l));
   } else if (const auto* m = std::get_if<GossipModel>(&body)) {
@@ -837,6 +867,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_loss(m->loss);
     for (float w : m->class_weights) o->add_class_weights(w);
     o->set_pos_weight(m->pos_weight);
+    o->set_evaluate_only(m->evaluate_only);
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
       auto* os = o->mutable_secagg();
@@ -857,6 +888,8 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_bytes_before_codec(m->bytes_before_codec);
     o->set_bytes_after_codec(m->bytes_after_codec);
     o->set_applied_prediction(m->applied_prediction);
+    o->set_evaluation(m->evaluation);
+    for (const auto& [name, value] : m->metrics) (*o->mutable_metrics())[name] = value;
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -989,6 +1022,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.loss = i.loss();
       m.class_weights.assign(i.class_weights().begin(), i.class_weights().end());
       m.pos_weight = i.pos_weight();
+      m.evaluate_only = i.evaluate_only();
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
@@ -1008,6 +1042,12 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.bytes_before_codec = i.bytes_before_codec();
       m.bytes_after_codec = i.bytes_after_codec();
       m.applied_prediction = i.applied_prediction();
+      m.evaluation = i.evaluation();
+      if (i.metrics_size() > static_cast<int>(kMaxEvalMetrics)) {
+        return Status::OutOfRange(StrCat("FitResult carries ", i.metrics_size(),
+                                         " metrics; the limit is ", kMaxEvalMetrics));
+      }
+      for (const auto& [name, value] : i.metrics()) m.metrics[name] = value;
       *body = std::move(m);
       return Status::OK();
     }

@@ -118,6 +118,17 @@ const ConfigSchema& AggregatorConfigSchema() {
         StringKey("eval", "dataset", "fashion-mnist",
                   "Held-out data the global model is evaluated on after each round; empty = none")
             .Path(PathKind::kDataSource),
+        BoolKey("eval", "federated", false,
+                "Federated evaluation: after rounds `every`, 2 x `every`, ... and the last, every "
+                "connected site evaluates the global model on its own held-out data ([data] test) "
+                "and reports its metrics; no data at the aggregator (docs/evaluation.md)"),
+        IntKey("eval", "every", 1, "Federated evaluation every this many rounds").Min(1),
+        IntKey("eval", "min_sites", 1,
+               "Fewest site answers for a federated evaluation to report federated metrics")
+            .Min(1),
+        FloatKey("eval", "timeout_s", 120.0,
+                 "Seconds a federated evaluation waits for the sites' answers")
+            .Min(0, true),
         StringKey("eval", "label_column", "label",
                   "csv [eval] dataset: the column holding the integer class labels"),
     };
@@ -195,6 +206,10 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
   c.eval_label_column = v.GetString("eval", "label_column");
+  r.federated_eval.enabled = v.GetBool("eval", "federated");
+  r.federated_eval.every = static_cast<uint64_t>(v.GetInt("eval", "every"));
+  r.federated_eval.min_sites = static_cast<int>(v.GetInt("eval", "min_sites"));
+  r.federated_eval.timeout_s = v.GetFloat("eval", "timeout_s");
   c.model.num_classes = static_cast<int>(v.GetInt("model", "num_classes"));
   c.model.input_shape.clear();
   for (double d : v.GetFloatList("model", "input_shape")) {

@@ -196,6 +196,63 @@ TEST(WireRoundTrip, FitResultFieldByField) {
   EXPECT_TRUE(*got == WithHash(m));
 }
 
+// Federated evaluation: an evaluate_only FitTask and the evaluation FitResult that answers
+// it (metrics by name, no update) survive the round trip; metrics outside an evaluation,
+// an evaluation carrying an update, NaN or badly named metrics, and an evaluation task
+// with secagg are refused.
+TEST(WireRoundTrip, FederatedEvaluationFields) {
+  Message task = FitTaskMessage(Values(10, 1));
+  std::get<FitTask>(task.body).evaluate_only = true;
+  auto got_task = Decode(MustEncode(task));
+  ASSERT_TRUE(got_task.ok()) << got_task.status().ToString();
+  EXPECT_TRUE(std::get<FitTask>(got_task->body).evaluate_only);
+
+  FitResult r;
+  r.round = 5;
+  r.num_examples = 321;
+  r.train_loss = 0.25;
+  r.update = FloatPayload({});
+  r.evaluation = true;
+  r.metrics = {{"accuracy", 0.875}, {"auc", 0.9375}, {"macro_f1", 0.5}};
+  Message result{TestHeader(), r};
+  result.header.round = 5;
+  auto got = Decode(MustEncode(result));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& back = std::get<FitResult>(got->body);
+  EXPECT_TRUE(back.evaluation);
+  EXPECT_EQ(back.num_examples, 321u);
+  EXPECT_EQ(back.metrics, r.metrics);
+
+  auto refused = [&](const std::function<void(FitResult&)>& edit, const std::string& fragment) {
+    Message bad = result;
+    edit(std::get<FitResult>(bad.body));
+    auto frames = Encode(bad);
+    ASSERT_FALSE(frames.ok()) << fragment;
+    EXPECT_NE(frames.status().message().find(fragment), std::string::npos)
+        << frames.status().ToString();
+  };
+  refused([](FitResult& f) { f.evaluation = false; }, "metrics but is not an evaluation");
+  refused([](FitResult& f) { f.metrics["auc"] = std::nan(""); }, "metric auc");
+  refused([](FitResult& f) { f.metrics["has space"] = 1.0; }, "metric names");
+  refused([](FitResult& f) {
+    f.update = FloatPayload(std::vector<float>{1.0f});
+    f.bytes_after_codec = 4;
+  }, "evaluation carries an update");
+  refused([](FitResult& f) {
+    for (int i = 0; i < 65; ++i) f.metrics["m" + std::to_string(i)] = 1.0;
+  }, "the limit is 64");
+  Message secagg_task = task;
+  std::get<FitTask>(secagg_task.body).secagg = SecAggParameters{};
+  std::get<FitTask>(secagg_task.body).secagg->clip = 1.0;
+  std::get<FitTask>(secagg_task.body).secagg->bits = 16;
+  std::get<FitTask>(secagg_task.body).secagg->min_clients = 2;
+  std::get<FitTask>(secagg_task.body).secagg->max_clients = 8;
+  auto bad_task = Encode(secagg_task);
+  ASSERT_FALSE(bad_task.ok());
+  EXPECT_NE(bad_task.status().message().find("evaluate_only"), std::string::npos)
+      << bad_task.status().ToString();
+}
+
 TEST(WireRoundTrip, HeartbeatFieldByField) {
   const Message m{TestHeader(7), Heartbeat{123456789}};
   auto got = Decode(MustEncode(m));

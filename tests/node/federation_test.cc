@@ -830,3 +830,71 @@ TEST_F(FederationTest, FederationSiteRefusesAModelWithAnotherGraphHash) {
 
 }  // namespace
 }  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// Issue 19: no data at the aggregator at all ([eval] dataset = ""). After every round each
+// of the four sites evaluates the new global model on its own share of the held-out data
+// (partitioned like its training data, so the sites' figures differ), and the aggregator
+// writes one "*" line with the example-weighted metrics and one line per site, which sum
+// back to it; the store keeps the same rows.
+TEST_F(FederationTest, FederationFederatedEvaluationWithoutAnEvalDataset) {
+  const std::string ep =
+      StartAggregator({"rounds.total=3", "rounds.min_available_clients=4", "eval.dataset=",
+                       "eval.federated=true", "eval.min_sites=4", "eval.timeout_s=60"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  const auto rc = aggregator_->WaitExit(seconds(120));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 120 s";
+  ASSERT_EQ(*rc, 0);
+
+  std::map<int, std::string> total;                     // round -> "*" line
+  std::map<int, std::vector<std::string>> sites;        // round -> site lines
+  int round_lines = 0;
+  for (const std::string& l : MetricsLines()) {
+    const int round = static_cast<int>(JsonNumber(l, "round").value_or(-1));
+    if (l.find("\"federated_eval\":true") == std::string::npos) {
+      ++round_lines;
+      EXPECT_EQ(l.find("\"test_accuracy\":0"), std::string::npos) << "no central test set: " << l;
+      continue;
+    }
+    if (l.find("\"site\":\"*\"") != std::string::npos) {
+      total[round] = l;
+    } else {
+      sites[round].push_back(l);
+    }
+  }
+  EXPECT_EQ(round_lines, 3);
+  for (int round = 1; round <= 3; ++round) {
+    ASSERT_TRUE(total.contains(round)) << "no federated evaluation line for round " << round;
+    const std::string& t = total[round];
+    EXPECT_EQ(JsonNumber(t, "sites_answered").value_or(-1), 4) << t;
+    ASSERT_EQ(sites[round].size(), 4u);
+    double n = 0, correct = 0, loss = 0;
+    std::set<double> per_site;
+    for (const std::string& s : sites[round]) {
+      const double k = JsonNumber(s, "num_examples").value_or(0);
+      n += k;
+      correct += k * JsonNumber(s, "accuracy").value_or(-1);
+      loss += k * JsonNumber(s, "loss").value_or(-1);
+      per_site.insert(JsonNumber(s, "accuracy").value_or(-1));
+    }
+    EXPECT_EQ(JsonNumber(t, "num_examples").value_or(-1), n) << t;
+    EXPECT_NEAR(JsonNumber(t, "accuracy").value_or(-1), correct / n, 1e-6) << t;
+    EXPECT_NEAR(JsonNumber(t, "loss").value_or(-1), loss / n, 1e-6) << t;
+    EXPECT_GT(per_site.size(), 1u) << "every site scored the same: not their own data";
+  }
+  EXPECT_GT(JsonNumber(total[3], "accuracy").value_or(-1), 0.7) << total[3];
+
+  auto store = AggregatorStore::Open((dir_ / "run" / "aggregator.db").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto rows = (*store)->SiteEvals(3);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 5u);
+  EXPECT_EQ((*rows)[0].site, "*");
+  EXPECT_EQ(static_cast<double>((*rows)[0].num_examples), JsonNumber(total[3], "num_examples").value_or(-1));
+}
+
+}  // namespace
+}  // namespace fedmesh

@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 3);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 5);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -609,17 +609,39 @@ TEST_F(AggregatorStoreTest, MetricsListClosedRoundsInRoundOrderWithNaNForUnmeasu
   EXPECT_EQ((*metrics)[2].wall_s, 11.0);
 }
 
+// Federated evaluation rows: per site and "*", replaced by a later save of the same round,
+// read back ordered by site; a NaN loss reads back as NaN.
+TEST_F(AggregatorStoreTest, SiteEvalRowsRoundTrip) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{"site-b", 40, 0.5, "{\"accuracy\":0.75}"},
+                                         {"*", 100, 0.4, "{\"accuracy\":0.8}"},
+                                         {"site-a", 60, 0.3333, "{\"accuracy\":0.8333}"}})
+                  .ok());
+  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{"site-b", 40, std::nan(""), "{}"}}).ok());
+  auto rows = store->SiteEvals(3);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].site, "*");
+  EXPECT_EQ((*rows)[0].num_examples, 100u);
+  EXPECT_EQ((*rows)[1].site, "site-a");
+  EXPECT_EQ((*rows)[1].metrics_json, "{\"accuracy\":0.8333}");
+  EXPECT_EQ((*rows)[2].site, "site-b");
+  EXPECT_TRUE(std::isnan((*rows)[2].loss));
+  EXPECT_TRUE(store->SiteEvals(4)->empty());
+}
+
 // ---------------------------------------------------------------------------------------
 // Schema
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(4).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(6).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 4);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 6);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {

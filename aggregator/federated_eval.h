@@ -1,0 +1,80 @@
+// Federated evaluation (issue 19): after a round closes, the aggregator sends the new
+// global model to every connected site as an evaluate_only FitTask; each site evaluates it
+// on its own held-out data, which never leaves it, and answers with its example count, mean
+// loss and metrics (an evaluation FitResult). FederatedEvaluation collects the answers of
+// one such evaluation until every asked site has answered or its deadline passes, and then
+// reports every site's figures and their example-weighted mean. The RoundEngine owns it;
+// it does no I/O.
+// The weighted mean of per-site AUC or F1 is not the pooled AUC or F1 (they are not
+// averages over examples); accuracy, losses and squared errors are exact.
+// Thread-safety: not thread-safe; owned by one RoundEngine.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/wire/messages.h"
+
+namespace fedmesh {
+
+struct FederatedEvalSettings {
+  // Evaluate on the sites after rounds every, 2 * every, ... and after the last round.
+  // Default: off.
+  bool enabled = false;
+  // >= 1. Default: 1 (every round).
+  uint64_t every = 1;
+  // Fewest answers for the evaluation to count (fewer: reported, without federated
+  // metrics). >= 1. Default: 1.
+  int min_sites = 1;
+  // Seconds from sending the tasks to closing with the answers so far. Finite, > 0.
+  // Default: 120.
+  double timeout_s = 120.0;
+};
+
+// One site's answer.
+struct SiteEval {
+  uint64_t num_examples = 0;
+  double loss = 0.0;
+  std::map<std::string, double> metrics;
+};
+
+// The outcome of one federated evaluation.
+struct FederatedEvalReport {
+  uint64_t round = 0;          // the round whose model was evaluated
+  uint64_t model_version = 0;  // that model's version
+  uint32_t asked = 0;          // sites sent the task
+  std::map<std::string, SiteEval> sites;  // the answers, by site
+  // At least min_sites answered: `total` holds the example-weighted means (num_examples is
+  // their sum). Otherwise `total` is empty.
+  std::optional<SiteEval> total;
+};
+
+class FederatedEvaluation {
+ public:
+  FederatedEvaluation(uint64_t round, uint64_t model_version, std::set<std::string> asked,
+                      double deadline_s, int min_sites);
+
+  uint64_t round() const { return round_; }
+  double deadline_s() const { return deadline_s_; }
+  // Every asked site answered.
+  bool complete() const { return sites_.size() == asked_.size(); }
+
+  // Records `site`'s answer; an empty string, or why it was refused (not asked, answered
+  // already, no examples).
+  std::string Accept(const std::string& site, const wire::FitResult& r);
+  // The report over the answers so far.
+  FederatedEvalReport Close() const;
+
+ private:
+  uint64_t round_, model_version_;
+  std::set<std::string> asked_;
+  double deadline_s_;
+  int min_sites_;
+  std::map<std::string, SiteEval> sites_;
+};
+
+}  // namespace fedmesh
