@@ -698,6 +698,14 @@ wire::FitTask RoundEngine::BuildFitTask() {
     task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
   }
   task.update_codec = options_.update_codec;
+  SetTaskSettings(task);
+  task.prox_mu = strategy_->prox_mu();
+  task.deadline_unix_ms = 0;  // the engine has no wall clock: see Send::deadline_s
+  if (secagg_) task.secagg = secagg_->parameters();
+  return task;
+}
+
+void RoundEngine::SetTaskSettings(wire::FitTask& task) const {
   task.model_sha256 = options_.model_sha256;
   task.model_graph = options_.model_graph;
   task.loss = options_.loss;
@@ -707,10 +715,6 @@ wire::FitTask RoundEngine::BuildFitTask() {
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
   task.learning_rate = options_.learning_rate;
   task.momentum = options_.momentum;
-  task.prox_mu = strategy_->prox_mu();
-  task.deadline_unix_ms = 0;  // the engine has no wall clock: see Send::deadline_s
-  if (secagg_) task.secagg = secagg_->parameters();
-  return task;
 }
 
 void RoundEngine::SendFitTask(const std::string& to, std::vector<Output>& out) {
@@ -838,15 +842,7 @@ void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
   task.round = round_;
   auto encoded = codec::EncodePayload(downlink_chain_, global_, env_->rng().NextU64());
   task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
-  task.model_sha256 = options_.model_sha256;
-  task.model_graph = options_.model_graph;
-  task.loss = options_.loss;
-  task.class_weights = options_.class_weights;
-  task.pos_weight = options_.pos_weight;
-  task.local_epochs = static_cast<uint32_t>(options_.local_epochs);
-  task.batch_size = static_cast<uint32_t>(options_.batch_size);
-  task.learning_rate = options_.learning_rate;
-  task.momentum = options_.momentum;
+  SetTaskSettings(task);
   task.evaluate_only = true;
   for (const std::string& id : asked)
     out.push_back(Send{id, wire::Message{OutHeader(), task}, eval_->deadline_s()});

@@ -397,6 +397,9 @@ class RoundEngine {
   // Reports the open evaluation, then finishes if a Finish waited for it.
   void CloseEval(std::vector<Output>& out);
   wire::FitTask BuildFitTask();
+  // The fields every task of this federation carries alike (model, loss, hyper-parameters),
+  // for training and evaluation tasks.
+  void SetTaskSettings(wire::FitTask& task) const;
   void SendFitTask(const std::string& to, std::vector<Output>& out);
   wire::Header OutHeader();
   bool IsSelected(const std::string& node_id) const;

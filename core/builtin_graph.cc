@@ -11,18 +11,8 @@ using graph::DType;
 using graph::Node;
 using graph::Tensor;
 
-Attribute Ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute Int(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
+Attribute Ints(std::vector<int64_t> v) { return Attribute::OfInts(std::move(v)); }
+Attribute Int(int64_t v) { return Attribute::OfInt(v); }
 
 class Builder {
  public:

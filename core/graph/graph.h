@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -43,6 +44,32 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<float> floats;
   Tensor t;
+
+  // Attributes of one kind, for graphs built in code (built-in models, tests).
+  static Attribute OfInt(int64_t v) {
+    Attribute a;
+    a.kind = Kind::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute OfInts(std::vector<int64_t> v) {
+    Attribute a;
+    a.kind = Kind::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute OfFloat(float v) {
+    Attribute a;
+    a.kind = Kind::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attribute OfString(std::string v) {
+    Attribute a;
+    a.kind = Kind::kString;
+    a.s = std::move(v);
+    return a;
+  }
 };
 
 struct Node {

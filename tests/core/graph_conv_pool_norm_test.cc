@@ -29,30 +29,10 @@ namespace {
 using fedmesh::testing::HasCode;
 using Floats = std::vector<float>;
 
-Attribute IntsAttr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute IntAttr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Attribute FloatAttr(float v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-Attribute StringAttr(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
+Attribute IntsAttr(std::vector<int64_t> v) { return Attribute::OfInts(std::move(v)); }
+Attribute IntAttr(int64_t v) { return Attribute::OfInt(v); }
+Attribute FloatAttr(float v) { return Attribute::OfFloat(v); }
+Attribute StringAttr(std::string v) { return Attribute::OfString(std::move(v)); }
 
 Node MakeNode(std::string op, std::vector<std::string> inputs, std::vector<std::string> outputs,
               std::map<std::string, Attribute> attrs = {}) {

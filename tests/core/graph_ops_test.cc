@@ -24,30 +24,10 @@ Tensor F(const std::string& name, Dims dims, Rng& rng, float lo = -1.0f, float h
 Tensor I(const std::string& name, Dims dims, std::vector<int64_t> v) {
   return Tensor{name, DType::kInt64, dims, {}, std::move(v)};
 }
-Attribute Int(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInt;
-  a.i = v;
-  return a;
-}
-Attribute Ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute Flt(float v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-Attribute Str(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::kString;
-  a.s = std::move(v);
-  return a;
-}
+Attribute Int(int64_t v) { return Attribute::OfInt(v); }
+Attribute Ints(std::vector<int64_t> v) { return Attribute::OfInts(std::move(v)); }
+Attribute Flt(float v) { return Attribute::OfFloat(v); }
+Attribute Str(std::string v) { return Attribute::OfString(std::move(v)); }
 
 // One node over initializers `inits`, output "y" (and more outputs if the node has them).
 std::unique_ptr<GraphModel> OneNode(Node node, std::vector<Tensor> inits, Backend* be,

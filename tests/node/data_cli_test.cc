@@ -17,6 +17,7 @@
 
 #include "core/npz.h"
 #include "core/rng.h"
+#include "tests/node/process_harness.h"
 
 namespace fedmesh {
 namespace {
@@ -24,22 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kNode = FEDMESH_BINARY_DIR "/bin/fedmesh-node";
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-ProcessResult Exec(const std::string& cmd) {
-  ProcessResult r;
-  FILE* p = popen(("OMP_WAIT_POLICY=passive " + cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ProcessResult = fedmesh::testing::ShellResult;
+ProcessResult Exec(const std::string& cmd) { return fedmesh::testing::RunShell(cmd); }
 
 // The value of "key": NUMBER in the last line of a metrics file, or NaN.
 double LastMetric(const fs::path& metrics, const std::string& key) {

@@ -10,31 +10,17 @@
 #include <string>
 
 #include "core/data/fashion_mnist.h"
+#include "tests/node/process_harness.h"
 
 namespace fedmesh {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using RunResult = fedmesh::testing::ShellResult;
 
 RunResult RunNode(const std::string& args, const std::string& env = "") {
-  // Passive OpenMP waiting: ~3% slower alone, but a test that shares the cores with
-  // anything else does not collapse (bench/RESULTS.md, "OpenMP wait policy").
-  const std::string cmd = "OMP_WAIT_POLICY=passive " + env + " " FEDMESH_BINARY_DIR
-                          "/bin/fedmesh-node " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return fedmesh::testing::RunShell(env + " " FEDMESH_BINARY_DIR "/bin/fedmesh-node " + args);
 }
 
 fs::path TempDir(const std::string& name) {

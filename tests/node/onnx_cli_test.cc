@@ -25,6 +25,7 @@
 #include "core/onnx/onnx_writer.h"
 #include "core/trainer.h"
 #include "onnx/onnx_pb.h"
+#include "tests/node/process_harness.h"
 
 namespace fedmesh {
 namespace {
@@ -33,22 +34,8 @@ namespace fs = std::filesystem;
 const std::string kBin = FEDMESH_BINARY_DIR "/bin/";
 const std::string kFixtures = std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/";
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-ProcessResult Exec(const std::string& cmd) {
-  ProcessResult r;
-  FILE* p = popen(("OMP_WAIT_POLICY=passive " + cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using ProcessResult = fedmesh::testing::ShellResult;
+ProcessResult Exec(const std::string& cmd) { return fedmesh::testing::RunShell(cmd); }
 
 std::string Slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -196,6 +197,27 @@ inline std::optional<int> RunToCompletion(const std::vector<std::string>& argv,
   auto child = ChildProcess::Spawn(argv[0], argv, cwd, log);
   if (!child) return std::nullopt;
   return child->WaitExit(timeout);
+}
+
+// A shell command's exit code and its stdout and stderr together.
+struct ShellResult {
+  int exit_code = -1;  // -1 when it did not exit normally
+  std::string output;
+};
+
+// Runs `cmd` through /bin/sh and waits for it. Passive OpenMP waiting: ~3% slower alone,
+// but a binary that shares the cores with anything else does not collapse
+// (bench/RESULTS.md, "OpenMP wait policy").
+inline ShellResult RunShell(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = popen(("OMP_WAIT_POLICY=passive " + cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace fedmesh::testing
