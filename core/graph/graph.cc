@@ -27,6 +27,15 @@ std::string DimsToString(const Dims& d) {
   return s + "]";
 }
 
+std::string IntsToString(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (k) s += ',';
+    s += std::to_string(v[k]);
+  }
+  return s + "]";
+}
+
 int64_t Node::Int(const std::string& attr, int64_t fallback) const {
   auto it = attrs.find(attr);
   return it == attrs.end() ? fallback : it->second.i;

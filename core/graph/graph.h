@@ -24,6 +24,8 @@ using Dims = std::vector<int64_t>;
 // Product of the dims; -1 dims count as 1. 0 for a zero-sized dim.
 int64_t NumElements(const Dims& d);
 std::string DimsToString(const Dims& d);
+// "[1,-2,3]": an int list as written (attributes such as pads), negatives kept.
+std::string IntsToString(const std::vector<int64_t>& v);
 
 // A constant tensor: an initializer, a Constant node's value, or a tensor attribute.
 struct Tensor {

@@ -18,15 +18,6 @@
 namespace fedmesh::graph::ops {
 namespace {
 
-std::string IntsToString(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) {
-    if (k) s += ',';
-    s += std::to_string(v[k]);
-  }
-  return s + "]";
-}
-
 // One spatial axis of the convolution window.
 struct Axis {
   int64_t in = 1, k = 1, stride = 1, dil = 1, pad0 = 0, pad1 = 0, out = 1;
