@@ -5,11 +5,12 @@
 namespace fedmesh {
 
 FederatedEvaluation::FederatedEvaluation(uint64_t round, uint64_t model_version,
-                                         std::set<std::string> asked, double deadline_s,
-                                         int min_sites)
+                                         std::set<std::string> asked, double started_s,
+                                         double deadline_s, int min_sites)
     : round_(round),
       model_version_(model_version),
       asked_(std::move(asked)),
+      started_s_(started_s),
       deadline_s_(deadline_s),
       min_sites_(min_sites) {}
 
@@ -21,8 +22,9 @@ std::string FederatedEvaluation::Accept(const std::string& site, const wire::Fit
   return {};
 }
 
-FederatedEvalReport FederatedEvaluation::Close() const {
+FederatedEvalReport FederatedEvaluation::Close(double now) const {
   FederatedEvalReport report;
+  report.duration_s = now - started_s_;
   report.round = round_;
   report.model_version = model_version_;
   report.asked = static_cast<uint32_t>(asked_.size());

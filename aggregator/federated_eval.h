@@ -51,12 +51,14 @@ struct FederatedEvalReport {
   // At least min_sites answered: `total` holds the example-weighted means (num_examples is
   // their sum). Otherwise `total` is empty.
   std::optional<SiteEval> total;
+  // Env seconds from sending the tasks to closing (the last answer or the deadline).
+  double duration_s = 0.0;
 };
 
 class FederatedEvaluation {
  public:
   FederatedEvaluation(uint64_t round, uint64_t model_version, std::set<std::string> asked,
-                      double deadline_s, int min_sites);
+                      double started_s, double deadline_s, int min_sites);
 
   uint64_t round() const { return round_; }
   double deadline_s() const { return deadline_s_; }
@@ -66,13 +68,13 @@ class FederatedEvaluation {
   // Records `site`'s answer; an empty string, or why it was refused (not asked, answered
   // already, no examples).
   std::string Accept(const std::string& site, const wire::FitResult& r);
-  // The report over the answers so far.
-  FederatedEvalReport Close() const;
+  // The report over the answers so far, closed at Env time `now`.
+  FederatedEvalReport Close(double now) const;
 
  private:
   uint64_t round_, model_version_;
   std::set<std::string> asked_;
-  double deadline_s_;
+  double started_s_, deadline_s_;
   int min_sites_;
   std::map<std::string, SiteEval> sites_;
 };

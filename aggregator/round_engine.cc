@@ -833,7 +833,8 @@ void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
   std::set<std::string> asked;
   for (const auto& [id, node] : nodes_)
     if (node.connected) asked.insert(id);
-  eval_.emplace(round_, model_version_, asked, env_->NowSeconds() + e.timeout_s, e.min_sites);
+  const double now = env_->NowSeconds();
+  eval_.emplace(round_, model_version_, asked, now, now + e.timeout_s, e.min_sites);
   if (asked.empty()) {
     CloseEval(out);
     return;
@@ -869,7 +870,7 @@ void RoundEngine::HandleEvalResult(const std::string& from, const wire::Message&
 
 void RoundEngine::CloseEval(std::vector<Output>& out) {
   if (!eval_) return;
-  out.push_back(EvalClosed{eval_->Close()});
+  out.push_back(EvalClosed{eval_->Close(env_->NowSeconds())});
   eval_.reset();
   if (pending_finish_) {
     auto [status, stopped] = std::move(*pending_finish_);

@@ -325,8 +325,9 @@ Status AggregatorService::SendMessage(RoundEngine::Send& send) {
       const double left_s = std::max(0.0, *send.deadline_s - env_->NowSeconds());
       task->deadline_unix_ms = WallNowMs() + static_cast<uint64_t>(std::llround(left_s * 1000.0));
     }
-    bytes_down_ += task->global_model.bytes.size();
-    bytes_down_raw_ += 4 * task->global_model.element_count;
+    // Evaluation tasks are the evaluation's cost, not the round's.
+    (task->evaluate_only ? eval_bytes_down_ : bytes_down_) += task->global_model.bytes.size();
+    if (!task->evaluate_only) bytes_down_raw_ += 4 * task->global_model.element_count;
   }
   auto key = key_of_name_.find(send.to);
   if (key == key_of_name_.end()) {
@@ -470,7 +471,10 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
                  "no federated metrics", r.round, r.sites.size(), r.asked,
                  config_.rounds.federated_eval.min_sites);
   }
-  if (config_.metrics_path.empty()) return Status::OK();
+  if (config_.metrics_path.empty()) {
+    eval_bytes_down_ = 0;
+    return Status::OK();
+  }
   // One line for the federation, one per site, each with the round and "site" ("*": all).
   JsonLine total;
   total.Add("round", static_cast<int64_t>(r.round))
@@ -478,7 +482,10 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
       .Add("federated_eval", true)
       .Add("site", "*")
       .Add("sites_asked", static_cast<int64_t>(r.asked))
-      .Add("sites_answered", static_cast<int64_t>(r.sites.size()));
+      .Add("sites_answered", static_cast<int64_t>(r.sites.size()))
+      .Add("wall_s", r.duration_s)
+      .Add("bytes_down", static_cast<int64_t>(eval_bytes_down_));
+  eval_bytes_down_ = 0;
   if (r.total) {
     total.Add("num_examples", static_cast<int64_t>(r.total->num_examples)).Add("loss", r.total->loss);
     for (const auto& [name, value] : r.total->metrics) total.Add(name, value);

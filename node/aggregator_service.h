@@ -127,6 +127,7 @@ class AggregatorService {
   // update side comes from the engine's RoundMetrics (the updates it aggregated).
   uint64_t bytes_down_ = 0;
   uint64_t bytes_down_raw_ = 0;
+  uint64_t eval_bytes_down_ = 0;  // the open federated evaluation's tasks
   bool finished_ = false;
   Status finish_status_;
 };

@@ -5,7 +5,8 @@
 # label-skewed quarter of Fashion-MNIST, training an mlp for 10 rounds of FedAvg.
 # Prints one row per round and leaves keys, SQLite stores, logs and metrics in a run folder.
 # Environment: DEMO_ROUNDS (10), DEMO_RUN_DIR (runs/demo-<time>), DEMO_MODE=local for the
-# single-site local-training demo instead.
+# single-site local-training demo instead, DEMO_AGG_SETS (extra aggregator --set values,
+# space separated, e.g. "eval.federated=true eval.dataset=" for federated evaluation only).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/lib.sh"
@@ -17,6 +18,8 @@ bin="$build/bin"
 # spinning against each other (bench/RESULTS.md, "OpenMP wait policy").
 export OMP_WAIT_POLICY=passive
 field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+# A JSON null (no central test set) printed as nan rather than failing printf.
+num() { local v; v=$(field "$1"); echo "${v/null/nan}"; }
 
 run=${DEMO_RUN_DIR:-$root/runs/demo-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$run"
@@ -47,8 +50,10 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 echo "== federation: 1 aggregator + 4 nodes on 127.0.0.1, $rounds rounds, update codec $codec (logs in $run) =="
+agg_sets=()
+for kv in ${DEMO_AGG_SETS:-}; do agg_sets+=(--set "$kv"); done
 "$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
-  --set "rounds.total=$rounds" >aggregator.log 2>&1 &
+  --set "rounds.total=$rounds" "${agg_sets[@]}" >aggregator.log 2>&1 &
 agg=$!
 pids+=("$agg")
 endpoint=$(wait_for_endpoint aggregator.log "$agg") || { echo "aggregator did not start" >&2; exit 1; }
@@ -66,8 +71,14 @@ while kill -0 "$agg" 2>/dev/null || [[ $shown -lt $(wc -l <"$metrics" 2>/dev/nul
     while [[ $shown -lt $(wc -l <"$metrics") ]]; do
       shown=$((shown + 1))
       l=$(sed -n "${shown}p" "$metrics")
+      if [[ $l == *'"federated_eval":true'* ]]; then  # docs/evaluation.md
+        [[ $l == *'"site":"*"'* ]] && printf "       federated evaluation: %s/%s sites, accuracy %s, loss %s, %.2f s\n" \
+          "$(field sites_answered <<<"$l")" "$(field sites_asked <<<"$l")" \
+          "$(field accuracy <<<"$l")" "$(field loss <<<"$l")" "$(field wall_s <<<"$l")"
+        continue
+      fi
       printf "%-6s %-9.4f %-9.4f %-13s %-11s %-9.1f %-11s %-7.2f\n" "$(field round <<<"$l")" \
-        "$(field test_accuracy <<<"$l")" "$(field test_loss <<<"$l")" \
+        "$(num test_accuracy <<<"$l")" "$(num test_loss <<<"$l")" \
         "$(field received <<<"$l")/$(field selected <<<"$l")" "$(field bytes_up <<<"$l")" \
         "$(field compression_ratio <<<"$l")" "$(field bytes_down <<<"$l")" "$(field wall_s <<<"$l")"
     done

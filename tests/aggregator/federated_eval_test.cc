@@ -172,6 +172,7 @@ TEST_F(FederatedEvalEngine, EveryConnectedSiteEvaluatesAndTheTotalIsExampleWeigh
   FireLastTimer();
   closed = Filter<RoundEngine::EvalClosed>(events_);
   ASSERT_EQ(closed.size(), 2u);
+  EXPECT_DOUBLE_EQ(closed[1].report.duration_s, 30.0);  // closed at its deadline
   EXPECT_EQ(closed[1].report.round, 2u);
   EXPECT_EQ(closed[1].report.sites.size(), 1u);
   EXPECT_FALSE(closed[1].report.total.has_value());
