@@ -149,14 +149,13 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
 
   // This node's share of the data, loaded once; nothing of it ever leaves the node.
   const LocalTrainingOptions& t = config.training;
-  // Held-out data for federated evaluation: [data] test, or this site's share of the
-  // source's own test split (partitioned like the training data). None: evaluation tasks
-  // are refused.
-  const bool has_test = !t.data.test.empty() || t.data.train == "fashion-mnist";
-  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, has_test));
+  // Held-out data for federated evaluation: [data] test, this site's share of the source's
+  // own test split (partitioned like the training data), or the rows test_fraction held
+  // out. None: evaluation tasks are refused.
+  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/true));
   c->train_ = std::move(site.train);
   c->test_ = std::move(site.test);
-  if (has_test && t.data.test.empty() && t.partition.num_partitions > 1) {
+  if (t.data.train == "fashion-mnist" && t.data.test.empty() && t.partition.num_partitions > 1) {
     FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(c->test_.labels, c->test_.num_classes,
                                                    t.partition, t.index));
     c->test_ = c->test_.Subset(indices);

@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
                  "Training data: fashion-mnist | csv:PATH | npz:PATH | npy:X,Y | images:DIR (docs/data.md)")
       ->capture_default_str();
   app.add_option("--test-data", o.data.test, "Test data, same forms (default: the source's test split; only fashion-mnist has one)");
+  app.add_option("--test-fraction", o.data.test_fraction,
+                 "Without --test-data and a test split: fraction of rows held out per class for testing (0 = none)")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
   app.add_option("--label-column", o.data.label_column, "CSV column holding the label");
   app.add_option("--num-classes", o.data.num_classes, "Number of classes (0 = largest label + 1)")->capture_default_str();
   app.add_flag("--regression", o.data.regression, "The labels are float regression targets (csv, npz)");
@@ -188,6 +192,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  o.data.split_seed = o.partition.seed;  // the held-out split follows the partition seed
   if (auto kind = fedmesh::ParseLossKind(loss); kind.ok()) {
     o.trainer.loss.kind = *kind;
   } else {

@@ -86,8 +86,7 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
       new GossipService(config, env, std::move(identity), std::move(log)));
 
   const LocalTrainingOptions& t = config.training;
-  const bool csv = t.data.train.rfind("csv:", 0) == 0;
-  FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/!csv || !t.data.test.empty()));
+  FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/true));
   s->trainer_ = std::make_unique<Trainer>(s->site_.model.get(), t.trainer, env);
 
   FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));

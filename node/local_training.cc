@@ -34,8 +34,14 @@ Result<LocalTrainingReport> RunLocalTraining(
     const std::function<void(const std::string&)>& progress) {
   FM_RETURN_IF_ERROR(ValidateLocalTrainingOptions(options));
 
-  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(options.data, DataSplit::kTrain));
-  FM_ASSIGN_OR_RETURN(Dataset test, LoadDataSource(options.data, DataSplit::kTest));
+  FM_ASSIGN_OR_RETURN(SiteData data, LoadSiteData(options.data));
+  Dataset full = std::move(data.train);
+  Dataset test = std::move(data.test);
+  if (test.size() == 0) {
+    return Status::InvalidArgument("data '" + options.data.train + "' has no test split of its "
+                                   "own: give one with --test-data, or hold out a part of it "
+                                   "with --test-fraction");
+  }
   FM_RETURN_IF_ERROR(ValidatePartitionSpec(options.partition, full.size()));
   FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(full.labels, full.num_classes, options.partition,
                                                  options.index));

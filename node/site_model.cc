@@ -11,7 +11,17 @@ namespace fedmesh {
 
 Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test) {
   SiteModel site;
-  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(t.data, DataSplit::kTrain));
+  // The held-out rows of a source without a test split are never trained on, whether or
+  // not this mode evaluates on them.
+  const bool own_test = !t.data.test.empty() || t.data.train == "fashion-mnist";
+  Dataset full;
+  if (own_test && !with_test) {
+    FM_ASSIGN_OR_RETURN(full, LoadDataSource(t.data, DataSplit::kTrain));
+  } else {
+    FM_ASSIGN_OR_RETURN(SiteData data, LoadSiteData(t.data));
+    full = std::move(data.train);
+    if (with_test) site.test = std::move(data.test);
+  }
   FM_RETURN_IF_ERROR(ValidatePartitionSpec(t.partition, full.size()));
   FM_ASSIGN_OR_RETURN(auto indices,
                       PartitionFor(full.labels, full.num_classes, t.partition, t.index));
@@ -22,19 +32,16 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test) {
                                       std::to_string(t.partition.num_partitions) +
                                       " holds no samples; use fewer partitions");
   }
-  if (with_test) {
-    FM_ASSIGN_OR_RETURN(site.test, LoadDataSource(t.data, DataSplit::kTest));
-  }
   // Every site builds the same architecture: num_classes comes from the dataset (Subset
   // keeps the full set's count; csv sites should set [data] num_classes explicitly).
   ModelSpec spec = t.model;
   spec.input_shape = site.train.sample_shape;
-  spec.num_classes = std::max(site.train.num_classes, with_test ? site.test.num_classes : 0);
+  spec.num_classes = std::max(site.train.num_classes, site.test.num_classes);
   FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));
   FM_ASSIGN_OR_RETURN(site.model, BuildModel(spec, site.backend.get()));
   site.model->InitParams(t.seed);
   FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.train));
-  if (with_test) FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.test));
+  if (site.test.size() > 0) FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.test));
   return site;
 }
 

@@ -22,9 +22,11 @@ struct SiteModel {
   std::unique_ptr<Model> model;
 };
 
-// Loads partition `t.index` of t.data, builds t.model on t.device and initialises it
-// with t.seed. With `with_test`, also loads the test split (for metrics). Errors name the
-// data source; FailedPrecondition for an empty partition.
+// Loads partition `t.index` of t.data (without its held-out rows, core/data/data_source.h
+// LoadSiteData), builds t.model on t.device and initialises it with t.seed. With
+// `with_test`, also keeps the held-out data (for metrics; empty when the source has none
+// and test_fraction is 0). Errors name the data source; FailedPrecondition for an empty
+// partition.
 Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test);
 
 }  // namespace fedmesh

@@ -4,6 +4,13 @@
 #include "core/data/csv_reader.h"
 #include "core/data/image_folder.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/rng.h"
+
 namespace fedmesh {
 namespace {
 
@@ -78,6 +85,47 @@ Result<Dataset> LoadDataSource(const DataSourceSpec& spec, DataSplit split) {
                                    "(or [data] test)");
   }
   return LoadNamed(spec.train, spec, DataSplit::kTest);
+}
+
+Result<SiteData> LoadSiteData(const DataSourceSpec& spec) {
+  SiteData d;
+  FM_ASSIGN_OR_RETURN(Dataset full, LoadDataSource(spec, DataSplit::kTrain));
+  if (!spec.test.empty() || spec.train == "fashion-mnist") {
+    d.train = std::move(full);
+    FM_ASSIGN_OR_RETURN(d.test, LoadDataSource(spec, DataSplit::kTest));
+    return d;
+  }
+  const double f = spec.test_fraction;
+  if (!(f >= 0.0 && f < 1.0)) {
+    return Status::InvalidArgument("test_fraction must be in [0, 1), got " + std::to_string(f));
+  }
+  if (f == 0.0) {  // no held-out data: the caller decides whether it needs one
+    d.train = std::move(full);
+    return d;
+  }
+  // Per class, so that a rare class (5% of a bank's rows) is held out in proportion.
+  std::map<int32_t, std::vector<uint32_t>> by_class;
+  for (uint32_t i = 0; i < full.size(); ++i) by_class[full.labels[i]].push_back(i);
+  Rng rng(spec.split_seed ^ 0x5e1d0u);
+  std::vector<uint32_t> train_rows, test_rows;
+  for (auto& [label, rows] : by_class) {
+    rng.Shuffle(rows);
+    const auto held = static_cast<size_t>(std::llround(f * static_cast<double>(rows.size())));
+    test_rows.insert(test_rows.end(), rows.begin(), rows.begin() + static_cast<ptrdiff_t>(held));
+    train_rows.insert(train_rows.end(), rows.begin() + static_cast<ptrdiff_t>(held), rows.end());
+  }
+  if (test_rows.empty() || train_rows.empty()) {
+    return Status::InvalidArgument("data '" + spec.train + "': test_fraction " + std::to_string(f) +
+                                   " of its " + std::to_string(full.size()) + " rows leaves " +
+                                   (test_rows.empty() ? "no test rows" : "no training rows") +
+                                   "; give [data] test (--test-data) instead");
+  }
+  // Source order within each part: the split depends on the seed alone.
+  std::sort(train_rows.begin(), train_rows.end());
+  std::sort(test_rows.begin(), test_rows.end());
+  d.test = full.Subset(test_rows);
+  d.train = full.Subset(train_rows);
+  return d;
 }
 
 }  // namespace fedmesh

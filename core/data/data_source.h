@@ -30,6 +30,11 @@ struct DataSourceSpec {
   std::vector<std::string> categorical;
   std::vector<std::string> categories;
   std::string missing = "error";
+  // Sources without a test split of their own and no `test`: this fraction of the rows
+  // (per class, seeded by split_seed) is held out as the site's test data and never
+  // trained on. 0: no held-out split (LoadSiteData then fails for such sources).
+  double test_fraction = 0.2;
+  uint64_t split_seed = 0;
   // images only: every image is resized to image_height x image_width with image_channels
   // (1 = grey, 3 = RGB).
   int image_height = 28;
@@ -39,6 +44,17 @@ struct DataSourceSpec {
 
 // Loads the training (split = kTrain) or test (split = kTest) data named by `spec`.
 Result<Dataset> LoadDataSource(const DataSourceSpec& spec, DataSplit split);
+
+// A site's data: what it trains on and its held-out data. test is `spec.test`, else the
+// source's own test split (fashion-mnist), else spec.test_fraction of the training source
+// held out per class (labels; regression data as one class), seeded by spec.split_seed;
+// train is the rest; with test_fraction 0, test is empty. The same spec and seed give the
+// same split on every run.
+struct SiteData {
+  Dataset train;
+  Dataset test;
+};
+Result<SiteData> LoadSiteData(const DataSourceSpec& spec);
 
 // The names LoadDataSource accepts, for errors and --help.
 std::string DataSourceNames();

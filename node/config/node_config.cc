@@ -97,6 +97,12 @@ const ConfigSchema& NodeConfigSchema() {
                   "Held-out data, same forms; empty = the dataset's own test split (only "
                   "fashion-mnist has one)")
             .Path(PathKind::kDataSource),
+        FloatKey("data", "test_fraction", 0.2,
+                 "Sources without a test split and no [data] test: the fraction of rows (per "
+                 "class, seeded by [data] seed) held out as this site's test data and never "
+                 "trained on; 0 = none")
+            .Min(0)
+            .Max(1, true),
         StringKey("data", "label_column", "", "csv only: the column holding the labels"),
         IntKey("data", "num_classes", 0, "Number of classes; 0 = max label + 1 of the data")
             .Min(0)
@@ -202,6 +208,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.data.label_column = v.GetString("data", "label_column");
   t.data.num_classes = static_cast<int>(v.GetInt("data", "num_classes"));
   t.data.regression = v.GetBool("data", "regression");
+  t.data.test_fraction = v.GetFloat("data", "test_fraction");
+  t.data.split_seed = static_cast<uint64_t>(v.GetInt("data", "seed"));
   t.data.label_values = v.GetStringList("data", "label_values");
   t.data.features = v.GetStringList("data", "features");
   t.data.categorical = v.GetStringList("data", "categorical");

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,44 @@ TEST_F(ArraySourceTest, BadArraysNameTheFileAndTheArray) {
   EXPECT_NE(zero.message().find("zero.npz"), std::string::npos) << zero.ToString();
   ExpectError(ReadNpzDataset((dir_ / "absent.npz").string(), {}).status(), StatusCode::kNotFound,
               {"absent.npz"});
+}
+
+// A source without a test split holds out test_fraction of each class, seeded: disjoint
+// from the training rows, the same for the same seed, another for another seed.
+TEST_F(ArraySourceTest, HeldOutSplitIsStratifiedSeededAndDisjoint) {
+  const std::string path = (dir_ / "site.csv").string();
+  {
+    std::ofstream out(path);
+    out << "id,y\n";
+    for (int i = 0; i < 100; ++i) out << i << "," << (i < 80 ? 0 : 1) << "\n";
+  }
+  DataSourceSpec spec;
+  spec.train = "csv:" + path;
+  spec.label_column = "y";
+  spec.test_fraction = 0.25;
+  spec.split_seed = 7;
+  Result<SiteData> a = LoadSiteData(spec);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->test.size(), 25u);
+  ASSERT_EQ(a->train.size(), 75u);
+  EXPECT_EQ(std::count(a->test.labels.begin(), a->test.labels.end(), 1), 5);  // 25% of 20
+  std::set<float> ids(a->train.features.begin(), a->train.features.end());
+  for (float id : a->test.features) EXPECT_FALSE(ids.contains(id)) << "row " << id << " in both";
+  EXPECT_EQ(ids.size(), 75u);
+  Result<SiteData> again = LoadSiteData(spec);
+  EXPECT_EQ(again->test.features, a->test.features);
+  spec.split_seed = 8;
+  EXPECT_NE(LoadSiteData(spec)->test.features, a->test.features);
+  spec.test_fraction = 0;
+  Result<SiteData> none = LoadSiteData(spec);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->train.size(), 100u);
+  EXPECT_EQ(none->test.size(), 0u);
+  spec.test_fraction = 1.0;
+  EXPECT_EQ(LoadSiteData(spec).status().code(), StatusCode::kInvalidArgument);
+  spec.test_fraction = 0.001;  // rounds to no row of either class
+  Status tiny = LoadSiteData(spec).status();
+  EXPECT_NE(tiny.message().find("no test rows"), std::string::npos) << tiny.ToString();
 }
 
 TEST(DataSourceNames, UnknownSourceListsTheKnownOnes) {

@@ -99,6 +99,24 @@ TEST_F(DataCli, CategoricalCsvWithTextLabelsAndMissingCellsTrains) {
   EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_auc"), 0.97) << r.output;
 }
 
+// Without --test-data the site holds out 20% of its rows per class (--test-fraction) and
+// scores on them; with --test-fraction 0 there is nothing to score on: exit 2.
+TEST_F(DataCli, HeldOutRowsAreTheTestSetWithoutTestData) {
+  const std::string train = Write("bank/all.csv", BankCsv(1500, 5));
+  const std::string common = " --data csv:" + train +
+                             " --label-column risk --label-values good,bad --missing drop"
+                             " --features purpose,amount,age --categorical purpose --model mlp"
+                             " --hidden 16 --epochs 15 --lr 0.1 --momentum 0.9";
+  const ProcessResult r = Node(common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_accuracy"), 0.95) << r.output;
+  // 1500 rows less the dropped ones (every 37th has a missing age), 80/20.
+  const double trained = LastMetric(dir_ / "m.jsonl", "train_samples");
+  EXPECT_GT(trained, 0.79 * 1459) << r.output;
+  EXPECT_LT(trained, 0.81 * 1459) << r.output;
+  ExpectExit2(common + " --test-fraction 0", {"no test split", "--test-fraction"});
+}
+
 TEST_F(DataCli, RegressionCsvTrainsWithMse) {
   Rng rng(3);
   auto table = [&](int rows) {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -126,11 +127,13 @@ class FederatedClientTest : public ::testing::Test {
     return o;
   }
 
-  // This site's partition size, computed independently of the client.
+  // This site's partition size, computed independently of the client: its partition of
+  // the rows left after the held-out test rows ([data] test_fraction).
   size_t PartitionSize() const {
     const NodeConfig c = Config();
-    auto full = LoadDataSource(c.training.data, DataSplit::kTrain);
-    EXPECT_TRUE(full.ok()) << full.status().ToString();
+    auto site = LoadSiteData(c.training.data);
+    EXPECT_TRUE(site.ok()) << site.status().ToString();
+    auto full = std::optional<Dataset>(site->train);
     auto idx = PartitionFor(full->labels, full->num_classes, c.training.partition, c.training.index);
     EXPECT_TRUE(idx.ok()) << idx.status().ToString();
     return idx->size();
