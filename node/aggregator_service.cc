@@ -454,8 +454,11 @@ std::string MetricsJson(const std::map<std::string, double>& metrics) {
 
 Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
   std::vector<SiteEvalRow> rows;
-  if (r.total) rows.push_back({"*", r.total->num_examples, r.total->loss, MetricsJson(r.total->metrics)});
-  for (const auto& [site, e] : r.sites) rows.push_back({site, e.num_examples, e.loss, MetricsJson(e.metrics)});
+  auto row = [&](const std::string& site, const SiteEval& e) {
+    return SiteEvalRow{r.round, r.model_version, site, e.num_examples, e.loss, MetricsJson(e.metrics)};
+  };
+  if (r.total) rows.push_back(row("*", *r.total));
+  for (const auto& [site, e] : r.sites) rows.push_back(row(site, e));
   if (!rows.empty()) {
     Status st = store_->SaveSiteEval(r.round, r.model_version, rows);
     if (!st.ok()) return st.WithContext("persisting the federated evaluation of round " + std::to_string(r.round));

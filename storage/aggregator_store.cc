@@ -243,23 +243,39 @@ Status AggregatorStore::SaveSiteEval(uint64_t round, uint64_t model_version,
   });
 }
 
-Result<std::vector<SiteEvalRow>> AggregatorStore::SiteEvals(uint64_t round) {
+namespace {
+
+// Rows of `site_eval` matching `where` (one placeholder, bound to `key`).
+template <typename Key>
+Result<std::vector<SiteEvalRow>> QuerySiteEval(Database& db, const std::string& where, Key key) {
   std::vector<SiteEvalRow> out;
-  Status s = db_->WithTransaction([&]() -> Status {
-    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT site, num_examples, loss, metrics_json "
-                                                  "FROM site_eval WHERE round = ? ORDER BY site"));
-    FM_RETURN_IF_ERROR(q.Bind(1, static_cast<int64_t>(round)));
+  Status s = db.WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement q,
+                        db.Prepare("SELECT round, model_version, site, num_examples, loss, "
+                                   "metrics_json FROM site_eval WHERE " + where));
+    FM_RETURN_IF_ERROR(q.Bind(1, key));
     for (;;) {
       FM_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
-      out.push_back(SiteEvalRow{std::string(q.ColumnText(0)),
-                                static_cast<uint64_t>(q.ColumnInt64(1)), NullableDouble(q, 2),
-                                std::string(q.ColumnText(3))});
+      out.push_back(SiteEvalRow{static_cast<uint64_t>(q.ColumnInt64(0)),
+                                static_cast<uint64_t>(q.ColumnInt64(1)), std::string(q.ColumnText(2)),
+                                static_cast<uint64_t>(q.ColumnInt64(3)), NullableDouble(q, 4),
+                                std::string(q.ColumnText(5))});
     }
     return Status::OK();
   });
   FM_RETURN_IF_ERROR(s);
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<SiteEvalRow>> AggregatorStore::SiteEvals(uint64_t round) {
+  return QuerySiteEval(*db_, "round = ? ORDER BY site", static_cast<int64_t>(round));
+}
+
+Result<std::vector<SiteEvalRow>> AggregatorStore::SiteEvalHistory(const std::string& site) {
+  return QuerySiteEval(*db_, "site = ? ORDER BY round", std::string_view(site));
 }
 
 Result<std::optional<StoredModel>> AggregatorStore::LatestModel() {

@@ -87,6 +87,8 @@ struct StoredGraph {
 // One row of the site_eval table: a site's federated evaluation of a round's model, or
 // (site "*") the example-weighted mean over the sites.
 struct SiteEvalRow {
+  uint64_t round = 0;          // filled when read (SaveSiteEval takes it as an argument)
+  uint64_t model_version = 0;  // likewise
   std::string site;
   uint64_t num_examples = 0;
   double loss = 0.0;         // NaN: not known
@@ -116,6 +118,8 @@ class AggregatorStore {
   Status SaveSiteEval(uint64_t round, uint64_t model_version, const std::vector<SiteEvalRow>& rows);
   // The rows of round `round`, ordered by site ("*" first).
   Result<std::vector<SiteEvalRow>> SiteEvals(uint64_t round);
+  // Every round's row of `site` ("*": the federation's), by round.
+  Result<std::vector<SiteEvalRow>> SiteEvalHistory(const std::string& site);
   // The highest version, or nullopt in a new store.
   Result<std::optional<StoredModel>> LatestModel();
   // NotFound for a version never stored; Corruption when the blob fails its check.

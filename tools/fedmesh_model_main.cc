@@ -1,11 +1,13 @@
 // fedmesh-model: inspects ONNX models and exports trained ones out of fedmesh stores.
 //   fedmesh-model inspect FILE.onnx
-//   fedmesh-model export --db STORE.db [--round N] --out FILE.onnx|FILE.npz
+//   fedmesh-model export --db STORE.db [--round N | --best METRIC] --out FILE.onnx|FILE.npz
 // Exit codes: 0 success, 2 bad input (a file that does not read, a round that does not
 // exist), 1 anything else.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -75,9 +77,55 @@ int Inspect(const std::string& path) {
   return 0;
 }
 
-// The model of `round` (its committed version; the latest when round is empty) from an
-// aggregator store, or the checkpointed model of a node store.
-int Export(const std::string& db, std::optional<uint64_t> round, const std::string& out) {
+// The value of "name": NUMBER in a flat JSON object, or nullopt (absent or null).
+std::optional<double> JsonValue(const std::string& json, const std::string& name) {
+  const std::string key = "\"" + name + "\":";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const char* start = json.c_str() + at + key.size();
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  if (end == start || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// Metrics where smaller is better; every other one (accuracy, auc, f1, r2, ...) is larger.
+bool LowerIsBetter(const std::string& metric) {
+  return metric == "loss" || metric == "log_loss" || metric == "mse" || metric == "rmse" ||
+         metric == "mae";
+}
+
+// The round whose global model scored best on `metric` in federated evaluation (the
+// example-weighted "*" rows of site_eval); the earliest of equals.
+fedmesh::Result<uint64_t> BestRound(fedmesh::AggregatorStore& store, const std::string& db,
+                                    const std::string& metric) {
+  FM_ASSIGN_OR_RETURN(auto rows, store.SiteEvalHistory("*"));
+  std::optional<uint64_t> best;
+  double best_value = 0.0;
+  for (const auto& r : rows) {
+    const std::optional<double> v =
+        metric == "loss" ? (std::isfinite(r.loss) ? std::optional<double>(r.loss) : std::nullopt)
+                         : JsonValue(r.metrics_json, metric);
+    if (!v) continue;
+    if (!best || (LowerIsBetter(metric) ? *v < best_value : *v > best_value)) {
+      best = r.round;
+      best_value = *v;
+    }
+  }
+  if (!best) {
+    return fedmesh::Status::NotFound(db + " holds no federated evaluation with metric '" + metric +
+                                     "' ([eval] federated = true records them)");
+  }
+  std::fprintf(stderr, "fedmesh-model: best %s %.6g at round %llu\n", metric.c_str(), best_value,
+               static_cast<unsigned long long>(*best));
+  return *best;
+}
+
+// The model of `round` (its committed version; the latest when round is empty; the best
+// by federated evaluation with `best`) from an aggregator store, or the checkpointed model
+// of a node store.
+int Export(const std::string& db, std::optional<uint64_t> round, const std::string& best,
+           const std::string& out) {
   std::string graph_bytes;
   std::optional<fedmesh::ModelSpec> builtin;  // the store's built-in model, when it says
   std::vector<float> params;
@@ -93,6 +141,12 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
       graph_bytes = (*graph)->onnx;
     }
     uint64_t version = 0;
+    if (!best.empty()) {
+      if (round) return Fail(fedmesh::Status::InvalidArgument("give --round or --best, not both"));
+      auto r = BestRound(**agg, db, best);
+      if (!r.ok()) return Fail(r.status());
+      round = *r;
+    }
     if (round) {
       auto metrics = (*agg)->Metrics();
       if (!metrics.ok()) return Fail(metrics.status());
@@ -120,7 +174,8 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
       return Fail(fedmesh::Status::InvalidArgument(
           db + " is neither an aggregator store (" + agg.status().message() +
           ") nor a node store (" + node.status().message() + ")"));
-    if (round) return Fail(fedmesh::Status::InvalidArgument("--round is for aggregator stores"));
+    if (round || !best.empty())
+      return Fail(fedmesh::Status::InvalidArgument("--round and --best are for aggregator stores"));
     auto cp = (*node)->LoadCheckpoint();
     if (!cp.ok()) return Fail(cp.status());
     if (!*cp) return Fail(fedmesh::Status::NotFound(db + " holds no checkpoint yet"));
@@ -170,13 +225,17 @@ int main(int argc, char** argv) {
   CLI::App app{"fedmesh-model: inspect ONNX models and export trained models from fedmesh stores"};
   app.set_version_flag("--version", "fedmesh-model 0.1.0");
   app.require_subcommand(1);
-  std::string inspect_path, db, out;
+  std::string inspect_path, db, out, best;
   std::optional<uint64_t> round;
   auto* inspect = app.add_subcommand("inspect", "Print ops, parameters, shapes and the graph hash");
   inspect->add_option("file", inspect_path, "The .onnx file")->required();
   auto* exp = app.add_subcommand("export", "Write a round's global model as ONNX or .npz");
   exp->add_option("--db", db, "An aggregator store (or a node store: its last model)")->required();
   exp->add_option("--round", round, "The round whose model to export (default: the latest)");
+  exp->add_option("--best", best,
+                  "Export the round whose model scored best in federated evaluation on this "
+                  "metric (accuracy, auc, macro_f1, r2, ...: higher; loss, log_loss, mse, "
+                  "rmse, mae: lower)");
   exp->add_option("--out", out, "FILE.onnx or FILE.npz")->required();
   try {
     app.parse(argc, argv);
@@ -185,5 +244,5 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
   if (*inspect) return Inspect(inspect_path);
-  return Export(db, round, out);
+  return Export(db, round, best, out);
 }

@@ -894,6 +894,30 @@ TEST_F(FederationTest, FederationFederatedEvaluationWithoutAnEvalDataset) {
   ASSERT_EQ(rows->size(), 5u);
   EXPECT_EQ((*rows)[0].site, "*");
   EXPECT_EQ(static_cast<double>((*rows)[0].num_examples), JsonNumber(total[3], "num_examples").value_or(-1));
+
+  // fedmesh-model export --best accuracy: the round with the highest federated accuracy,
+  // whatever the last round scored.
+  int best_round = 1;
+  for (int round = 2; round <= 3; ++round)
+    if (JsonNumber(total[round], "accuracy").value_or(-1) >
+        JsonNumber(total[best_round], "accuracy").value_or(-1))
+      best_round = round;
+  auto rc_best = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--best", "accuracy", "--out",
+       "best.npz"},
+      dir_, dir_ / "export-best.log", seconds(60));
+  const std::string log = ReadWholeFile(dir_ / "export-best.log");
+  ASSERT_TRUE(rc_best.has_value() && *rc_best == 0) << log;
+  EXPECT_NE(log.find("at round " + std::to_string(best_round) + "\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("model version " + std::to_string(best_round) + "\n"), std::string::npos) << log;
+  auto rc_none = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--best", "r2", "--out",
+       "none.npz"},
+      dir_, dir_ / "export-none.log", seconds(60));
+  ASSERT_TRUE(rc_none.has_value());
+  EXPECT_EQ(*rc_none, 2) << ReadWholeFile(dir_ / "export-none.log");
+  EXPECT_NE(ReadWholeFile(dir_ / "export-none.log").find("no federated evaluation with metric 'r2'"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -614,11 +614,12 @@ TEST_F(AggregatorStoreTest, MetricsListClosedRoundsInRoundOrderWithNaNForUnmeasu
 TEST_F(AggregatorStoreTest, SiteEvalRowsRoundTrip) {
   auto store = Open();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{"site-b", 40, 0.5, "{\"accuracy\":0.75}"},
-                                         {"*", 100, 0.4, "{\"accuracy\":0.8}"},
-                                         {"site-a", 60, 0.3333, "{\"accuracy\":0.8333}"}})
+  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{3, 3, "site-b", 40, 0.5, "{\"accuracy\":0.75}"},
+                                         {3, 3, "*", 100, 0.4, "{\"accuracy\":0.8}"},
+                                         {3, 3, "site-a", 60, 0.3333, "{\"accuracy\":0.8333}"}})
                   .ok());
-  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{"site-b", 40, std::nan(""), "{}"}}).ok());
+  ASSERT_TRUE(store->SaveSiteEval(3, 3, {{3, 3, "site-b", 40, std::nan(""), "{}"}}).ok());
+  ASSERT_TRUE(store->SaveSiteEval(1, 1, {{1, 1, "*", 90, 0.6, "{\"accuracy\":0.7}"}}).ok());
   auto rows = store->SiteEvals(3);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   ASSERT_EQ(rows->size(), 3u);
@@ -629,6 +630,13 @@ TEST_F(AggregatorStoreTest, SiteEvalRowsRoundTrip) {
   EXPECT_EQ((*rows)[2].site, "site-b");
   EXPECT_TRUE(std::isnan((*rows)[2].loss));
   EXPECT_TRUE(store->SiteEvals(4)->empty());
+  auto history = store->SiteEvalHistory("*");
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  ASSERT_EQ(history->size(), 2u);
+  EXPECT_EQ((*history)[0].round, 1u);
+  EXPECT_EQ((*history)[1].round, 3u);
+  EXPECT_EQ((*history)[1].model_version, 3u);
+  EXPECT_EQ((*history)[1].metrics_json, "{\"accuracy\":0.8}");
 }
 
 // ---------------------------------------------------------------------------------------
