@@ -380,7 +380,8 @@ Status FederatedClient::ComputeLocalRanges() {
   return Status::OK();
 }
 
-Status FederatedClient::AdoptModel(const std::string& sha256, const std::string& graph_bytes) {
+Status FederatedClient::AdoptModel(const std::string& sha256, const std::string& graph_bytes,
+                                   const std::string& task_loss) {
   if (const graph::GraphModel* g = model_->graph_model(); g && g->hash() == sha256) {
     return Status::OK();
   }
@@ -402,6 +403,16 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   }
   auto m = Model::CreateFromGraph("graph:" + sha256.substr(0, 12), backend_.get(), std::move(*g));
   if (!m.ok()) return m.status().WithContext("the aggregator's model graph");
+  // The data is checked against the loss the federation trains with: a one-logit model
+  // takes labels 0 and 1 (bce_with_logits) where cross_entropy would want two outputs.
+  LossOptions check = config_.training.trainer.loss;
+  check.class_weights.clear();
+  if (auto kind = ParseLossKind(task_loss); !task_loss.empty() && kind.ok()) {
+    check.kind = *kind;
+  } else if ((*m)->num_classes() == 1 && !IsRegression(check.kind)) {
+    check.kind = LossKind::kBceWithLogits;  // restored from a checkpoint: no task to say
+  }
+  FM_RETURN_IF_ERROR((*m)->SetLoss(check));
   FM_RETURN_IF_ERROR((*m)->CheckCompatible(train_).WithContext(
       "this site's data does not fit the aggregator's model (graph " + sha256.substr(0, 12) + ")"));
   model_ = std::move(*m);
@@ -428,7 +439,9 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
   }
-  if (!task.model_sha256.empty()) FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph));
+  if (!task.model_sha256.empty()) {
+    FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph, task.loss));
+  }
   FitContext ctx;
   ctx.model = model_.get();
   ctx.trainer = config_.training.trainer;
@@ -471,7 +484,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   }
   if (!task.model_sha256.empty()) {
     // Errors stop the node: it could never train this federation's model.
-    FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph));
+    FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph, task.loss));
   }
   if (!config_.local_patterns.empty() && model_->graph_model() == nullptr) {
     return Status::FailedPrecondition("[model] local names tensors of a graph model, but this "

@@ -142,7 +142,9 @@ class FederatedClient {
   // it, builds it, checks the site's data fits it and resets the carried optimizer and
   // codec state. FailedPrecondition when expect_sha256 forbids it (the node stops: it will
   // never train this federation's model), InvalidArgument for a graph it cannot run.
-  Status AdoptModel(const std::string& sha256, const std::string& graph_bytes);
+  // `task_loss`: the FitTask's loss name (empty when restoring from a checkpoint).
+  Status AdoptModel(const std::string& sha256, const std::string& graph_bytes,
+                    const std::string& task_loss = "");
   // One JSON line per round served to [node] metrics, when set.
   Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
                             uint64_t bytes, double wall_s);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Splits the Wisconsin diagnostic breast cancer data (569 patients, 30 measurements; the CSV
+# Debian's python3-sklearn ships) over five hospitals of different sizes and case mix, one CSV
+# each with named columns and a text diagnosis (benign / malignant):
+#   hospital-1  a large referral centre: many patients, many malignant
+#   hospital-5  a small clinic: few patients, mostly benign
+# The assignment is a fixed pseudo-random draw per row (the same files on every run).
+#   examples/hospital/split.sh OUT_DIR [SOURCE_CSV]
+set -euo pipefail
+out=${1:?usage: split.sh OUT_DIR [SOURCE_CSV]}
+src=${2:-/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv}
+[[ -f $src ]] || { echo "no $src: apt-get install python3-sklearn" >&2; exit 2; }
+mkdir -p "$out"
+header="radius_mean,texture_mean,perimeter_mean,area_mean,smoothness_mean,compactness_mean,\
+concavity_mean,concave_points_mean,symmetry_mean,fractal_dimension_mean,radius_se,texture_se,\
+perimeter_se,area_se,smoothness_se,compactness_se,concavity_se,concave_points_se,symmetry_se,\
+fractal_dimension_se,radius_worst,texture_worst,perimeter_worst,area_worst,smoothness_worst,\
+compactness_worst,concavity_worst,concave_points_worst,symmetry_worst,fractal_dimension_worst,\
+diagnosis"
+# sklearn's file: a first line "569,30,malignant,benign", then 30 values and the target
+# (0 = malignant, 1 = benign) per row.
+awk -F, -v out="$out" -v header="$header" '
+  BEGIN {
+    # Share of each diagnosis that goes to hospitals 1..5.
+    split("0.46 0.24 0.14 0.11 0.05", mal, " ")
+    split("0.26 0.26 0.20 0.16 0.12", ben, " ")
+    for (h = 1; h <= 5; ++h) print header > (out "/hospital-" h ".csv")
+    state = 12345
+  }
+  NR > 1 {
+    state = (state * 1103515245 + 12345) % 2147483648
+    u = state / 2147483648
+    malignant = ($31 == 0)
+    c = 0
+    for (h = 1; h <= 5; ++h) { c += malignant ? mal[h] : ben[h]; if (u < c || h == 5) break }
+    line = $1
+    for (i = 2; i <= 30; ++i) line = line "," $i
+    print line "," (malignant ? "malignant" : "benign") >> (out "/hospital-" h ".csv")
+  }' "$src"
+for h in 1 2 3 4 5; do
+  f="$out/hospital-$h.csv"
+  printf "hospital-%s: %4d patients, %3d malignant\n" "$h" "$(($(wc -l <"$f") - 1))" "$(grep -c ',malignant$' "$f")"
+done
