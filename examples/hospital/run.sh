@@ -1,79 +1,50 @@
 #!/usr/bin/env bash
-# Breast cancer diagnosis across five hospitals, with one command on a fresh machine:
-# installs what is missing (Debian's python3-sklearn for the data), builds fedmesh, splits the
-# Wisconsin data over five hospitals (split.sh), starts a coordinator and five fedmesh-node
-# processes on 127.0.0.1 (CurveZMQ, secure aggregation, federated evaluation only), then
-# trains each hospital alone on the same rows (fedmesh-node --local-only, same held-out test
-# rows, as many epochs as the federation ran) and prints AUC per hospital: federated vs
-# local-only.
-# Environment: RUN_DIR (runs/hospital-<time>), ROUNDS (15), FEDMESH_BUILD_DIR (build).
+# Five hospitals and a coordinator on this machine (127.0.0.1, CurveZMQ), secure
+# aggregation on: builds if needed, makes the keys, runs 5 rounds and prints each round.
+# Usage: examples/hospital/run.sh [--set section.key=value ...]   (passed to the coordinator,
+# e.g. --set dp.mode=distributed --set dp.noise_multiplier=1)
+# Environment: HOSPITAL_RUN_DIR (runs/hospital-<time>).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-here="$root/examples/hospital"
+source "$root/scripts/lib.sh"
 build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
-rounds=${ROUNDS:-15}
-"$root/scripts/setup.sh"
-if ! dpkg-query -W -f='${Status}' python3-sklearn 2>/dev/null | grep -q "install ok installed"; then
-  echo "installing python3-sklearn (the Wisconsin breast cancer CSV)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn >/dev/null
-fi
-"$root/scripts/build.sh" >/dev/null
-run=${RUN_DIR:-$root/runs/hospital-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$run" && cd "$run"
-mkdir -p keys/allow run data
-"$here/split.sh" data
-for who in coordinator hospital-1 hospital-2 hospital-3 hospital-4 hospital-5; do
-  "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null
+[[ -x "$bin/fedmesh-node" && -x "$bin/fedmesh-aggregator" ]] ||
+  FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys" "$root/scripts/build.sh"
+export OMP_WAIT_POLICY=passive
+run=${HOSPITAL_RUN_DIR:-$root/runs/hospital-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$run/keys/allow" "$run/run"
+cd "$run"
+cp "$root"/examples/hospital/*.toml .
+"$bin/fedmesh-keys" gen --out keys/coordinator >/dev/null
+for i in 1 2 3 4 5; do
+  "$bin/fedmesh-keys" gen --out "keys/hospital-$i" >/dev/null
+  cp "keys/hospital-$i.pub" keys/allow/
 done
-cp keys/hospital-*.pub keys/allow/
-cp "$here/aggregator.toml" "$here/hospital.toml" "$here/hospital_mlp.onnx" .
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-export OMP_WAIT_POLICY=passive  # six processes share the cores
 "$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
-  --set "rounds.total=$rounds" >coordinator.log 2>&1 &
+  "$@" >coordinator.log 2>&1 &
 agg=$!
 pids+=("$agg")
-endpoint=
-for _ in $(seq 1 300); do
-  endpoint=$(sed -n 's/.*listening on \(tcp:[^ ]*\).*/\1/p' coordinator.log | head -1)
-  [[ -n $endpoint ]] && break
-  kill -0 "$agg" 2>/dev/null || { cat coordinator.log >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n $endpoint ]] || { echo "the coordinator did not start" >&2; exit 1; }
-echo "== $rounds rounds, 5 hospitals, secure aggregation, federated evaluation (logs in $run) =="
-for h in 1 2 3 4 5; do
+endpoint=$(wait_for_endpoint coordinator.log "$agg") || { echo "the coordinator did not start" >&2; exit 1; }
+echo "== coordinator on $endpoint, 5 hospitals, secure aggregation (logs in $run) =="
+for i in 1 2 3 4 5; do
   "$bin/fedmesh-node" --config hospital.toml --set "aggregator.endpoint=$endpoint" \
-    --set "node.id=hospital-$h" --set "node.key=keys/hospital-$h.key" \
-    --set "node.db=run/hospital-$h.db" --set "node.metrics=run/hospital-$h-metrics.jsonl" \
-    --set "data.dataset=csv:data/hospital-$h.csv" >"hospital-$h.log" 2>&1 &
+    --set "node.id=hospital-$i" --set "node.key=keys/hospital-$i.key" \
+    --set "node.db=run/hospital-$i.db" --set "data.index=$((i - 1))" >"hospital-$i.log" 2>&1 &
   pids+=("$!")
 done
-wait "$agg" && rc=0 || rc=$?
-[[ $rc -eq 0 ]] || { echo "coordinator exited $rc; see $run/coordinator.log" >&2; tail -5 coordinator.log >&2; exit 1; }
-
-# Local-only baselines: each hospital alone, the same held-out rows (test_fraction 0.3,
-# seed 7), the same model, loss and settings, epochs = rounds x local epochs.
-epochs=$(sed -n 's/^epochs = \([0-9]*\).*/\1/p' aggregator.toml | head -1)
+wait "$agg"
 field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
-metrics=run/coordinator-metrics.jsonl
-last_round=$(grep '"site":"\*"' "$metrics" | tail -1 | field round)
-printf "\n%-11s %-9s %-10s %-14s %-14s\n" hospital patients malignant federated_auc local_only_auc
-for h in 1 2 3 4 5; do
-  "$bin/fedmesh-node" --local-only --model hospital_mlp.onnx --data "csv:data/hospital-$h.csv" \
-    --label-column diagnosis --label-values benign,malignant --loss bce_with_logits \
-    --test-fraction 0.3 --partition-seed 7 --epochs $((rounds * epochs)) --batch 16 --lr 0.05 \
-    --momentum 0.9 --seed 1 --threads 1 --metrics "run/local-$h.jsonl" >"local-$h.log" 2>&1
-  fed=$(grep "\"round\":$last_round," "$metrics" | grep "\"site\":\"hospital-$h\"" | field auc)
-  local_auc=$(tail -1 "run/local-$h.jsonl" | field test_auc)
-  printf "%-11s %-9s %-10s %-14.4f %-14.4f\n" "hospital-$h" "$(($(wc -l <"data/hospital-$h.csv") - 1))" \
-    "$(grep -c ',malignant$' "data/hospital-$h.csv")" "$fed" "$local_auc"
-done
-total=$(grep "\"round\":$last_round," "$metrics" | grep '"site":"\*"')
-printf "%-11s %-9s %-10s %-14.4f (example-weighted mean of the hospitals' AUCs)\n" all 569 212 \
-  "$(field auc <<<"$total")"
+printf "\n%-6s %-9s %-14s %-16s %-8s\n" round accuracy contributors masked_bytes_up epsilon
+while IFS= read -r l; do
+  eps=$(field epsilon <<<"$l")
+  printf "%-6s %-9.4f %-14s %-16s %-8s\n" "$(field round <<<"$l")" "$(field test_accuracy <<<"$l")" \
+    "$(field received <<<"$l")/$(field selected <<<"$l")" "$(field bytes_up <<<"$l")" "${eps:--}"
+done <run/coordinator-metrics.jsonl
+echo
+grep -h "sent the masked update\|secure aggregation done" hospital-1.log | tail -2
 echo "run folder: $run"

@@ -832,6 +832,26 @@ TEST(ConfigExamples, HospitalConfigsLoad) {
   }
 }
 
+// examples/breast_cancer (issue 19): the coordinator's ONNX model (one logit), loss,
+// secure aggregation and federated evaluation without a central test set; the hospitals'
+// text labels, held-out fraction and local BatchNorm.
+TEST(ConfigExamples, BreastCancerConfigsLoad) {
+  const fs::path dir = fs::path(SourceDir()) / "examples/breast_cancer";
+  auto agg = LoadAggregatorConfig((dir / "aggregator.toml").string(), {});
+  ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+  EXPECT_TRUE(agg->rounds.secagg.enabled);
+  EXPECT_TRUE(agg->rounds.federated_eval.enabled);
+  EXPECT_EQ(agg->eval_dataset, "");
+  EXPECT_EQ(agg->model.name, (dir / "hospital_mlp.onnx").string());
+  EXPECT_EQ(agg->rounds.loss, "bce_with_logits");
+  auto n = LoadNodeConfig((dir / "hospital.toml").string(), {"node.id=hospital-2"});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->training.data.label_values, (std::vector<std::string>{"benign", "malignant"}));
+  EXPECT_DOUBLE_EQ(n->training.data.test_fraction, 0.3);
+  EXPECT_EQ(n->local_patterns, (std::vector<std::string>{"input_norm.*"}));
+  EXPECT_EQ(n->federation_id, agg->federation_id);
+}
+
 // ConfigDocs.* (docs/config.md) live in tests/sim/config_docs_test.cc: the page covers
 // fedmesh-sim's schema too.
 

@@ -928,15 +928,15 @@ TEST_F(FederationTest, FederationFederatedEvaluationWithoutAnEvalDataset) {
 namespace fedmesh {
 namespace {
 
-// Issue 19: a binary task end to end, as examples/hospital runs it but on generated rows:
-// the aggregator's ONNX model has one logit (bce_with_logits, examples/hospital/
+// Issue 19: a binary task end to end, as examples/breast_cancer runs it but on generated rows:
+// the aggregator's ONNX model has one logit (bce_with_logits, examples/breast_cancer/
 // hospital_mlp.onnx with its input BatchNorm kept at each site), the sites hold CSVs with
 // text labels and hold out 30% of their rows; secure aggregation and federated evaluation
 // only. The sites must adopt the one-logit model (their data is checked against the
 // task's loss, not cross_entropy) and the federated AUC must be high on this separable
 // data.
 TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederatedEvaluation) {
-  const std::string model = std::string(FEDMESH_SOURCE_DIR) + "/examples/hospital/hospital_mlp.onnx";
+  const std::string model = std::string(FEDMESH_SOURCE_DIR) + "/examples/breast_cancer/hospital_mlp.onnx";
   // Malignant when the first two measurements are large; scales differ by column, as in
   // the real data (the input BatchNorm standardises them).
   Rng rng(11);

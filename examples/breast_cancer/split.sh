@@ -5,7 +5,7 @@
 #   hospital-1  a large referral centre: many patients, many malignant
 #   hospital-5  a small clinic: few patients, mostly benign
 # The assignment is a fixed pseudo-random draw per row (the same files on every run).
-#   examples/hospital/split.sh OUT_DIR [SOURCE_CSV]
+#   examples/breast_cancer/split.sh OUT_DIR [SOURCE_CSV]
 set -euo pipefail
 out=${1:?usage: split.sh OUT_DIR [SOURCE_CSV]}
 src=${2:-/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv}

@@ -6,7 +6,7 @@ The BatchNorm tensors stay at each hospital ([model] local = ["input_norm.*"], F
 describe that hospital's population and never leave it. One output logit for
 bce_with_logits. Exported for training (TrainingMode.TRAINING, no constant folding), as
 docs/models.md says for models fedmesh trains.
-  /usr/bin/python3 examples/hospital/make_model.py [--out examples/hospital/hospital_mlp.onnx]
+  /usr/bin/python3 examples/breast_cancer/make_model.py [--out examples/breast_cancer/hospital_mlp.onnx]
 """
 import argparse
 import os
