@@ -80,8 +80,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_option("--config", config_path, "The aggregator's TOML config file");
   app.add_option("--set", overrides, "Override a config key: section.key=value (repeatable)");
+  bool stats = false;
+  app.add_flag("--stats", stats,
+               "Collect federated statistics before round 1 (= --set stats.enabled=true; "
+               "docs/data.md)");
   try {
     app.parse(argc, argv);
+    if (stats) overrides.push_back("stats.enabled=true");
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

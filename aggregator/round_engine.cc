@@ -1,5 +1,7 @@
 #include "aggregator/round_engine.h"
 
+#include "core/wire/wire_stats.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -58,6 +60,19 @@ Status Validate(const RoundEngineOptions& o) {
     if (e.min_sites < 1) return bad("federated_eval.min_sites", e.min_sites, ">= 1");
     if (!(std::isfinite(e.timeout_s) && e.timeout_s > 0))
       return bad("federated_eval.timeout_s", e.timeout_s, "finite and > 0");
+  }
+  if (o.federated_stats.enabled) {
+    const FederatedStatsSettings& st = o.federated_stats;
+    if (st.bins > wire::kMaxStatsBins) {
+      return bad("federated_stats.bins", st.bins, "<= " + Str(wire::kMaxStatsBins));
+    }
+    if (st.min_sites < 1) return bad("federated_stats.min_sites", st.min_sites, ">= 1");
+    if (!(std::isfinite(st.timeout_s) && st.timeout_s > 0))
+      return bad("federated_stats.timeout_s", st.timeout_s, "finite and > 0");
+    if (st.quantiles.size() > 100) return bad("federated_stats.quantiles", st.quantiles.size(), "<= 100 levels");
+    for (double q : st.quantiles) {
+      if (!(q >= 0 && q <= 1)) return bad("federated_stats.quantiles", q, "in [0, 1]");
+    }
   }
   if (o.clients_per_round < 1) return bad("clients_per_round", o.clients_per_round, ">= 1");
   if (o.min_clients < 1) return bad("min_clients", o.min_clients, ">= 1");
@@ -280,6 +295,8 @@ Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
   e.rounds_completed_ = state.round - 1;
   e.model_version_ = state.model_version;
   e.total_retries_ = state.attempt - 1;
+  // Statistics precede round 1's first attempt; a restart after it does not repeat them.
+  e.stats_done_ = state.round > 1 || state.attempt > 1 || !selected.empty();
   if (selected.empty()) {
     // No attempt was open: the next one is a fresh selection, numbered after the restored.
     e.attempt_ = state.attempt - 1;
@@ -359,6 +376,13 @@ std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
   FM_CHECK(started_);
   std::vector<Output> out;
   if (eval_ && now >= eval_->deadline_s()) CloseEval(out);
+  if (stats_ && now >= stats_->deadline_s()) {
+    if (stats_secagg_) {
+      AdvanceStatsSecAgg(/*at_deadline=*/true, out);
+    } else {
+      AdvanceStats(out);
+    }
+  }
   if (phase_ != Phase::kRoundOpen || now < deadline_s_) return out;  // stale or early
   if (secagg_) {
     AdvanceSecAgg(/*at_deadline=*/true, out);
@@ -421,6 +445,7 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
                                                " differs from header round " + Str(m.header.round));
   }
   if (r.evaluation) return HandleEvalResult(from, m, r, out);
+  if (r.statistics) return HandleStatsResult(from, m, r, out);
   if (phase_ == Phase::kFinished) {
     return reject(RejectCause::kLate, "update for " + claimed + " after the federation finished");
   }
@@ -536,6 +561,7 @@ void RoundEngine::HandleSecAgg(const std::string& from, const wire::Message& m,
     return reject(RejectCause::kUnknownNode,
                   "node is not registered (or disconnected since); send Register first");
   }
+  if (stats_secagg_) return HandleStatsSecAgg(from, m, out);
   if (m.header.round < round_ || phase_ == Phase::kFinished) {
     return reject(RejectCause::kLate, claimed + ", which has closed");
   }
@@ -606,6 +632,10 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   // quadratic while the engine waits for them.
   if (connected_ < static_cast<size_t>(needed)) {
     phase_ = Phase::kWaitingForNodes;
+    return;
+  }
+  if (options_.federated_stats.enabled && !stats_done_) {
+    if (!stats_) StartStats(out);  // round 1 opens when the statistics close
     return;
   }
   std::vector<std::string> candidates;
@@ -931,6 +961,129 @@ uint64_t RoundEngine::rejected_total() const {
   uint64_t total = 0;
   for (uint64_t n : rejected_) total += n;
   return total;
+}
+
+}  // namespace fedmesh
+
+namespace fedmesh {
+
+// ---- Federated statistics ----------------------------------------------------------------
+
+void RoundEngine::StartStats(std::vector<Output>& out) {
+  std::set<std::string> asked;
+  for (const auto& [id, node] : nodes_)
+    if (node.connected) asked.insert(id);
+  stats_.emplace(options_.federated_stats, std::move(asked), env_->NowSeconds(),
+                 /*secure=*/options_.secagg.enabled);
+  SendStatsRequests(out);
+}
+
+void RoundEngine::SendStatsRequests(std::vector<Output>& out) {
+  wire::FitTask task;
+  task.round = round_;
+  task.global_model = wire::FloatPayload({});
+  task.statistics = stats_->request();
+  if (stats_secagg_) task.secagg = stats_secagg_->parameters();
+  for (const std::string& id : stats_->asked())
+    out.push_back(Send{id, wire::Message{OutHeader(), task}, stats_->deadline_s()});
+  out.push_back(SetTimer{stats_->deadline_s()});
+}
+
+void RoundEngine::HandleStatsResult(const std::string& from, const wire::Message& m,
+                                    const wire::FitResult& r, std::vector<Output>& out) {
+  if (!stats_) {
+    Reject(from, m, RejectCause::kLate, "statistics when none are being collected", out);
+    return;
+  }
+  if (std::string why = stats_->Accept(from, *r.statistics); !why.empty()) {
+    Reject(from, m, why.find("already") != std::string::npos ? RejectCause::kDuplicate
+                                                             : RejectCause::kMalformed,
+           why, out);
+    return;
+  }
+  if (stats_->complete()) AdvanceStats(out);
+}
+
+void RoundEngine::AdvanceStats(std::vector<Output>& out) {
+  if (!stats_->Advance(env_->NowSeconds())) {
+    CloseStats(out);
+    return;
+  }
+  if (stats_->secure_phase()) {
+    OpenStatsSecAgg(out);
+    return;
+  }
+  SendStatsRequests(out);
+}
+
+void RoundEngine::CloseStats(std::vector<Output>& out) {
+  out.push_back(StatsClosed{stats_->Close(env_->NowSeconds())});
+  stats_.reset();
+  stats_secagg_.reset();
+  stats_done_ = true;
+  TryOpenRound(out);
+}
+
+void RoundEngine::OpenStatsSecAgg(std::vector<Output>& out) {
+  // Exact integer words (core/stats/secure_sums.h), not clipped floats: 16-bit limbs, no
+  // DP noise (the statistics are not the model).
+  SecAggSettings settings = options_.secagg;
+  settings.clip = 1.0;
+  settings.bits = 16;
+  settings.noise_stddev = 0.0;
+  const std::vector<std::string> members(stats_->asked().begin(), stats_->asked().end());
+  const size_t min_sites = std::max<size_t>(2, static_cast<size_t>(options_.federated_stats.min_sites));
+  auto opened = members.size() > kMaxSecureSumSites
+                    ? Result<SecAggRound>(Status::InvalidArgument("more sites than secure sums take"))
+                    : SecAggRound::Open(settings, options_.federation_id, round_,
+                                        wire::SecureStatsWords(stats_->request()), min_sites, members);
+  if (!opened.ok()) {
+    stats_->Fail("secure aggregation of the statistics could not open: " + opened.status().message());
+    CloseStats(out);
+    return;
+  }
+  stats_secagg_.emplace(std::move(opened).value());
+  SendStatsRequests(out);
+}
+
+void RoundEngine::HandleStatsSecAgg(const std::string& from, const wire::Message& m,
+                                    std::vector<Output>& out) {
+  if (m.header.round != round_ || !stats_->asked().contains(from)) {
+    Reject(from, m, RejectCause::kNotSelected,
+           "secure aggregation message outside the statistics collection", out);
+    return;
+  }
+  if (Status s = stats_secagg_->OnMessage(from, m.body); !s.ok()) {
+    const RejectCause cause = s.code() == StatusCode::kAlreadyExists        ? RejectCause::kDuplicate
+                              : s.code() == StatusCode::kFailedPrecondition ? RejectCause::kLate
+                                                                            : RejectCause::kMalformed;
+    Reject(from, m, cause, s.message(), out);
+    return;
+  }
+  if (stats_secagg_->StageComplete()) AdvanceStatsSecAgg(/*at_deadline=*/false, out);
+}
+
+void RoundEngine::AdvanceStatsSecAgg(bool at_deadline, std::vector<Output>& out) {
+  auto step = stats_secagg_->Close();
+  if (!step.ok()) {
+    if (at_deadline) {
+      stats_->Fail("secure aggregation of the statistics: stage " +
+                   std::string(SecAggStageName(stats_secagg_->stage())) +
+                   " could not close: " + step.status().message());
+      CloseStats(out);
+    }
+    return;
+  }
+  for (auto& [to, body] : step->sends) {
+    out.push_back(Send{to, wire::Message{OutHeader(), std::move(body)}, std::nullopt});
+  }
+  if (!step->result) {
+    stats_->set_deadline(env_->NowSeconds() + options_.secagg.stage_timeout_s);
+    out.push_back(SetTimer{stats_->deadline_s()});
+    return;
+  }
+  stats_->FinishSecure(step->result->sum, step->result->contributors);
+  CloseStats(out);
 }
 
 }  // namespace fedmesh

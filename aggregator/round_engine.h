@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "aggregator/federated_eval.h"
+#include "aggregator/federated_stats.h"
 #include "aggregator/secagg_round.h"
 #include "aggregator/strategy.h"
 #include "core/codec/codec.h"
@@ -138,6 +139,11 @@ struct RoundEngineOptions {
   // next round opens at once; the federation finishes after the last evaluation closes. An
   // evaluation open when the aggregator restarts is lost. Off by default.
   FederatedEvalSettings federated_eval;
+  // Federated statistics (aggregator/federated_stats.h): before round 1 opens, every
+  // connected node is asked for a summary of its training data (two phases), reported in
+  // StatsClosed; round 1 opens after it closes. Skipped by a restored engine past round 1.
+  // The summaries travel as plain FitResults, also when secagg is enabled. Off by default.
+  FederatedStatsSettings federated_stats;
   // Whether UpdateAccepted carries the node's new weights, which the aggregator's store
   // persists for Restore. A driver that keeps no store (the simulator) turns it off and
   // saves a model-sized copy per update. Default: true.
@@ -280,8 +286,12 @@ class RoundEngine {
   struct EvalClosed {
     FederatedEvalReport report;
   };
+  // Federated statistics closed (RoundEngineOptions::federated_stats): write the report.
+  struct StatsClosed {
+    FederatedStatsReport report;
+  };
   using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
-                              RoundClosed, RoundRetried, Finished, EvalClosed>;
+                              RoundClosed, RoundRetried, Finished, EvalClosed, StatsClosed>;
 
   // ---- Construction ----------------------------------------------------------------------
 
@@ -396,6 +406,17 @@ class RoundEngine {
                         std::vector<Output>& out);
   // Reports the open evaluation, then finishes if a Finish waited for it.
   void CloseEval(std::vector<Output>& out);
+  // Federated statistics: opens phase 1, takes answers, sends phase 2 or reports.
+  void StartStats(std::vector<Output>& out);
+  void SendStatsRequests(std::vector<Output>& out);
+  void HandleStatsResult(const std::string& from, const wire::Message& m, const wire::FitResult& r,
+                         std::vector<Output>& out);
+  void AdvanceStats(std::vector<Output>& out);
+  void CloseStats(std::vector<Output>& out);
+  // Secure statistics (phase 2 under [secagg]): SecAgg+ over the sites' encoded sums.
+  void OpenStatsSecAgg(std::vector<Output>& out);
+  void HandleStatsSecAgg(const std::string& from, const wire::Message& m, std::vector<Output>& out);
+  void AdvanceStatsSecAgg(bool at_deadline, std::vector<Output>& out);
   wire::FitTask BuildFitTask();
   // The fields every task of this federation carries alike (model, loss, hyper-parameters),
   // for training and evaluation tasks.
@@ -444,6 +465,9 @@ class RoundEngine {
   std::optional<SecAggRound> secagg_;  // the open attempt's secure aggregation
   uint32_t secagg_contributors_ = 0;   // of the round being closed, for its metrics
   std::optional<FederatedEvaluation> eval_;  // the open federated evaluation
+  std::optional<FederatedStatsCollection> stats_;  // the open statistics collection
+  bool stats_done_ = false;                        // statistics were collected (or skipped)
+  std::optional<SecAggRound> stats_secagg_;        // its secure phase 2
   // A Finish that waits for eval_ to close (OK status only).
   std::optional<std::pair<Status, std::string>> pending_finish_;
 

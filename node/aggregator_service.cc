@@ -1,5 +1,7 @@
 #include "node/aggregator_service.h"
 
+#include "aggregator/stats_report.h"
+
 #include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
 #include "core/onnx/onnx_writer.h"
@@ -420,6 +422,24 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               return Status::OK();
             },
             [&](RoundEngine::EvalClosed& e) { return RecordFederatedEval(e.report); },
+            [&](RoundEngine::StatsClosed& e) -> Status {
+              const FederatedStatsReport& r = e.report;
+              size_t released = 0;
+              for (const auto& [id, st] : r.sites) {
+                released += st.released ? 1 : 0;
+                if (!st.withheld.empty()) spdlog::info("statistics from {}: {}", id, st.withheld);
+              }
+              if (r.total) {
+                spdlog::info("federated statistics: {}/{} site(s) released, {} rows, {} features{}, "
+                             "report {}", released, r.asked, r.total->rows, r.total->features.size(),
+                             r.secure ? " (sums under secure aggregation)" : "", config_.stats_report);
+              } else {
+                spdlog::warn("federated statistics: no federation figures ({})", r.error);
+              }
+              Status w = WriteStatsReport(r, config_.stats_report);
+              if (!w.ok()) spdlog::error("statistics report: {}", w.ToString());
+              return Status::OK();
+            },
             [&](RoundEngine::Finished& f) -> Status {
               finished_ = true;
               finish_status_ = f.status;

@@ -17,9 +17,11 @@
 #include "core/onnx/onnx_reader.h"
 #include "core/json_line.h"
 #include "core/model_zoo.h"
+#include "core/stats/site_statistics.h"
 #include "core/trainer.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/key_files.h"
+#include "crypto/secagg/secure_random.h"
 #include "node/fit_task_runner.h"
 #include "node/site_model.h"
 
@@ -463,8 +465,64 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   return Status::OK();
 }
 
+Status FederatedClient::HandleStatsTask(const wire::Message& m, const wire::FitTask& task) {
+  if (task.secagg) return HandleSecureStatsTask(m, task);
+  // The noise that pushes min/max outward must not be predictable by the aggregator.
+  uint64_t seed = 0;
+  SodiumRandom().Fill(std::span<uint8_t>(reinterpret_cast<uint8_t*>(&seed), sizeof seed));
+  Rng noise(seed);
+  auto stats = SummarizeSite(train_, *task.statistics, config_.stats_policy, noise);
+  if (!stats.ok()) {
+    ++stats_.tasks_refused;
+    Log("refused the statistics request: " + stats.status().message());
+    return Status::OK();
+  }
+  Log("statistics phase " + std::to_string(task.statistics->phase) +
+      (stats->released ? " released over " + std::to_string(stats->rows) + " rows" : " withheld") +
+      (stats->withheld.empty() ? "" : " (" + stats->withheld + ")"));
+  wire::FitResult r;
+  r.round = m.header.round;
+  r.num_examples = stats->rows;
+  r.update = wire::FloatPayload({});
+  r.statistics = std::move(*stats);
+  if (Status s = transport_->Send(wire::Message{OutHeader(m.header.round), std::move(r)}); !s.ok()) {
+    Log("sending the statistics failed: " + s.message());
+  }
+  return Status::OK();
+}
+
+Status FederatedClient::HandleSecureStatsTask(const wire::Message& m, const wire::FitTask& task) {
+  auto refuse = [&](const std::string& why) {
+    ++stats_.tasks_refused;
+    Log("refused the secure statistics request: " + why);
+    return Status::OK();
+  };
+  if (secagg_allow_.empty()) {
+    return refuse("this site has no [secagg] allow to check the other sites' keys with");
+  }
+  auto sums = SiteSecureSums(train_, *task.statistics, config_.stats_policy);
+  if (!sums.ok()) return refuse(sums.status().message());
+  const SecureSumLayout layout{task.statistics->bin_lo.size(), task.statistics->bins,
+                               task.statistics->classes};
+  auto words = EncodeSecureSums(*sums, layout);
+  if (!words.ok()) return refuse(words.status().message());
+  auto participant = SecAggParticipant::StartEncoded(m.header, task, identity_, secagg_allow_,
+                                                     std::move(*words));
+  if (!participant.ok()) return refuse(participant.status().message());
+  secagg_.emplace(std::move(*participant));
+  Log("statistics phase 2: summing " + std::string(sums->rows > 0 ? "this site's" : "zero (withheld)") +
+      " counts, sums and histograms under secure aggregation");
+  if (Status s = transport_->Send(wire::Message{OutHeader(task.round), secagg_->advertisement()});
+      !s.ok()) {
+    Log("sending the secure aggregation keys failed: " + s.message());
+    secagg_.reset();
+  }
+  return Status::OK();
+}
+
 Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTask& task,
                                       std::atomic<bool>* stop) {
+  if (task.statistics) return HandleStatsTask(m, task);
   if (task.evaluate_only) return HandleEvalTask(m, task);
   const std::string round = "round " + std::to_string(task.round);
   auto refuse = [&](const std::string& why) {

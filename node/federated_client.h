@@ -133,6 +133,11 @@ class FederatedClient {
   // Federated evaluation: evaluates the task's model on test_ and answers with an
   // evaluation FitResult (no training, nothing else changes).
   Status HandleEvalTask(const wire::Message& m, const wire::FitTask& task);
+  // Federated statistics: summarises train_ under config_.stats_policy and answers with a
+  // statistics FitResult (withheld ones say why).
+  Status HandleStatsTask(const wire::Message& m, const wire::FitTask& task);
+  // Secure phase 2: this site's exact sums masked through SecAgg+ (secagg_).
+  Status HandleSecureStatsTask(const wire::Message& m, const wire::FitTask& task);
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
   // The aggregator's secure aggregation messages for the round this node takes part in.
   // A message for another round, or one that fails a check, ends this node's part (logged).

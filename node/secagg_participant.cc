@@ -27,6 +27,22 @@ Result<SecAggParticipant> SecAggParticipant::Start(const wire::Header& header,
   return SecAggParticipant(std::move(client), task.round, std::move(update));
 }
 
+Result<SecAggParticipant> SecAggParticipant::StartEncoded(const wire::Header& header,
+                                                          const wire::FitTask& task,
+                                                          const Identity& identity,
+                                                          std::span<const PublicIdentity> allowlist,
+                                                          std::vector<uint32_t> words) {
+  FM_ASSIGN_OR_RETURN(SecAggOptions options, FromWire(header, task));
+  if (words.size() != options.vector_size) {
+    return Status::InvalidArgument("the encoded input has " + std::to_string(words.size()) +
+                                   " words but the task sums " + std::to_string(options.vector_size));
+  }
+  FM_ASSIGN_OR_RETURN(SecAggClient client, SecAggClient::Create(options, identity, allowlist));
+  SecAggParticipant p(std::move(client), task.round, {});
+  p.encoded_ = std::move(words);
+  return p;
+}
+
 wire::Body SecAggParticipant::advertisement() const { return ToWire(client_.advertisement()); }
 
 Result<wire::Body> SecAggParticipant::OnMessage(const wire::Body& body) {
@@ -37,8 +53,11 @@ Result<wire::Body> SecAggParticipant::OnMessage(const wire::Body& body) {
   }
   if (const auto* m = std::get_if<wire::SecAggForwardedShares>(&body)) {
     FM_ASSIGN_OR_RETURN(ForwardedShares forwarded, FromWire(*m));
-    FM_ASSIGN_OR_RETURN(MaskedInput masked, client_.OnForwardedShares(forwarded, update_));
+    FM_ASSIGN_OR_RETURN(MaskedInput masked,
+                        encoded_.empty() ? client_.OnForwardedShares(forwarded, update_)
+                                         : client_.OnForwardedSharesEncoded(forwarded, encoded_));
     std::fill(update_.begin(), update_.end(), 0.0f);
+    std::fill(encoded_.begin(), encoded_.end(), 0u);
     return wire::Body(ToWire(masked));
   }
   if (const auto* m = std::get_if<wire::SecAggUnmaskRequest>(&body)) {

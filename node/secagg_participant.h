@@ -30,6 +30,13 @@ class SecAggParticipant {
                                          std::span<const PublicIdentity> allowlist,
                                          std::vector<float> update);
 
+  // As Start, for an input already encoded in Z_2^32 (federated statistics' exact sums,
+  // core/stats/secure_sums.h): `words` must have the task's vector size.
+  static Result<SecAggParticipant> StartEncoded(const wire::Header& header, const wire::FitTask& task,
+                                                const Identity& identity,
+                                                std::span<const PublicIdentity> allowlist,
+                                                std::vector<uint32_t> words);
+
   uint64_t round() const { return round_; }
   // Stage 0: the signed keys to send first.
   wire::Body advertisement() const;
@@ -46,7 +53,8 @@ class SecAggParticipant {
 
   SecAggClient client_;
   uint64_t round_;
-  std::vector<float> update_;  // wiped once masked
+  std::vector<float> update_;     // wiped once masked
+  std::vector<uint32_t> encoded_;  // StartEncoded's input instead of update_; wiped once masked
   bool finished_ = false;
 };
 

@@ -1,21 +1,12 @@
 #include "sim/plot.h"
 
+#include "core/gnuplot.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 namespace fedmesh {
-
-namespace {
-
-// Single quotes for gnuplot strings; a quote inside becomes two.
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
-}  // namespace
 
 Status WritePlots(const std::vector<SimRoundMetrics>& rounds, const std::string& dir,
                   const std::string& title) {
@@ -48,36 +39,24 @@ Status WritePlots(const std::vector<SimRoundMetrics>& rounds, const std::string&
   {
     std::ofstream f(script);
     if (!f) return Status::IOError("cannot write '" + script + "'");
-    auto png = [&](const std::string& name) { return Quote((fs::path(dir) / name).string()); };
+    auto png = [&](const std::string& name) { return GnuplotQuote((fs::path(dir) / name).string()); };
     f << "set terminal png size 900,600\nset grid\nset key off\n"
-      << "set title " << Quote(title) << "\nset ylabel 'test accuracy'\nset datafile missing 'NaN'\n"
+      << "set title " << GnuplotQuote(title) << "\nset ylabel 'test accuracy'\nset datafile missing 'NaN'\n"
       << "set output " << png("accuracy_vs_round.png") << "\nset xlabel 'round'\n"
-      << "plot " << Quote(data) << " using 1:3 with linespoints pt 7 ps 0.6\n"
+      << "plot " << GnuplotQuote(data) << " using 1:3 with linespoints pt 7 ps 0.6\n"
       << "set output " << png("accuracy_vs_time.png") << "\nset xlabel 'simulated time (s)'\n"
-      << "plot " << Quote(data) << " using 2:3 with linespoints pt 7 ps 0.6\n"
+      << "plot " << GnuplotQuote(data) << " using 2:3 with linespoints pt 7 ps 0.6\n"
       << "set output " << png("accuracy_vs_bytes.png")
       << "\nset xlabel 'bytes sent and received, cumulative (MB)'\n"
-      << "plot " << Quote(data) << " using ($4/1e6):3 with linespoints pt 7 ps 0.6\n";
+      << "plot " << GnuplotQuote(data) << " using ($4/1e6):3 with linespoints pt 7 ps 0.6\n";
     if (any_consensus) {
       f << "set output " << png("consensus_vs_round.png")
         << "\nset xlabel 'round'\nset ylabel 'consensus distance'\nset logscale y\n"
-        << "plot " << Quote(data) << " using 1:5 with linespoints pt 7 ps 0.6\n";
+        << "plot " << GnuplotQuote(data) << " using 1:5 with linespoints pt 7 ps 0.6\n";
     }
     if (!f.flush()) return Status::IOError("cannot write '" + script + "'");
   }
-  const std::string command = "gnuplot " + Quote(script) + " 2>&1";
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return Status::FailedPrecondition("cannot run gnuplot");
-  std::string output;
-  char buf[512];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) output.append(buf, n);
-  const int rc = pclose(p);
-  if (rc != 0) {
-    return Status::FailedPrecondition(
-        "gnuplot failed (install Debian's gnuplot-nox for --plot): " +
-        (output.empty() ? std::string("exit status ") + std::to_string(rc) : output));
-  }
-  return Status::OK();
+  return RunGnuplot(script);
 }
 
 }  // namespace fedmesh

@@ -29,6 +29,12 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr std::string_view kCodecNone = "none";
 // Most metrics an evaluation FitResult may carry (core/metrics.h gives a handful per task).
 inline constexpr size_t kMaxEvalMetrics = 64;
+// Bounds of federated statistics messages: features per site, histogram bins, t-digest
+// centroids per feature, classes in the label counts.
+inline constexpr size_t kMaxStatsFeatures = 4096;
+inline constexpr size_t kMaxStatsBins = 1024;
+inline constexpr size_t kMaxStatsCentroids = 1024;
+inline constexpr size_t kMaxStatsClasses = 65536;
 
 // Fields every message carries. The protocol version is not here: Encode always writes
 // kProtocolVersion and decoding rejects any other.
@@ -117,6 +123,59 @@ struct SecAggParameters {
   friend bool operator==(const SecAggParameters&, const SecAggParameters&) = default;
 };
 
+// Federated statistics (core/stats/site_statistics.h, docs/data.md): what the aggregator
+// asks each site to summarise. Phase 1: per feature count, sum, sum of squares, min/max
+// and a quantile sketch, plus the label counts. Phase 2: per feature a histogram of `bins`
+// equal bins over [bin_lo[i], bin_hi[i]].
+struct StatsRequest {
+  uint32_t phase = 1;           // 1 or 2
+  uint32_t bins = 0;            // phase 2: 1..kMaxStatsBins; phase 1: 0
+  std::vector<double> bin_lo;   // phase 2: one per feature; finite, bin_lo <= bin_hi
+  std::vector<double> bin_hi;
+  // Secure aggregation ([secagg] enabled): phase 1 answers leave the additive figures out;
+  // phase 2 comes with FitTask::secagg and the site answers through SecAgg+ with its
+  // counts, sums, sums of squares, histograms and `classes` label counts encoded exactly
+  // (core/stats/secure_sums.h).
+  bool secure = false;
+  uint32_t classes = 0;  // secure phase 2: label classes in the layout; <= kMaxStatsClasses
+
+  friend bool operator==(const StatsRequest&, const StatsRequest&) = default;
+};
+
+// One feature of a site's summary.
+struct FeatureSummary {
+  uint64_t count = 0;
+  double sum = 0.0;
+  double sum_sq = 0.0;
+  double min = 0.0;  // pushed outward by the site's noise (StatsPrivacyPolicy)
+  double max = 0.0;
+  // t-digest centroids (core/stats/tdigest.h), means ascending; empty when withheld.
+  std::vector<double> centroid_mean;
+  std::vector<double> centroid_weight;
+  std::vector<uint64_t> histogram;  // phase 2: StatsRequest::bins counts; empty if withheld
+
+  friend bool operator==(const FeatureSummary&, const FeatureSummary&) = default;
+};
+
+// A site's answer to a StatsRequest, after its own privacy policy. Values are finite;
+// sizes within the kMaxStats* bounds.
+struct SiteStatistics {
+  uint32_t phase = 1;     // the request's
+  bool released = false;  // false: only `withheld` is set
+  std::string withheld;   // why nothing was released, or which parts were left out
+  uint64_t rows = 0;
+  std::vector<std::string> feature_names;  // one per feature
+  std::vector<FeatureSummary> features;
+  std::vector<uint64_t> label_counts;      // classification: rows per class
+  // The answer to a secure phase 1: count, sum, sum_sq, histograms and label_counts are
+  // left out (zero / empty) and travel under secure aggregation in phase 2; num_classes is
+  // the site's number of classes (0 for regression data).
+  bool secure = false;
+  uint32_t num_classes = 0;
+
+  friend bool operator==(const SiteStatistics&, const SiteStatistics&) = default;
+};
+
 // Aggregator -> node: train from global_model and send back a FitResult.
 struct FitTask {
   uint64_t round = 0;                                  // must equal Header::round
@@ -154,6 +213,10 @@ struct FitTask {
   // with a FitResult whose `evaluation` is set; `round` is the round that produced the
   // model. Never with secagg or with_prediction.
   bool evaluate_only = false;
+  // Set: federated statistics. The node summarises its training data as asked and answers
+  // with a FitResult whose `statistics` is set; global_model is empty. Never with
+  // evaluate_only, secagg or with_prediction.
+  std::optional<StatsRequest> statistics;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -176,6 +239,9 @@ struct FitResult {
   // printable characters), `update` empty (codec "none", no elements).
   bool evaluation = false;
   std::map<std::string, double> metrics;
+  // The answer to a FitTask with statistics: num_examples the site's rows, `update` empty,
+  // not an evaluation.
+  std::optional<SiteStatistics> statistics;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };

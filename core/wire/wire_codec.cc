@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/codec/codec.h"
 #include "core/wire/fedmesh.pb.h"
+#include "core/wire/wire_stats.h"
 
 namespace fedmesh::wire {
 namespace {
@@ -581,6 +582,19 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     if (m->model_sha256.empty() != m->model_graph.empty()) {
       return Status::InvalidArgument("FitTask carries model_graph and model_sha256 together or neither");
     }
+    if (m->statistics.has_value()) {
+      if (m->evaluate_only || m->with_prediction || m->global_model.element_count != 0) {
+        return Status::InvalidArgument(
+            "FitTask statistics is set with evaluate_only, with_prediction or a global model; "
+            "a statistics task carries only its request");
+      }
+      const bool secure_phase2 = m->statistics->secure && m->statistics->phase == 2;
+      if (m->secagg.has_value() != secure_phase2) {
+        return Status::InvalidArgument(
+            "FitTask statistics comes with secagg exactly when it is a secure phase 2");
+      }
+      FM_RETURN_IF_ERROR(CheckStatsRequest(*m->statistics));
+    }
     if (m->evaluate_only && (m->secagg.has_value() || m->with_prediction)) {
       return Status::InvalidArgument(
           "FitTask evaluate_only is set with secagg or with_prediction; an evaluation task "
@@ -614,6 +628,14 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
                                             " but the update has ", payload_bytes, " bytes"));
     }
     FM_RETURN_IF_ERROR(CheckPayloadDescription(m->update, payload_bytes, "FitResult.update", l));
+    if (m->statistics.has_value()) {
+      if (m->evaluation || m->update.element_count != 0 || payload_bytes != 0 ||
+          m->applied_prediction) {
+        return Status::InvalidArgument(
+            "FitResult statistics carries an update or an evaluation; it sends statistics only");
+      }
+      FM_RETURN_IF_ERROR(CheckSiteStatistics(*m->statistics));
+    }
     if (!m->evaluation && !m->metrics.empty()) {
       return Status::InvalidArgument("FitResult carries metrics but is not an evaluation");
     }
@@ -868,6 +890,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     for (float w : m->class_weights) o->add_class_weights(w);
     o->set_pos_weight(m->pos_weight);
     o->set_evaluate_only(m->evaluate_only);
+    if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
       auto* os = o->mutable_secagg();
@@ -890,6 +913,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_applied_prediction(m->applied_prediction);
     o->set_evaluation(m->evaluation);
     for (const auto& [name, value] : m->metrics) (*o->mutable_metrics())[name] = value;
+    if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -1023,6 +1047,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.class_weights.assign(i.class_weights().begin(), i.class_weights().end());
       m.pos_weight = i.pos_weight();
       m.evaluate_only = i.evaluate_only();
+      if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
         m.secagg = SecAggParameters{p.threshold(), p.neighbours(),  p.clip(),
@@ -1048,6 +1073,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
                                          " metrics; the limit is ", kMaxEvalMetrics));
       }
       for (const auto& [name, value] : i.metrics()) m.metrics[name] = value;
+      if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       *body = std::move(m);
       return Status::OK();
     }

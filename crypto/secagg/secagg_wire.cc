@@ -1,5 +1,7 @@
 #include "crypto/secagg/secagg_wire.h"
 
+#include "core/wire/wire_stats.h"
+
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -229,7 +231,9 @@ Result<SecAggOptions> FromWire(const wire::Header& header, const wire::FitTask& 
   options.neighbours = p.neighbours;
   options.clip = p.clip;
   options.bits = p.bits;
-  options.vector_size = static_cast<size_t>(task.global_model.element_count);
+  // A statistics task sums its encoded figures (core/stats/secure_sums.h), not a model.
+  options.vector_size = task.statistics ? wire::SecureStatsWords(*task.statistics)
+                                        : static_cast<size_t>(task.global_model.element_count);
   options.min_clients = static_cast<size_t>(p.min_clients);
   options.max_clients = p.max_clients;
   options.noise_stddev = p.noise_stddev;

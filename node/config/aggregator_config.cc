@@ -131,6 +131,20 @@ const ConfigSchema& AggregatorConfigSchema() {
             .Min(0, true),
         StringKey("eval", "label_column", "label",
                   "csv [eval] dataset: the column holding the integer class labels"),
+        BoolKey("stats", "enabled", false,
+                "Federated statistics before round 1: every connected site summarises its "
+                "training data (counts, mean, std, min/max, quantiles, histograms, labels) under "
+                "its own [stats] privacy policy; written to [stats] report (docs/data.md)"),
+        IntKey("stats", "bins", 10, "Histogram bins per feature; 0 = no histograms").Min(0).Max(1024),
+        FloatListKey("stats", "quantiles", {0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99},
+                     "Quantiles reported per feature, each in [0, 1]"),
+        IntKey("stats", "min_sites", 1,
+               "Fewest sites releasing statistics for federation figures").Min(1),
+        FloatKey("stats", "timeout_s", 120.0, "Seconds each statistics phase waits for the sites")
+            .Min(0, true),
+        StringKey("stats", "report", "stats.json",
+                  "Where the statistics report goes (JSON; a PNG of the histograms per site is "
+                  "written next to it with gnuplot); relative to the working directory"),
     };
     for (ConfigKey& k : RoundModeConfigKeys(10, "in [min_clients, clients_per_round]")) {
       s->keys.push_back(std::move(k));
@@ -210,6 +224,12 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.federated_eval.every = static_cast<uint64_t>(v.GetInt("eval", "every"));
   r.federated_eval.min_sites = static_cast<int>(v.GetInt("eval", "min_sites"));
   r.federated_eval.timeout_s = v.GetFloat("eval", "timeout_s");
+  r.federated_stats.enabled = v.GetBool("stats", "enabled");
+  r.federated_stats.bins = static_cast<uint32_t>(v.GetInt("stats", "bins"));
+  r.federated_stats.quantiles = v.GetFloatList("stats", "quantiles");
+  r.federated_stats.min_sites = static_cast<int>(v.GetInt("stats", "min_sites"));
+  r.federated_stats.timeout_s = v.GetFloat("stats", "timeout_s");
+  c.stats_report = v.GetString("stats", "report");
   c.model.num_classes = static_cast<int>(v.GetInt("model", "num_classes"));
   c.model.input_shape.clear();
   for (double d : v.GetFloatList("model", "input_shape")) {
@@ -230,6 +250,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   // Field names as Validate(RoundEngineOptions) spells them; longer names first where one
   // contains another, so "min_available_clients" is not taken for "min_clients".
   static const std::vector<FieldKey> kRoundFields = {
+      {"federated_stats.quantiles", "stats", "quantiles"},
+      {"federated_stats.timeout_s", "stats", "timeout_s"},
+      {"federated_stats.min_sites", "stats", "min_sites"},
       {"federation_id", "federation", "id"},
       {"aggregator_id", "aggregator", "id"},
       {"total_rounds", "rounds", "total"},

@@ -42,6 +42,8 @@ struct AggregatorConfig {
   // [eval]
   std::string eval_dataset;  // data source of the held-out set; empty = no evaluation
   std::string eval_label_column = "label";  // csv eval data: the label column
+  // [stats] report: the federated statistics report (JSON; PNG beside it)
+  std::string stats_report = "stats.json";
 };
 
 const ConfigSchema& AggregatorConfigSchema();

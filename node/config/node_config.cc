@@ -183,6 +183,21 @@ const ConfigSchema& NodeConfigSchema() {
         FloatKey("codec", "dgc_momentum", 0.9, "dgc: momentum of the accumulated velocity")
             .Min(0)
             .Max(1, true),
+        BoolKey("stats", "allow", true,
+                "Answer the aggregator's federated statistics requests (docs/data.md); false = "
+                "always withheld"),
+        IntKey("stats", "min_count", 10, "Fewest rows from which any statistic is released")
+            .Min(1),
+        FloatKey("stats", "minmax_noise", 0.05,
+                 "Released min/max are pushed outward by |N(0, (minmax_noise x range)^2)|; 0 = exact")
+            .Min(0),
+        FloatKey("stats", "max_bins_fraction", 0.5,
+                 "A histogram with more bins than this fraction of the rows is withheld")
+            .Min(0, true)
+            .Max(1),
+        BoolKey("stats", "quantiles", true,
+                "Release t-digest sketches (quantiles); their outermost centroids are single "
+                "values"),
     };
     return s;
   }();
@@ -290,6 +305,11 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.seeds = v.GetStringList("gossip", "seeds");
   g.allow_dir = v.GetString("gossip", "allow");
   c.secagg_allow_dir = v.GetString("secagg", "allow");
+  c.stats_policy.allow = v.GetBool("stats", "allow");
+  c.stats_policy.min_count = static_cast<uint64_t>(v.GetInt("stats", "min_count"));
+  c.stats_policy.minmax_noise = v.GetFloat("stats", "minmax_noise");
+  c.stats_policy.max_bins_fraction = v.GetFloat("stats", "max_bins_fraction");
+  c.stats_policy.quantiles = v.GetBool("stats", "quantiles");
   g.protocol = v.GetString("gossip", "protocol");
   g.topology = v.GetString("gossip", "topology");
   g.period_ms = v.GetInt("gossip", "period_ms");

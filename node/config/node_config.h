@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/codec/error_feedback.h"
+#include "core/stats/site_statistics.h"
 #include "core/status.h"
 #include "node/config/config_schema.h"
 #include "node/local_training.h"
@@ -67,6 +68,8 @@ struct NodeConfig {
   std::string expect_model_sha256;
   // [model] local: globs over tensor names that stay on this site (FedBN, personal heads).
   std::vector<std::string> local_patterns;
+  // [stats]: what this site lets leave it when the aggregator asks for federated statistics.
+  StatsPrivacyPolicy stats_policy;
 };
 
 const ConfigSchema& NodeConfigSchema();

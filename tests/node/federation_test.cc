@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -980,6 +981,153 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
   EXPECT_EQ(JsonNumber(last, "sites_answered").value_or(-1), 4) << last;
   EXPECT_GE(JsonNumber(last, "auc").value_or(-1), 0.9) << last;
   EXPECT_GE(JsonNumber(last, "accuracy").value_or(-1), 0.8) << last;
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// Issue 19, federated statistics: three sites release summaries of their rows (two with
+// exact min/max, one with its default noise) and a fourth, with 8 rows, is below its
+// min_count and releases nothing. The aggregator's report must give the mean and variance
+// of the pooled rows of the three to 1e-9 relative (computed here independently, and by
+// numpy when it is installed), histograms that count every row, the label counts, and the
+// withheld site's reason; then round 1 trains as usual.
+class FederatedStatisticsTest : public FederationTest {
+ protected:
+  void RunAndCheck(bool secure);
+};
+
+TEST_F(FederatedStatisticsTest, FederationFederatedStatisticsEqualThePooledRows) { RunAndCheck(false); }
+
+// The same under secure aggregation: the sites' counts, sums, sums of squares, histograms
+// and label counts are summed by SecAgg+ as exact fixed-point words, so the aggregator
+// sees only the federation's totals, and they still equal the pooled figures to 1e-9.
+TEST_F(FederatedStatisticsTest, FederationFederatedStatisticsUnderSecureAggregation) {
+  RunAndCheck(true);
+}
+
+void FederatedStatisticsTest::RunAndCheck(bool secure) {
+  Rng rng(23);
+  const int rows[] = {120, 60, 200, 8};
+  std::vector<std::vector<std::array<float, 3>>> values(4);
+  std::vector<int> malignant(4, 0);
+  for (int site = 1; site <= 4; ++site) {
+    std::ofstream out(dir_ / ("site-" + std::to_string(site) + ".csv"));
+    out << "age,creatinine,smoker,diagnosis\n";
+    for (int r = 0; r < rows[site - 1]; ++r) {
+      // Written with 9 digits: read back as float32, the reference uses the same floats.
+      char line[160];
+      const double age = rng.Normal(50.0 + 3 * site, 12.0);
+      const double creat = 1000.0 + rng.Normal(0.1 * site, 1.0);  // mean / std ~ 1e3
+      const int smoker = rng.Uniform() < 0.3;
+      const bool m = rng.Uniform() < 0.35;
+      std::snprintf(line, sizeof line, "%.9g,%.9g,%d,%s\n", age, creat, smoker, m ? "malignant" : "benign");
+      out << line;
+      values[site - 1].push_back({static_cast<float>(std::strtod(line, nullptr)), 0.0f, static_cast<float>(smoker)});
+      values[site - 1].back()[1] = static_cast<float>(std::strtod(std::strchr(line, ',') + 1, nullptr));
+      malignant[site - 1] += m;
+    }
+  }
+  const std::string ep = StartAggregator(
+      {"rounds.total=1", "rounds.clients_per_round=4", "rounds.min_clients=3",
+       "rounds.min_available_clients=4", "model.name=logreg", "model.input_shape=3",
+       "model.num_classes=2", "eval.dataset=", "stats.enabled=true", "stats.bins=8",
+       "stats.min_sites=3", "stats.report=stats.json",
+       std::string("secagg.enabled=") + (secure ? "true" : "false"), "secagg.stage_timeout_s=30"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 4; ++i) {
+    std::vector<std::string> sets = {"data.dataset=csv:site-" + std::to_string(i) + ".csv",
+                                     "data.label_column=diagnosis", "data.label_values=benign,malignant",
+                                     "data.num_partitions=1", "data.index=0", "data.test_fraction=0",
+                                     "model.name=logreg", "secagg.allow=keys/allow"};
+    if (i <= 2) sets.push_back("stats.minmax_noise=0");
+    ASSERT_NE(StartNode(i, ep, sets), nullptr);
+  }
+  const auto rc = aggregator_->WaitExit(seconds(120));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 120 s";
+  ASSERT_EQ(*rc, 0) << aggregator_->Log();
+  EXPECT_NE(aggregator_->Log().find("federated statistics: 3/4 site(s) released, 380 rows"),
+            std::string::npos) << aggregator_->Log();
+  EXPECT_EQ(MetricsLines().size(), 1u) << "round 1 trained after the statistics";
+
+  const std::string report = ReadWholeFile(dir_ / "stats.json");
+  const size_t fed_at = report.find("\"federation\":");
+  const size_t sites_at = report.find(",\"sites\":{");
+  ASSERT_NE(fed_at, std::string::npos) << report;
+  ASSERT_NE(sites_at, std::string::npos) << report;
+  const std::string fed = report.substr(fed_at, sites_at - fed_at);
+  EXPECT_EQ(JsonNumber(fed, "rows").value_or(-1), 380);
+  EXPECT_NE(fed.find("\"label_counts\":[" + std::to_string(380 - malignant[0] - malignant[1] - malignant[2]) +
+                     "," + std::to_string(malignant[0] + malignant[1] + malignant[2]) + "]"),
+            std::string::npos) << fed;
+  const char* names[] = {"age", "creatinine", "smoker"};
+  for (int j = 0; j < 3; ++j) {
+    long double mean = 0, var = 0;
+    float lo = INFINITY, hi = -INFINITY, lo12 = INFINITY;
+    size_t n = 0;
+    for (int s = 0; s < 3; ++s) {
+      for (const auto& v : values[s]) {
+        mean += v[j];
+        ++n;
+        lo = std::min(lo, v[j]);
+        hi = std::max(hi, v[j]);
+        if (s < 2) lo12 = std::min(lo12, v[j]);
+      }
+    }
+    mean /= n;
+    for (int s = 0; s < 3; ++s)
+      for (const auto& v : values[s]) var += (v[j] - mean) * (v[j] - mean);
+    var /= n;
+    const size_t at = fed.find(std::string("{\"name\":\"") + names[j] + "\"");
+    ASSERT_NE(at, std::string::npos) << names[j];
+    const std::string f = fed.substr(at);
+    EXPECT_EQ(JsonNumber(f, "count").value_or(-1), 380);
+    EXPECT_NEAR(JsonNumber(f, "mean").value_or(-1), static_cast<double>(mean),
+                1e-9 * std::fabs(static_cast<double>(mean))) << names[j];
+    EXPECT_NEAR(JsonNumber(f, "variance").value_or(-1), static_cast<double>(var),
+                1e-9 * static_cast<double>(var)) << names[j];
+    // Site 3's noisy minimum may be the lowest; never above the true one.
+    const double fmin = JsonNumber(f, "min").value_or(1e300);
+    EXPECT_LE(fmin, lo) << names[j];
+    EXPECT_GE(fmin, lo - (hi - lo)) << names[j];
+    if (j == 2) EXPECT_LT(fmin, 0.0) << "site 3's noise pushes the 0/1 column's minimum below 0";
+    const size_t h = f.find("\"counts\":[");
+    ASSERT_NE(h, std::string::npos) << f;
+    uint64_t total = 0;
+    for (const char* p = f.c_str() + h + 10; *p != ']'; ++p) {
+      char* end = nullptr;
+      total += std::strtoull(p, &end, 10);
+      p = end;
+      if (*p == ']') break;
+    }
+    EXPECT_EQ(total, 380u) << "every row in one bin: " << f.substr(h, 80);
+  }
+  EXPECT_NE(report.find("\"site-4\":{\"released\":false,\"withheld\":\"this site has 8 rows, fewer "
+                        "than its min_count 10\"}"),
+            std::string::npos) << report.substr(sites_at);
+  // Per site: sums in the clear without secure aggregation, none with it.
+  const std::string site1 = report.substr(report.find("\"site-1\":"), 400);
+  if (secure) {
+    EXPECT_NE(site1.find("\"secure\":true"), std::string::npos) << site1;
+    EXPECT_NE(site1.find("\"sum\":0,"), std::string::npos) << site1;
+    EXPECT_NE(aggregator_->Log().find("secure"), std::string::npos);
+  } else {
+    EXPECT_EQ(JsonNumber(site1, "rows").value_or(-1), 120) << site1;
+    EXPECT_NE(site1.find("\"sum\":"), std::string::npos) << site1;
+    EXPECT_EQ(site1.find("\"sum\":0,"), std::string::npos) << site1;
+  }
+  if (fs::exists("/usr/bin/gnuplot")) EXPECT_GT(fs::file_size(dir_ / "stats.png"), 1000u);
+  // numpy, when the machine has it (scripts/setup.sh installs it with the benchmarks).
+  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") == 0) {
+    const std::string script = std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/stats/check_pooled.py";
+    const auto r = fedmesh::testing::RunShell("cd " + dir_.string() + " && /usr/bin/python3 " + script +
+                                              " stats.json diagnosis site-1.csv site-2.csv site-3.csv");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("numpy pooled check: 380 rows, 3 features"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace
