@@ -61,6 +61,9 @@ Status Validate(const RoundEngineOptions& o) {
     if (!(std::isfinite(e.timeout_s) && e.timeout_s > 0))
       return bad("federated_eval.timeout_s", e.timeout_s, "finite and > 0");
   }
+  if (o.model_after_stats && !o.federated_stats.enabled) {
+    return Status::InvalidArgument("model_after_stats is set but federated_stats is off: it would never run");
+  }
   if (o.federated_stats.enabled) {
     const FederatedStatsSettings& st = o.federated_stats;
     if (st.bins > wire::kMaxStatsBins) {
@@ -1017,10 +1020,28 @@ void RoundEngine::AdvanceStats(std::vector<Output>& out) {
 }
 
 void RoundEngine::CloseStats(std::vector<Output>& out) {
-  out.push_back(StatsClosed{stats_->Close(env_->NowSeconds())});
+  FederatedStatsReport report = stats_->Close(env_->NowSeconds());
+  Status model_status = Status::OK();
+  if (options_.model_after_stats) {
+    if (!report.total) {
+      model_status = Status::FailedPrecondition(
+          "the model needs the federation's statistics ([data] normalize = \"federated\") and "
+          "there are none: " + report.error);
+    } else if (auto model = options_.model_after_stats(*report.total); !model.ok()) {
+      model_status = model.status().WithContext("applying the federation's statistics to the model");
+    } else {
+      options_.model_sha256 = std::move(model->first);
+      options_.model_graph = std::move(model->second);
+    }
+  }
+  out.push_back(StatsClosed{std::move(report)});
   stats_.reset();
   stats_secagg_.reset();
   stats_done_ = true;
+  if (!model_status.ok()) {
+    Finish(std::move(model_status), out);
+    return;
+  }
   TryOpenRound(out);
 }
 

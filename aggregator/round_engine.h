@@ -144,6 +144,13 @@ struct RoundEngineOptions {
   // StatsClosed; round 1 opens after it closes. Skipped by a restored engine past round 1.
   // The summaries travel as plain FitResults, also when secagg is enabled. Off by default.
   FederatedStatsSettings federated_stats;
+  // Called when the statistics close, before round 1 opens, when set ([data] normalize =
+  // "federated"): returns the model architecture (model_sha256, model_graph) every later
+  // task carries, e.g. the configured one with the federation's input normalization in
+  // front. An error, or statistics without federation figures, ends the federation
+  // (Finished with the reason): its model was to train on normalized inputs. Default: none.
+  std::function<Result<std::pair<std::string, std::string>>(const FederationStatistics&)>
+      model_after_stats;
   // Whether UpdateAccepted carries the node's new weights, which the aggregator's store
   // persists for Restore. A driver that keeps no store (the simulator) turns it off and
   // saves a model-sized copy per update. Default: true.

@@ -4,6 +4,8 @@
 
 #include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
+#include "core/graph/input_normalization.h"
+#include "core/onnx/onnx_reader.h"
 #include "core/onnx/onnx_writer.h"
 
 #include <algorithm>
@@ -96,6 +98,26 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
     spdlog::info("model {}: graph sha256 {}, {} trainable parameters + {} state values",
                  spec.name, g->hash(), g->num_trainable(), g->num_state());
   }
+  if (config.normalize == "federated") {
+    const graph::GraphModel* g = s->model_->graph_model();
+    if (g == nullptr) {
+      return Status::InvalidArgument(
+          "[data] normalize = \"federated\" puts the normalization in front of a graph model; "
+          "the built-in '" + spec.name + "' is not one: use [model] onnx");
+    }
+    s->base_graph_ = g->graph();
+    const auto features = static_cast<size_t>(
+        g->graph().inputs.empty() || g->graph().inputs[0].dims.size() != 2 ? 0
+                                                                           : g->graph().inputs[0].dims[1]);
+    const std::vector<double> zeros(features, 0.0), ones(features, 1.0);
+    FM_RETURN_IF_ERROR(graph::AddInputNormalization(*s->base_graph_, zeros, ones)
+                           .status()
+                           .WithContext("[data] normalize = \"federated\""));
+    AggregatorService* self = s.get();
+    s->config_.rounds.model_after_stats = [self](const FederationStatistics& stats) {
+      return self->NormalizeModel(stats);
+    };
+  }
   FM_RETURN_IF_ERROR(s->model_->SetLoss(config.loss).WithContext("[train] loss"));
   if (s->eval_data_) {
     FM_RETURN_IF_ERROR(s->model_->CheckCompatible(*s->eval_data_)
@@ -113,7 +135,28 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
     // A built-in model is remembered by its spec, so fedmesh-model can export it as ONNX.
     const std::string sha =
         s->config_.rounds.model_sha256.empty() ? kBuiltinModelGraph : s->config_.rounds.model_sha256;
-    if (stored && stored->sha256 != sha) {
+    if (stored && stored->sha256 != sha && s->base_graph_) {
+      // A restart after the statistics: the stored model is the configured one with the
+      // federation's input normalization in front; train that one.
+      onnx::ReaderLimits limits;
+      limits.absent_weights_as_zeros = true;
+      auto g = onnx::ParseOnnx(stored->onnx, limits);
+      auto base = g.ok() ? graph::RemoveInputNormalization(*g) : g.status();
+      if (g.ok() && base.ok() && graph::HasInputNormalization(*g) && graph::CanonicalHash(*base) == sha) {
+        FM_ASSIGN_OR_RETURN(s->model_, Model::CreateFromGraph(spec.name, s->backend_.get(), std::move(*g)));
+        FM_RETURN_IF_ERROR(s->model_->SetLoss(config.loss).WithContext("[train] loss"));
+        if (s->trainer_) {
+          TrainerOptions topt;
+          topt.loss = config.loss;
+          s->trainer_ = std::make_unique<Trainer>(s->model_.get(), topt, env);
+        }
+        s->config_.rounds.model_sha256 = stored->sha256;
+        s->config_.rounds.model_graph = stored->onnx;
+        spdlog::info("the store's model is the configured one with the federation's input "
+                     "normalization (graph sha256 {})", stored->sha256);
+      }
+    }
+    if (stored && stored->sha256 != s->config_.rounds.model_sha256 && stored->sha256 != sha) {
       return Status::FailedPrecondition(
           "the store " + config.db_path + " belongs to a model with graph sha256 " +
           stored->sha256 + " but the configured model " +
@@ -137,6 +180,33 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
 }
 
 AggregatorService::~AggregatorService() = default;
+
+Result<std::pair<std::string, std::string>> AggregatorService::NormalizeModel(
+    const FederationStatistics& stats) {
+  std::vector<double> mean, stddev;
+  for (const FeatureStatistics& f : stats.features) {
+    mean.push_back(f.mean);
+    stddev.push_back(f.stddev);
+  }
+  FM_ASSIGN_OR_RETURN(graph::Graph g, graph::AddInputNormalization(*base_graph_, mean, stddev));
+  const std::string sha = graph::CanonicalHash(g);
+  FM_ASSIGN_OR_RETURN(std::string bytes, onnx::SerializeArchitecture(g));
+  // Constants are not parameters: the weights carry over unchanged.
+  const std::vector<float> params = model_->GetParams();
+  FM_ASSIGN_OR_RETURN(auto m, Model::CreateFromGraph(config_.model.name, backend_.get(), std::move(g)));
+  FM_RETURN_IF_ERROR(m->SetParams(params));
+  FM_RETURN_IF_ERROR(m->SetLoss(config_.loss));
+  model_ = std::move(m);
+  if (trainer_) {
+    TrainerOptions topt;
+    topt.loss = config_.loss;
+    trainer_ = std::make_unique<Trainer>(model_.get(), topt, env_);
+  }
+  FM_RETURN_IF_ERROR(store_->SaveModelGraph(sha, bytes));
+  spdlog::info("input normalization from the federation's statistics ({} features) in front of the "
+               "model: graph sha256 {}", mean.size(), sha);
+  return std::make_pair(sha, bytes);
+}
 
 Status AggregatorService::InitEngine() {
   FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(config_.strategy, config_.strategy_options));

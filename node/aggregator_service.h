@@ -25,6 +25,7 @@
 #include "core/backend.h"
 #include "core/data/dataset.h"
 #include "core/env.h"
+#include "core/graph/graph.h"
 #include "core/model.h"
 #include "core/status.h"
 #include "core/trainer.h"
@@ -112,7 +113,13 @@ class AggregatorService {
   std::unique_ptr<AggregatorStore> store_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
+  // [data] normalize = "federated": the configured architecture without the federation's
+  // input normalization, which is put in front of it once the statistics close.
+  std::optional<graph::Graph> base_graph_;
   std::unique_ptr<Trainer> trainer_;
+  // Puts the federation's input normalization in front of base_graph_: the new model
+  // (kept weights), stored as the federation's graph; returns its (sha256, graph bytes).
+  Result<std::pair<std::string, std::string>> NormalizeModel(const FederationStatistics& stats);
   std::optional<Dataset> eval_data_;
   std::unique_ptr<ZmqServer> server_;
   std::optional<RoundEngine> engine_;

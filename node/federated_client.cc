@@ -14,6 +14,7 @@
 #include "core/data/data_source.h"
 #include "core/data/partition.h"
 #include "core/graph/graph_model.h"
+#include "core/graph/input_normalization.h"
 #include "core/onnx/onnx_reader.h"
 #include "core/json_line.h"
 #include "core/model_zoo.h"
@@ -387,13 +388,6 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   if (const graph::GraphModel* g = model_->graph_model(); g && g->hash() == sha256) {
     return Status::OK();
   }
-  if (!config_.expect_model_sha256.empty() && sha256 != config_.expect_model_sha256) {
-    return Status::FailedPrecondition(
-        "the aggregator's model has graph sha256 " + sha256 + " but [model] expect_sha256 is " +
-        config_.expect_model_sha256 +
-        ": this site trains no other architecture. Inspect the federation's model with "
-        "fedmesh-model inspect and set expect_sha256 to its hash once it is approved");
-  }
   onnx::ReaderLimits limits;
   limits.absent_weights_as_zeros = true;
   auto g = onnx::ParseOnnx(graph_bytes, limits);
@@ -402,6 +396,23 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   if (actual != sha256) {
     return Status::InvalidArgument("the aggregator's model graph hashes to " + actual +
                                    ", not to the sha256 " + sha256 + " it came with");
+  }
+  if (!config_.expect_model_sha256.empty() && sha256 != config_.expect_model_sha256) {
+    // The pinned model with the federation's input normalization in front ([data]
+    // normalize = "federated") is still the pinned model.
+    auto base = graph::RemoveInputNormalization(*g);
+    const bool pinned_plus_normalization =
+        graph::HasInputNormalization(*g) && base.ok() &&
+        graph::CanonicalHash(*base) == config_.expect_model_sha256;
+    if (!pinned_plus_normalization) {
+      return Status::FailedPrecondition(
+          "the aggregator's model has graph sha256 " + sha256 + " but [model] expect_sha256 is " +
+          config_.expect_model_sha256 +
+          ": this site trains no other architecture. Inspect the federation's model with "
+          "fedmesh-model inspect and set expect_sha256 to its hash once it is approved");
+    }
+    Log("the aggregator's model is the pinned one (expect_sha256) with the federation's input "
+        "normalization in front");
   }
   auto m = Model::CreateFromGraph("graph:" + sha256.substr(0, 12), backend_.get(), std::move(*g));
   if (!m.ok()) return m.status().WithContext("the aggregator's model graph");

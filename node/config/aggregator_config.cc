@@ -142,6 +142,12 @@ const ConfigSchema& AggregatorConfigSchema() {
                "Fewest sites releasing statistics for federation figures").Min(1),
         FloatKey("stats", "timeout_s", 120.0, "Seconds each statistics phase waits for the sites")
             .Min(0, true),
+        StringKey("data", "normalize", "none",
+                  "federated: after the statistics ([stats] enabled), every feature is z-scored "
+                  "with the federation's mean and standard deviation, as a Sub/Div in front of the "
+                  "model (graph models with a [batch, features] input), so every site scales alike "
+                  "and the exported ONNX takes raw rows")
+            .Choices({"none", "federated"}),
         StringKey("stats", "report", "stats.json",
                   "Where the statistics report goes (JSON; a PNG of the histograms per site is "
                   "written next to it with gnuplot); relative to the working directory"),
@@ -230,6 +236,12 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.federated_stats.min_sites = static_cast<int>(v.GetInt("stats", "min_sites"));
   r.federated_stats.timeout_s = v.GetFloat("stats", "timeout_s");
   c.stats_report = v.GetString("stats", "report");
+  c.normalize = v.GetString("data", "normalize");
+  if (c.normalize == "federated" && !r.federated_stats.enabled) {
+    return AttributeToKey(Status::InvalidArgument("normalize = \"federated\" needs the federation's "
+                                                  "statistics: set [stats] enabled = true (or --stats)"),
+                          v, {{"", "data", "normalize"}});
+  }
   c.model.num_classes = static_cast<int>(v.GetInt("model", "num_classes"));
   c.model.input_shape.clear();
   for (double d : v.GetFloatList("model", "input_shape")) {

@@ -44,6 +44,8 @@ struct AggregatorConfig {
   std::string eval_label_column = "label";  // csv eval data: the label column
   // [stats] report: the federated statistics report (JSON; PNG beside it)
   std::string stats_report = "stats.json";
+  // [data] normalize: "none" or "federated" (input normalization from the statistics)
+  std::string normalize = "none";
 };
 
 const ConfigSchema& AggregatorConfigSchema();

@@ -32,6 +32,8 @@
 #include <vector>
 
 #include "core/data/fashion_mnist.h"
+#include "core/graph/graph.h"
+#include "core/graph/input_normalization.h"
 #include "core/model.h"
 #include "core/onnx/onnx_reader.h"
 #include "core/rng.h"
@@ -1128,6 +1130,104 @@ void FederatedStatisticsTest::RunAndCheck(bool secure) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("numpy pooled check: 380 rows, 3 features"), std::string::npos) << r.output;
   }
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// Issue 19, [data] normalize = "federated": columns on scales 1000, 1 and 0.01 at every site;
+// the aggregator collects the statistics, puts x' = (x - mean) / std with the federation's
+// figures in front of its ONNX model and trains that. A site that pinned the original
+// model's hash accepts it (the pinned model plus the normalization), the federation learns,
+// and the exported ONNX carries the same constants as the statistics report and scores the
+// raw rows.
+TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
+  const std::string model = std::string(FEDMESH_SOURCE_DIR) + "/examples/breast_cancer/hospital_mlp.onnx";
+  auto base = onnx::ReadOnnxFile(model);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  Rng rng(31);
+  Dataset pooled;
+  pooled.sample_shape = {30};
+  pooled.num_classes = 2;
+  for (int site = 1; site <= 3; ++site) {
+    std::ofstream out(dir_ / ("site-" + std::to_string(site) + ".csv"));
+    for (int c = 0; c < 30; ++c) out << "m" << c << ",";
+    out << "diagnosis\n";
+    for (int row = 0; row < 80 + 30 * site; ++row) {
+      const bool malignant = rng.Uniform() < 0.35;
+      for (int c = 0; c < 30; ++c) {
+        const double scale = c % 3 == 0 ? 1000.0 : c % 3 == 1 ? 1.0 : 0.01;
+        const double shift = (c < 3 && malignant) ? 1.5 : 0.0;
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "%.9g", scale * (rng.Normal() + shift + 5.0));
+        out << cell << ",";
+        pooled.features.push_back(static_cast<float>(std::strtod(cell, nullptr)));
+      }
+      out << (malignant ? "malignant" : "benign") << "\n";
+      pooled.labels.push_back(malignant);
+    }
+  }
+  const std::string ep = StartAggregator(
+      {"rounds.total=4", "rounds.clients_per_round=3", "rounds.min_clients=3",
+       "rounds.min_available_clients=3", "model.onnx=" + model, "train.loss=bce_with_logits",
+       "train.lr=0.05", "train.momentum=0.9", "train.batch=16", "train.epochs=2",
+       "stats.enabled=true", "stats.min_sites=3", "stats.report=stats.json", "data.normalize=federated",
+       "eval.dataset=", "eval.federated=true", "eval.min_sites=3"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 3; ++i) {
+    std::vector<std::string> sets = {"data.dataset=csv:site-" + std::to_string(i) + ".csv",
+                                     "data.label_column=diagnosis", "data.label_values=benign,malignant",
+                                     "data.num_partitions=1", "data.index=0", "data.test_fraction=0.3"};
+    if (i == 1) sets.push_back("model.expect_sha256=" + graph::CanonicalHash(*base));
+    ASSERT_NE(StartNode(i, ep, sets), nullptr);
+  }
+  const auto rc = aggregator_->WaitExit(seconds(180));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 180 s";
+  ASSERT_EQ(*rc, 0) << aggregator_->Log();
+  EXPECT_NE(aggregator_->Log().find("input normalization from the federation's statistics (30 features)"),
+            std::string::npos) << aggregator_->Log();
+  EXPECT_NE(ReadWholeFile(dir_ / "site-1.log").find("is the pinned one (expect_sha256) with the federation's "
+                                                    "input normalization"),
+            std::string::npos) << ReadWholeFile(dir_ / "site-1.log");
+  std::string last;
+  for (const std::string& l : MetricsLines())
+    if (l.find("\"site\":\"*\"") != std::string::npos) last = l;
+  EXPECT_GE(JsonNumber(last, "auc").value_or(-1), 0.9) << last;
+
+  // The exported model: the report's means as its constants, and it scores raw rows.
+  auto rc_export = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--out", "global.onnx"}, dir_,
+      dir_ / "export.log", seconds(60));
+  ASSERT_TRUE(rc_export.has_value() && *rc_export == 0) << ReadWholeFile(dir_ / "export.log");
+  auto exported = onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+  ASSERT_TRUE(exported.ok()) << exported.status().ToString();
+  ASSERT_TRUE(graph::HasInputNormalization(*exported));
+  const std::string report = ReadWholeFile(dir_ / "stats.json");
+  for (const graph::Node& n : exported->nodes) {
+    if (n.name != "fedmesh_input_norm_mean") continue;
+    const std::vector<float>& mean = n.attrs.at("value").t.f;
+    ASSERT_EQ(mean.size(), 30u);
+    const size_t at = report.find("{\"name\":\"m4\"");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_FLOAT_EQ(mean[4], static_cast<float>(JsonNumber(report.substr(at), "mean").value_or(-1)));
+    EXPECT_NEAR(mean[3], 5000.0f, 300.0f) << "the scale-1000 column's mean";
+  }
+  auto backend = MakeCpuBackend(1);
+  auto m = Model::CreateFromGraph("exported", backend.get(), std::move(*exported));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  LossOptions loss;
+  loss.kind = LossKind::kBceWithLogits;
+  ASSERT_TRUE((*m)->SetLoss(loss).ok());
+  SystemEnv env(1);
+  TrainerOptions topt;
+  topt.loss = loss;
+  Trainer trainer(m->get(), topt, &env);
+  auto eval = trainer.Evaluate(pooled);
+  ASSERT_TRUE(eval.ok()) << eval.status().ToString();
+  EXPECT_GE(eval->accuracy, 0.85) << "the exported model on raw rows";
 }
 
 }  // namespace
