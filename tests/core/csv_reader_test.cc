@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <bit>
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -66,6 +70,75 @@ TEST(CsvReaderTest, IntegralDecimalLabelsAreAccepted) {
   Result<Dataset> ds = ParseCsv("x,y\n1,3.0\n", Label("y", 4), "x");
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->labels, (std::vector<int32_t>{3}));
+}
+
+// The reader parses short decimals itself (Clinger's fast path) and everything else with
+// std::from_chars: every value must be the float of from_chars' double, bit for bit.
+TEST(CsvReaderTest, NumbersMatchFromCharsBitForBit) {
+  std::vector<std::string> cells = {
+      "0", "-0", "-0.0", "1", "0.1", "0.3", "+2.5", "1.", ".5", "-.5", "00012.50", "3.14159265358979",
+      "9007199254740992", "9007199254740993", "18446744073709551615", "1234567890.123456789",
+      "0.30000000000000004", "1.0000000000000002", "0.0000000000000000000001",
+      "0.00000000000000000000001", "123456.789e-3", "1E5", "16777217", "16777217.5",
+      "0.1000000000000000055511151231257827", "340282346638528859811704183484516925440",
+      // float32 rounding midpoints: a double 1 ulp off (x * 1e-11 instead of x / 1e11)
+      // rounds them to the other float.
+      "15210.47412109375", "15245.18310546875", "-15120.70849609375"};
+  std::mt19937_64 rng(19);
+  for (int i = 0; i < 20000; ++i) {
+    // Up to 20 digits with the point anywhere: both sides of the fast path's limits.
+    const int digits = 1 + static_cast<int>(rng() % 20);
+    std::string c = (rng() % 2) ? "-" : "";
+    const int point = static_cast<int>(rng() % static_cast<uint64_t>(digits + 1));
+    for (int d = 0; d < digits; ++d) {
+      if (d == point && d > 0) c += '.';
+      c += static_cast<char>('0' + rng() % 10);
+    }
+    cells.push_back(c);
+  }
+  std::string text = "x,y\n";
+  for (const std::string& c : cells) text += c + ",0\n";
+  Result<Dataset> ds = ParseCsv(text, Label("y", 2), "n.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ(ds->features.size(), cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    std::string_view s = cells[i];
+    if (s.front() == '+') s.remove_prefix(1);
+    double v = 0.0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    ASSERT_TRUE(ec == std::errc() && ptr == s.data() + s.size()) << cells[i];
+    EXPECT_EQ(std::bit_cast<uint32_t>(ds->features[i]), std::bit_cast<uint32_t>(static_cast<float>(v)))
+        << "cell " << cells[i];
+  }
+}
+
+// Cells of every width at every offset, so each delimiter position within the reader's
+// 8-byte words is hit, with spaces to trim and UTF-8 text in a categorical column.
+TEST(CsvReaderTest, CellsOfEveryWidthAndOffset) {
+  CsvOptions o = Label("y", 2);
+  o.categorical = {"city"};
+  std::string text = "a, b ,city,y\n";
+  std::vector<float> want;
+  std::vector<std::string> cities = {"Z\xC3\xBCrich", "Bern", "Gen\xC3\xA8ve"};  // Zürich, Genève
+  for (int w = 0; w < 20; ++w) {
+    for (int pad = 0; pad < 9; ++pad) {
+      const std::string a(static_cast<size_t>(w + 1), '7');
+      text += std::string(static_cast<size_t>(pad), ' ') + a + "," + std::to_string(pad) +
+              std::string(static_cast<size_t>(w % 3), '\t') + "," + cities[(w + pad) % 3] + "," +
+              std::to_string(w % 2) + "\n";
+      want.push_back(std::stof(a));
+      want.push_back(static_cast<float>(pad));
+      const size_t city = (w + pad) % 3;  // sorted: Bern, Genève, Zürich
+      const size_t slot = city == 1 ? 0 : city == 2 ? 1 : 2;
+      for (size_t k = 0; k < 3; ++k) want.push_back(k == slot ? 1.0f : 0.0f);
+    }
+  }
+  Result<Dataset> ds = ParseCsv(text, o, "w.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->feature_names,
+            (std::vector<std::string>{"a", "b", "city=Bern", "city=Gen\xC3\xA8ve", "city=Z\xC3\xBCrich"}));
+  EXPECT_EQ(ds->features, want);
+  EXPECT_EQ(ds->size(), 180u);
 }
 
 TEST(CsvReaderTest, TabDelimiter) {

@@ -14,6 +14,8 @@
 
 #include <unistd.h>
 
+#include "core/data/data_source.h"
+#include "core/onnx/onnx_reader.h"
 #include "node/config/aggregator_config.h"
 #include "node/config/config_loader.h"
 #include "node/config/config_schema.h"
@@ -850,6 +852,51 @@ TEST(ConfigExamples, BreastCancerConfigsLoad) {
   EXPECT_DOUBLE_EQ(n->training.data.test_fraction, 0.3);
   EXPECT_EQ(n->local_patterns, (std::vector<std::string>{"input_norm.*"}));
   EXPECT_EQ(n->federation_id, agg->federation_id);
+}
+
+// The bank example's [data] settings turn a bank's CSV into exactly the inputs of its
+// model: 9 numbers and the 52 one-hot columns of the fixed category lists, whichever
+// categories a bank's rows hold.
+TEST(ConfigExamples, BankConfigsLoad) {
+  const fs::path dir = fs::path(SourceDir()) / "examples/bank";
+  auto agg = LoadAggregatorConfig((dir / "aggregator.toml").string(), {});
+  ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+  EXPECT_TRUE(agg->rounds.secagg.enabled);
+  EXPECT_TRUE(agg->rounds.federated_eval.enabled);
+  EXPECT_EQ(agg->eval_dataset, "");
+  EXPECT_EQ(agg->model.name, (dir / "bank_mlp.onnx").string());
+  EXPECT_EQ(agg->rounds.loss, "bce_with_logits");
+  EXPECT_GT(agg->rounds.pos_weight, 1.0);
+  TempDir tmp;
+  auto n = LoadNodeConfig((dir / "bank.toml").string(),
+                          {"node.id=bank-2", "data.dataset=csv:" + tmp.path().string() + "/bank.csv"});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->federation_id, agg->federation_id);
+  EXPECT_EQ(n->local_patterns, (std::vector<std::string>{"input_norm.*"}));
+  DataSourceSpec data = n->training.data;
+  EXPECT_EQ(data.label_values, (std::vector<std::string>{"Good", "Bad"}));
+  EXPECT_EQ(data.categorical.size(), 11u);
+  EXPECT_EQ(data.categories.size(), 11u);
+  // Two applicants as export.R writes them (German credit rows 1 and 2).
+  tmp.Write("bank.csv",
+            "Duration,Amount,InstallmentRatePercentage,ResidenceDuration,Age,NumberExistingCredits,"
+            "NumberPeopleMaintenance,Telephone,ForeignWorker,CheckingAccountStatus,CreditHistory,"
+            "Purpose,SavingsAccountBonds,EmploymentDuration,Personal,OtherDebtorsGuarantors,Property,"
+            "OtherInstallmentPlans,Housing,Job,Class\n"
+            "6,1169,4,4,67,2,1,0,1,lt.0,Critical,Radio.Television,Unknown,gt.7,Male.Single,None,"
+            "RealEstate,None,Own,SkilledEmployee,Good\n"
+            "48,5951,2,2,22,1,1,1,1,0.to.200,PaidDuly,Radio.Television,lt.100,1.to.4,"
+            "Female.NotSingle,None,RealEstate,None,Own,SkilledEmployee,Bad\n");
+  auto ds = LoadDataSource(data, DataSplit::kTrain);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->labels, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(ds->sample_size(), 61u);
+  EXPECT_EQ(ds->feature_names[9], "CheckingAccountStatus=lt.0");
+  EXPECT_EQ(ds->feature_names[60], "Job=Management.SelfEmp.HighlyQualified");
+  auto model = onnx::ReadOnnxFile(agg->model.name);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_EQ(model->inputs.size(), 1u);
+  EXPECT_EQ(model->inputs[0].dims.back(), 61);
 }
 
 // ConfigDocs.* (docs/config.md) live in tests/sim/config_docs_test.cc: the page covers
