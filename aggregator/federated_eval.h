@@ -33,6 +33,13 @@ struct FederatedEvalSettings {
   // Seconds from sending the tasks to closing with the answers so far. Finite, > 0.
   // Default: 120.
   double timeout_s = 120.0;
+  // The evaluation after the last round also asks each site to fine-tune the global model
+  // on its own training data for this many epochs, and to train the federation's first
+  // model alone for local_only_epochs, and to report both ("finetuned_*", "local_only_*"
+  // metrics): the per-site answer to "did federation help?". 0 = not asked. Default: 0.
+  // Size timeout_s for the training this takes.
+  uint32_t finetune_epochs = 0;
+  uint32_t local_only_epochs = 0;
 };
 
 // One site's answer.

@@ -60,6 +60,8 @@ Status Validate(const RoundEngineOptions& o) {
     if (e.min_sites < 1) return bad("federated_eval.min_sites", e.min_sites, ">= 1");
     if (!(std::isfinite(e.timeout_s) && e.timeout_s > 0))
       return bad("federated_eval.timeout_s", e.timeout_s, "finite and > 0");
+    if (e.finetune_epochs > wire::kMaxEvalEpochs || e.local_only_epochs > wire::kMaxEvalEpochs)
+      return bad("federated_eval.finetune_epochs", e.finetune_epochs, "<= " + Str(wire::kMaxEvalEpochs));
   }
   if (o.model_after_stats && !o.federated_stats.enabled) {
     return Status::InvalidArgument("model_after_stats is set but federated_stats is off: it would never run");
@@ -878,6 +880,10 @@ void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
   task.global_model = encoded.ok() ? std::move(*encoded) : wire::FloatPayload(global_);
   SetTaskSettings(task);
   task.evaluate_only = true;
+  if (last) {
+    task.finetune_epochs = e.finetune_epochs;
+    task.local_only_epochs = e.local_only_epochs;
+  }
   for (const std::string& id : asked)
     out.push_back(Send{id, wire::Message{OutHeader(), task}, eval_->deadline_s()});
   out.push_back(SetTimer{eval_->deadline_s()});

@@ -1,5 +1,6 @@
 #include "node/aggregator_service.h"
 
+#include "aggregator/site_table.h"
 #include "aggregator/stats_report.h"
 
 #include "core/builtin_graph.h"
@@ -563,6 +564,9 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
     spdlog::warn("round {} federated evaluation: {}/{} site(s) answered, below [eval] min_sites {}; "
                  "no federated metrics", r.round, r.sites.size(), r.asked,
                  config_.rounds.federated_eval.min_sites);
+  }
+  if (const std::string table = SiteComparisonTable(r); !table.empty()) {
+    spdlog::info("round {}: did federation help each site? (held-out rows of each site)\n{}", r.round, table);
   }
   if (config_.metrics_path.empty()) {
     eval_bytes_down_ = 0;

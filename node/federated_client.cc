@@ -463,6 +463,8 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   ctx.node_id = identity_.name();
   ctx.seed = config_.training.seed;
   ctx.clock = env_;
+  ctx.train = &train_;
+  ctx.first_global = &first_global_;
   FM_ASSIGN_OR_RETURN(FitOutcome eval, RunEvalTask(ctx, task, carry_, test_));
   if (!eval.refused.empty()) return refuse(eval.refused);
   const auto acc = eval.result.metrics.find("accuracy");
@@ -580,6 +582,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.secagg) effective.update_codec = "none";
   FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, effective, carry_));
   if (!fit.refused.empty()) return refuse(fit.refused);
+  if (m.header.model_version == 0 && first_global_.empty()) first_global_ = fit.global;
   if (fit.stopped) {
     Log("stopped during " + round + "; no result sent");
     return Status::OK();

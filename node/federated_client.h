@@ -162,6 +162,9 @@ class FederatedClient {
   CurveKey server_key_{};
   Dataset train_;
   Dataset test_;  // held-out data for federated evaluation; may be empty
+  // The federation's first model (version 0) as received, for the local-only baseline of
+  // the last evaluation (FitTask::local_only_epochs); empty until then, and after a restart.
+  std::vector<float> first_global_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<NodeStore> store_;

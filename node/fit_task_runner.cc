@@ -113,6 +113,24 @@ Status LoadWithLocalValues(const FitContext& ctx, std::vector<float>& global, co
   return ctx.model->SetParams(global);
 }
 
+// Trains ctx.model from `start` for `epochs` on ctx.train with the task's settings (no
+// proximal term) and adds its held-out loss and metrics to `metrics` as prefix + name.
+Status TrainAndScore(const FitContext& ctx, const PreparedFitTask& p, const std::vector<float>& start,
+                     uint32_t epochs, const Dataset& test, const std::string& prefix, uint64_t salt,
+                     std::map<std::string, double>& metrics) {
+  FM_RETURN_IF_ERROR(ctx.model->SetParams(start));
+  TrainerOptions options = p.trainer;
+  options.sgd.prox_mu = 0;
+  SeededEnv env(ctx.clock, FitSeed(ctx.seed, ctx.node_id, p.round) ^ (salt * 0x9E3779B97F4A7C15ull));
+  Trainer trainer(ctx.model, options, &env);
+  for (uint32_t e = 0; e < epochs; ++e) FM_RETURN_IF_ERROR(trainer.TrainEpoch(*ctx.train).status());
+  FM_ASSIGN_OR_RETURN(auto stats, trainer.Evaluate(test));
+  if (std::isfinite(stats.loss)) metrics[prefix + "loss"] = stats.loss;
+  for (const auto& [name, value] : stats.metrics)
+    if (std::isfinite(value)) metrics[prefix + name] = value;
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
@@ -146,6 +164,18 @@ Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
   out.result.evaluation = true;
   for (const auto& [name, value] : stats->metrics)
     if (std::isfinite(value)) out.result.metrics[name] = value;  // AUC of one class: NaN
+  // "Did federation help this site?": the global model fine-tuned here, and the first
+  // model trained here alone, scored on the same held-out rows.
+  const bool can_train = ctx.train != nullptr && ctx.train->size() > 0;
+  if (task.finetune_epochs > 0 && can_train) {
+    FM_RETURN_IF_ERROR(TrainAndScore(ctx, p, p.global, task.finetune_epochs, test, "finetuned_",
+                                     /*salt=*/1, out.result.metrics));
+  }
+  if (task.local_only_epochs > 0 && can_train && ctx.first_global != nullptr &&
+      ctx.first_global->size() == p.global.size()) {
+    FM_RETURN_IF_ERROR(TrainAndScore(ctx, p, *ctx.first_global, task.local_only_epochs, test,
+                                     "local_only_", /*salt=*/2, out.result.metrics));
+  }
   out.global = std::move(p.global);
   return out;
 }

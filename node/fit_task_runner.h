@@ -62,6 +62,9 @@ struct FitContext {
   std::vector<std::pair<size_t, size_t>> local;
   // Checked between epochs: true abandons the task (FitOutcome::stopped).
   std::function<bool()> stop;
+  // The federation's first model (version 0) as this node received it, for the local-only
+  // baseline an evaluation task may ask for (FitTask::local_only_epochs). May be null.
+  const std::vector<float>* first_global = nullptr;
 };
 
 struct FitOutcome {
@@ -88,8 +91,12 @@ Result<FitOutcome> RunFitTask(const FitContext& context, const wire::FitTask& ta
 // Serves an evaluate_only task (federated evaluation): decodes the global model as
 // RunFitTask does, keeps the site's local tensors, evaluates on `test` (the site's
 // held-out data) and fills FitOutcome::result as an evaluation FitResult (num_examples,
-// mean loss, finite metrics, empty update). Refused (FitOutcome::refused) when `test` is
-// empty or the task does not fit the model. `carry` is not changed.
+// mean loss, finite metrics, empty update). With task.finetune_epochs it then trains that
+// model on context.train for as many epochs and adds its held-out "finetuned_*" metrics;
+// with task.local_only_epochs it trains context.first_global alone ("local_only_*"; left
+// out when the node has no first model, e.g. it restarted since). Refused
+// (FitOutcome::refused) when `test` is empty or the task does not fit the model. `carry`
+// is not changed; the model's weights are left unspecified.
 Result<FitOutcome> RunEvalTask(const FitContext& context, const wire::FitTask& task,
                                const FitCarry& carry, const Dataset& test);
 

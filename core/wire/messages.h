@@ -29,6 +29,8 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr std::string_view kCodecNone = "none";
 // Most metrics an evaluation FitResult may carry (core/metrics.h gives a handful per task).
 inline constexpr size_t kMaxEvalMetrics = 64;
+// Most fine-tuning or local-only epochs an evaluation task may ask for.
+inline constexpr uint32_t kMaxEvalEpochs = 10000;
 // Bounds of federated statistics messages: features per site, histogram bins, t-digest
 // centroids per feature, classes in the label counts.
 inline constexpr size_t kMaxStatsFeatures = 4096;
@@ -217,6 +219,12 @@ struct FitTask {
   // with a FitResult whose `statistics` is set; global_model is empty. Never with
   // evaluate_only, secagg or with_prediction.
   std::optional<StatsRequest> statistics;
+  // evaluate_only: also fine-tune global_model on the site's training data for
+  // finetune_epochs and evaluate it ("finetuned_*" metrics), and train the federation's
+  // first model (version 0) alone for local_only_epochs ("local_only_*"). 0 = not asked;
+  // at most kMaxEvalEpochs; only with evaluate_only.
+  uint32_t finetune_epochs = 0;
+  uint32_t local_only_epochs = 0;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };

@@ -595,6 +595,14 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       }
       FM_RETURN_IF_ERROR(CheckStatsRequest(*m->statistics));
     }
+    if ((m->finetune_epochs != 0 || m->local_only_epochs != 0) && !m->evaluate_only) {
+      return Status::InvalidArgument(
+          "FitTask finetune_epochs / local_only_epochs are set on a task that is not evaluate_only");
+    }
+    if (m->finetune_epochs > kMaxEvalEpochs || m->local_only_epochs > kMaxEvalEpochs) {
+      return Status::OutOfRange(StrCat("FitTask finetune_epochs / local_only_epochs exceed ",
+                                       kMaxEvalEpochs));
+    }
     if (m->evaluate_only && (m->secagg.has_value() || m->with_prediction)) {
       return Status::InvalidArgument(
           "FitTask evaluate_only is set with secagg or with_prediction; an evaluation task "
@@ -890,6 +898,8 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     for (float w : m->class_weights) o->add_class_weights(w);
     o->set_pos_weight(m->pos_weight);
     o->set_evaluate_only(m->evaluate_only);
+    o->set_finetune_epochs(m->finetune_epochs);
+    o->set_local_only_epochs(m->local_only_epochs);
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
@@ -1047,6 +1057,8 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.class_weights.assign(i.class_weights().begin(), i.class_weights().end());
       m.pos_weight = i.pos_weight();
       m.evaluate_only = i.evaluate_only();
+      m.finetune_epochs = i.finetune_epochs();
+      m.local_only_epochs = i.local_only_epochs();
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();

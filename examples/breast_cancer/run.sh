@@ -76,4 +76,7 @@ done
 total=$(grep "\"round\":$last_round," "$metrics" | grep '"site":"\*"')
 printf "%-11s %-9s %-10s %-14.4f (example-weighted mean of the hospitals' AUCs)\n" all 569 212 \
   "$(field auc <<<"$total")"
+echo
+echo "== the coordinator's table (federated evaluation after the last round, [eval] finetune_epochs / local_only_epochs) =="
+sed -n '/did federation help/,/all (example-weighted)/p' coordinator.log | sed 's/^\[[^]]*\] \[[^]]*\] \[[^]]*\] //'
 echo "run folder: $run"

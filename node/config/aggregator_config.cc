@@ -129,6 +129,17 @@ const ConfigSchema& AggregatorConfigSchema() {
         FloatKey("eval", "timeout_s", 120.0,
                  "Seconds a federated evaluation waits for the sites' answers")
             .Min(0, true),
+        IntKey("eval", "finetune_epochs", 0,
+               "Federated evaluation after the last round: each site also fine-tunes the global "
+               "model on its own data for this many epochs and reports finetuned_* metrics; 0 = off")
+            .Min(0)
+            .Max(10000),
+        IntKey("eval", "local_only_epochs", 0,
+               "Federated evaluation after the last round: each site also trains the first "
+               "global model alone for this many epochs (its local-only baseline) and reports "
+               "local_only_* metrics; 0 = off (rounds x epochs compares like for like)")
+            .Min(0)
+            .Max(10000),
         StringKey("eval", "label_column", "label",
                   "csv [eval] dataset: the column holding the integer class labels"),
         BoolKey("stats", "enabled", false,
@@ -230,6 +241,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.federated_eval.every = static_cast<uint64_t>(v.GetInt("eval", "every"));
   r.federated_eval.min_sites = static_cast<int>(v.GetInt("eval", "min_sites"));
   r.federated_eval.timeout_s = v.GetFloat("eval", "timeout_s");
+  r.federated_eval.finetune_epochs = static_cast<uint32_t>(v.GetInt("eval", "finetune_epochs"));
+  r.federated_eval.local_only_epochs = static_cast<uint32_t>(v.GetInt("eval", "local_only_epochs"));
   r.federated_stats.enabled = v.GetBool("stats", "enabled");
   r.federated_stats.bins = static_cast<uint32_t>(v.GetInt("stats", "bins"));
   r.federated_stats.quantiles = v.GetFloatList("stats", "quantiles");

@@ -962,7 +962,8 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
        "rounds.min_available_clients=4", "model.onnx=" + model, "train.loss=bce_with_logits",
        "train.lr=0.05", "train.momentum=0.9", "train.batch=16", "train.epochs=2",
        "secagg.enabled=true", "secagg.clip=5", "secagg.bits=24", "secagg.stage_timeout_s=30",
-       "eval.dataset=", "eval.federated=true", "eval.min_sites=4"});
+       "eval.dataset=", "eval.federated=true", "eval.min_sites=4", "eval.finetune_epochs=2",
+       "eval.local_only_epochs=12"});
   ASSERT_FALSE(ep.empty());
   for (int i = 1; i <= 4; ++i) {
     ASSERT_NE(StartNode(i, ep,
@@ -983,6 +984,22 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
   EXPECT_EQ(JsonNumber(last, "sites_answered").value_or(-1), 4) << last;
   EXPECT_GE(JsonNumber(last, "auc").value_or(-1), 0.9) << last;
   EXPECT_GE(JsonNumber(last, "accuracy").value_or(-1), 0.8) << last;
+  // The last evaluation also compares, per site, the global model with the site's
+  // local-only baseline and the global model fine-tuned there; earlier ones do not.
+  int compared = 0;
+  for (const std::string& l : MetricsLines()) {
+    if (l.find("\"federated_eval\":true") == std::string::npos) continue;
+    const bool has = l.find("\"finetuned_auc\"") != std::string::npos &&
+                     l.find("\"local_only_auc\"") != std::string::npos;
+    EXPECT_EQ(has, JsonNumber(l, "round").value_or(-1) == 6) << l;
+    if (!has || l.find("\"site\":\"*\"") != std::string::npos) continue;
+    ++compared;
+    EXPECT_GE(JsonNumber(l, "local_only_auc").value_or(-1), 0.5) << l;
+    EXPECT_GE(JsonNumber(l, "finetuned_auc").value_or(-1), 0.5) << l;
+  }
+  EXPECT_EQ(compared, 4);
+  EXPECT_NE(aggregator_->Log().find("did federation help each site?"), std::string::npos);
+  EXPECT_NE(aggregator_->Log().find("| site-4 | "), std::string::npos) << aggregator_->Log();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "core/wire/wire_codec.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
+#include "core/trainer.h"
 
 namespace fedmesh {
 namespace {
@@ -295,6 +296,58 @@ TEST(FitTaskRunnerLocal, LocalTensorsAreNeverSentAndNeverOverwritten) {
   ASSERT_TRUE(out.ok());
   for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(carry.local_values[k], kept[k], 1e-6) << k;
   for (size_t k = 0; k < 12; ++k) EXPECT_NE(carry.local_values[k], 7.0f) << k;
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// The last federated evaluation's comparison (FitTask::finetune_epochs, local_only_epochs):
+// the untrained global model is fine-tuned at the site and the first model trained alone,
+// both scored on the same held-out rows, and both learn (they beat the global model the
+// evaluation started from by far); the local-only figures are what training the first
+// model alone with the task's settings gives; no first model, no local-only figures.
+TEST_F(FitTaskRunnerTest, EvaluationAlsoScoresFineTunedAndLocalOnlyModels) {
+  const Dataset held_out = Tabular(90, 2);
+  std::vector<float> first = model_->GetParams();
+  for (float& v : first) v *= 0.5f;  // another starting point than the global model
+  wire::FitTask eval = task_;
+  eval.evaluate_only = true;
+  eval.prox_mu = 0;
+  eval.finetune_epochs = 4;
+  eval.local_only_epochs = 4;
+  FitCarry carry;
+  ctx_.first_global = &first;
+  auto out = RunEvalTask(ctx_, eval, carry, held_out);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_TRUE(out->refused.empty()) << out->refused;
+  const auto& m = out->result.metrics;
+  ASSERT_TRUE(m.contains("accuracy") && m.contains("finetuned_accuracy") &&
+              m.contains("local_only_accuracy") && m.contains("finetuned_loss"));
+  EXPECT_GT(m.at("finetuned_accuracy"), m.at("accuracy") + 0.2);
+  EXPECT_GT(m.at("local_only_accuracy"), m.at("accuracy") + 0.2);
+  EXPECT_LT(m.at("finetuned_loss"), out->result.train_loss);
+
+  // The local-only figures by hand: the first model, 4 epochs with the task's settings.
+  ASSERT_TRUE(model_->SetParams(first).ok());
+  TrainerOptions options = ctx_.trainer;
+  options.batch_size = 16;
+  options.sgd.lr = 0.1f;
+  options.sgd.momentum = 0.5f;
+  SeededEnv env(nullptr, FitSeed(99, "site-7", 4) ^ (2 * 0x9E3779B97F4A7C15ull));
+  Trainer trainer(model_.get(), options, &env);
+  for (int e = 0; e < 4; ++e) ASSERT_TRUE(trainer.TrainEpoch(data_).ok());
+  auto by_hand = trainer.Evaluate(held_out);
+  ASSERT_TRUE(by_hand.ok());
+  EXPECT_EQ(m.at("local_only_loss"), by_hand->loss);
+
+  ctx_.first_global = nullptr;
+  auto without = RunEvalTask(ctx_, eval, carry, held_out);
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->result.metrics.contains("local_only_accuracy"));
+  EXPECT_TRUE(without->result.metrics.contains("finetuned_accuracy"));
 }
 
 }  // namespace
