@@ -307,6 +307,10 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
   if (options.regression && !options.label_values.empty()) {
     return Status::InvalidArgument("label_values are for classes; a regression target is a number");
   }
+  if (options.categorical_encoding != "onehot" && options.categorical_encoding != "ids") {
+    return Status::InvalidArgument("categorical_encoding must be \"onehot\" or \"ids\", got " +
+                                   Quote(options.categorical_encoding));
+  }
   if (options.missing != "error" && options.missing != "drop") {
     return Status::InvalidArgument("missing must be \"error\" or \"drop\", got " +
                                    Quote(options.missing));
@@ -470,8 +474,9 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
       category_names[k].push_back(entries[i].first);
     }
   }
+  const bool ids = options.categorical_encoding == "ids";
   for (size_t c : feature_cols) {
-    if (const int k = category_slot[c]; k >= 0) {
+    if (const int k = category_slot[c]; k >= 0 && !ids) {
       for (const std::string& v : category_names[static_cast<size_t>(k)])
         ds.feature_names.push_back(names[c] + "=" + v);
     } else {
@@ -494,9 +499,14 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
           out[o++] = in[j];
           continue;
         }
-        const std::vector<int>& ids = renumber[static_cast<size_t>(k)];
-        out[o + static_cast<size_t>(ids[static_cast<size_t>(in[j])])] = 1.0f;
-        o += ids.size();
+        const std::vector<int>& id_of = renumber[static_cast<size_t>(k)];
+        const int id = id_of[static_cast<size_t>(in[j])];
+        if (ids) {
+          out[o++] = static_cast<float>(id);
+        } else {
+          out[o + static_cast<size_t>(id)] = 1.0f;
+          o += id_of.size();
+        }
       }
     }
   }

@@ -52,6 +52,12 @@ struct CsvOptions {
   // value an error. Every site must give the same lists (or hold the same categories, as
   // unlisted columns use the sorted distinct values of the file). Default empty.
   std::vector<std::string> categories;
+  // How categorical columns become features: "onehot" (default): one 0/1 column per
+  // category, named "column=category"; "ids": one column holding the category's index
+  // (0, 1, ... in the categories order: the listed one, else sorted), named "column", for a
+  // model that looks the ids up in an embedding (Gather). Every site must then list the
+  // same categories, or its ids mean other things.
+  std::string categorical_encoding = "onehot";
   // "error" (default): a missing cell is an error naming the file, line and column;
   // "drop": rows with a missing feature or label are left out.
   std::string missing = "error";

@@ -28,6 +28,7 @@ Result<Dataset> LoadNamed(const std::string& name, const DataSourceSpec& spec, D
     o.features = spec.features;
     o.categorical = spec.categorical;
     o.categories = spec.categories;
+    o.categorical_encoding = spec.categorical_encoding;
     o.missing = spec.missing;
     return ReadCsv(name.substr(4), o);
   }

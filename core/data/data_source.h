@@ -30,6 +30,7 @@ struct DataSourceSpec {
   std::vector<std::string> categorical;
   std::vector<std::string> categories;
   std::string missing = "error";
+  std::string categorical_encoding = "onehot";  // csv only: CsvOptions::categorical_encoding
   // Sources without a test split of their own and no `test`: this fraction of the rows
   // (per class, seeded by split_seed) is held out as the site's test data and never
   // trained on. 0: no held-out split (LoadSiteData then fails for such sources).

@@ -279,6 +279,35 @@ TEST(CsvReaderTest, CategoricalColumnsAreOneHotInSortedOrder) {
               {"line 2", "\"car\"", "column \"b\"", "categorical"});
 }
 
+// categorical_encoding = "ids": one column per categorical holding the category's index
+// (sorted order, or the listed one), for an embedding input.
+TEST(CsvReaderTest, CategoricalColumnsAsIdsForAnEmbedding) {
+  CsvOptions o = Label("good");
+  o.categorical = {"purpose", "housing"};
+  o.categorical_encoding = "ids";
+  const std::string text =
+      "age,purpose,amount,housing,good\n"
+      "30,car,1000,own,1\n"
+      "45,furniture,250.5,rent,0\n"
+      "22,car,90,free,1\n";
+  Result<Dataset> ds = ParseCsv(text, o, "bank.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->sample_shape, (std::vector<int>{4}));
+  EXPECT_EQ(ds->feature_names, (std::vector<std::string>{"age", "purpose", "amount", "housing"}));
+  EXPECT_EQ(ds->features, (std::vector<float>{30, 0, 1000, 1,  //
+                                              45, 1, 250.5f, 2,  //
+                                              22, 0, 90, 0}));
+  o.categories = {"housing=rent,own,free"};
+  ds = ParseCsv(text, o, "bank.csv");
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ(ds->features[3], 1.0f) << "own is listed second";
+  EXPECT_EQ(ds->features[7], 0.0f);
+  EXPECT_EQ(ds->features[11], 2.0f);
+  o.categorical_encoding = "embedding";
+  ExpectError(ParseCsv(text, o, "bank.csv").status(), StatusCode::kInvalidArgument,
+              {"categorical_encoding", "\"embedding\""});
+}
+
 TEST(CsvReaderTest, BadColumnOptionsNameTheColumn) {
   CsvOptions o = Label("y");
   o.features = {"a", "zz"};
