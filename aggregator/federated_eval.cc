@@ -26,6 +26,7 @@ FederatedEvalReport FederatedEvaluation::Close(double now) const {
   FederatedEvalReport report;
   report.duration_s = now - started_s_;
   report.round = round_;
+  report.candidate = candidate_;
   report.model_version = model_version_;
   report.asked = static_cast<uint32_t>(asked_.size());
   report.sites = sites_;

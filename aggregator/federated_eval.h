@@ -40,6 +40,12 @@ struct FederatedEvalSettings {
   // Size timeout_s for the training this takes.
   uint32_t finetune_epochs = 0;
   uint32_t local_only_epochs = 0;
+  // Cross-evaluation (fedmesh-aggregator --cross-eval): the last evaluation also collects
+  // the local-only models of the sites that share theirs ([eval] share_local_model at the
+  // site), and each of them is then evaluated at every site like the global model, one
+  // after the other: the matrix of every candidate on every site's held-out data. Needs
+  // local_only_epochs > 0. Default: off.
+  bool cross_eval = false;
 };
 
 // One site's answer.
@@ -52,6 +58,8 @@ struct SiteEval {
 // The outcome of one federated evaluation.
 struct FederatedEvalReport {
   uint64_t round = 0;          // the round whose model was evaluated
+  // Cross-evaluation: the site whose local model was evaluated; empty for the global model.
+  std::string candidate;
   uint64_t model_version = 0;  // that model's version
   uint32_t asked = 0;          // sites sent the task
   std::map<std::string, SiteEval> sites;  // the answers, by site
@@ -77,6 +85,9 @@ class FederatedEvaluation {
   std::string Accept(const std::string& site, const wire::FitResult& r);
   // The report over the answers so far, closed at Env time `now`.
   FederatedEvalReport Close(double now) const;
+  // Cross-evaluation: the candidate this evaluation scores (empty: the global model).
+  void set_candidate(std::string c) { candidate_ = std::move(c); }
+  const std::string& candidate() const { return candidate_; }
 
  private:
   uint64_t round_, model_version_;
@@ -84,6 +95,7 @@ class FederatedEvaluation {
   double started_s_, deadline_s_;
   int min_sites_;
   std::map<std::string, SiteEval> sites_;
+  std::string candidate_;
 };
 
 }  // namespace fedmesh

@@ -84,9 +84,14 @@ int main(int argc, char** argv) {
   app.add_flag("--stats", stats,
                "Collect federated statistics before round 1 (= --set stats.enabled=true; "
                "docs/data.md)");
+  bool cross_eval = false;
+  app.add_flag("--cross-eval", cross_eval,
+               "After the last round, score every shared local-only model at every site too "
+               "(= --set eval.cross_eval=true; docs/evaluation.md)");
   try {
     app.parse(argc, argv);
     if (stats) overrides.push_back("stats.enabled=true");
+    if (cross_eval) overrides.push_back("eval.cross_eval=true");
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

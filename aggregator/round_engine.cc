@@ -60,6 +60,9 @@ Status Validate(const RoundEngineOptions& o) {
     if (e.min_sites < 1) return bad("federated_eval.min_sites", e.min_sites, ">= 1");
     if (!(std::isfinite(e.timeout_s) && e.timeout_s > 0))
       return bad("federated_eval.timeout_s", e.timeout_s, "finite and > 0");
+    if (e.cross_eval && e.local_only_epochs == 0)
+      return bad("federated_eval.local_only_epochs", e.local_only_epochs,
+                 "> 0 with cross_eval: the sites' local-only models are its candidates");
     if (e.finetune_epochs > wire::kMaxEvalEpochs || e.local_only_epochs > wire::kMaxEvalEpochs)
       return bad("federated_eval.finetune_epochs", e.finetune_epochs, "<= " + Str(wire::kMaxEvalEpochs));
   }
@@ -870,6 +873,7 @@ void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
     if (node.connected) asked.insert(id);
   const double now = env_->NowSeconds();
   eval_.emplace(round_, model_version_, asked, now, now + e.timeout_s, e.min_sites);
+  eval_is_final_ = last;
   if (asked.empty()) {
     CloseEval(out);
     return;
@@ -883,6 +887,7 @@ void RoundEngine::MaybeStartEval(std::vector<Output>& out) {
   if (last) {
     task.finetune_epochs = e.finetune_epochs;
     task.local_only_epochs = e.local_only_epochs;
+    task.collect_local_models = e.cross_eval;
   }
   for (const std::string& id : asked)
     out.push_back(Send{id, wire::Message{OutHeader(), task}, eval_->deadline_s()});
@@ -898,19 +903,69 @@ void RoundEngine::HandleEvalResult(const std::string& from, const wire::Message&
            out);
     return;
   }
+  std::vector<float> local_model;
+  if (r.local_model) {
+    if (!eval_is_final_ || !options_.federated_eval.cross_eval || !eval_->candidate().empty()) {
+      Reject(from, m, RejectCause::kMalformed, "a local model nobody asked for", out);
+      return;
+    }
+    auto w = wire::PayloadFloats(r.update);
+    if (!w.ok() || w->size() != global_.size() || FirstNonFinite(*w) != w->size()) {
+      Reject(from, m, RejectCause::kWrongShape,
+             "the shared local model is not " + Str(global_.size()) + " finite values", out);
+      return;
+    }
+    local_model = std::move(*w);
+  }
   if (std::string why = eval_->Accept(from, r); !why.empty()) {
     Reject(from, m, why.find("already") != std::string::npos ? RejectCause::kDuplicate
                                                              : RejectCause::kMalformed,
            why, out);
     return;
   }
+  if (!local_model.empty()) cross_models_[from] = std::move(local_model);
   if (eval_->complete()) CloseEval(out);
+}
+
+void RoundEngine::StartCandidateEval(std::vector<Output>& out) {
+  const std::string candidate = cross_queue_.front();
+  cross_queue_.erase(cross_queue_.begin());
+  const FederatedEvalSettings& e = options_.federated_eval;
+  std::set<std::string> asked;
+  for (const auto& [id, node] : nodes_)
+    if (node.connected) asked.insert(id);
+  const double now = env_->NowSeconds();
+  eval_.emplace(round_, model_version_, asked, now, now + e.timeout_s, e.min_sites);
+  eval_->set_candidate(candidate);
+  eval_is_final_ = false;
+  if (asked.empty()) {
+    CloseEval(out);
+    return;
+  }
+  wire::FitTask task;
+  task.round = round_;
+  task.global_model = wire::FloatPayload(cross_models_.at(candidate));  // exact: a site's model
+  SetTaskSettings(task);
+  task.evaluate_only = true;
+  task.candidate = candidate;
+  for (const std::string& id : asked)
+    out.push_back(Send{id, wire::Message{OutHeader(), task}, eval_->deadline_s()});
+  out.push_back(SetTimer{eval_->deadline_s()});
 }
 
 void RoundEngine::CloseEval(std::vector<Output>& out) {
   if (!eval_) return;
   out.push_back(EvalClosed{eval_->Close(env_->NowSeconds())});
   eval_.reset();
+  // Cross-evaluation: after the last evaluation, every shared local model in turn.
+  if (pending_finish_ && eval_is_final_ && options_.federated_eval.cross_eval) {
+    eval_is_final_ = false;
+    for (const auto& [site, w] : cross_models_) cross_queue_.push_back(site);
+  }
+  if (pending_finish_ && !cross_queue_.empty()) {
+    StartCandidateEval(out);
+    return;
+  }
   if (pending_finish_) {
     auto [status, stopped] = std::move(*pending_finish_);
     pending_finish_.reset();

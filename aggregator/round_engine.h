@@ -413,6 +413,8 @@ class RoundEngine {
                         std::vector<Output>& out);
   // Reports the open evaluation, then finishes if a Finish waited for it.
   void CloseEval(std::vector<Output>& out);
+  // Cross-evaluation: evaluates the next shared local model (cross_queue_) at every site.
+  void StartCandidateEval(std::vector<Output>& out);
   // Federated statistics: opens phase 1, takes answers, sends phase 2 or reports.
   void StartStats(std::vector<Output>& out);
   void SendStatsRequests(std::vector<Output>& out);
@@ -472,6 +474,11 @@ class RoundEngine {
   std::optional<SecAggRound> secagg_;  // the open attempt's secure aggregation
   uint32_t secagg_contributors_ = 0;   // of the round being closed, for its metrics
   std::optional<FederatedEvaluation> eval_;  // the open federated evaluation
+  bool eval_is_final_ = false;               // eval_ is the one after the last round
+  // Cross-evaluation: the local models sites shared in the last evaluation, and those
+  // still to be evaluated.
+  std::map<std::string, std::vector<float>> cross_models_;
+  std::vector<std::string> cross_queue_;
   std::optional<FederatedStatsCollection> stats_;  // the open statistics collection
   bool stats_done_ = false;                        // statistics were collected (or skipped)
   std::optional<SecAggRound> stats_secagg_;        // its secure phase 2

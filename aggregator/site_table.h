@@ -6,7 +6,9 @@
 // Thread-safety: pure function.
 #pragma once
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include "aggregator/federated_eval.h"
 
@@ -15,5 +17,10 @@ namespace fedmesh {
 // A Markdown table (header, separator, one row per site, then the example-weighted row),
 // or "" when no site reported finetuned_* or local_only_* metrics.
 std::string SiteComparisonTable(const FederatedEvalReport& report);
+
+// Cross-evaluation (--cross-eval): a Markdown matrix, one row per candidate ("global" for
+// the global model's report, else the site whose local model it was) and one column per
+// site, of the headline metric; "" when `reports` is empty.
+std::string CrossEvalTable(const std::vector<FederatedEvalReport>& reports);
 
 }  // namespace fedmesh

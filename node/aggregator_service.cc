@@ -513,6 +513,9 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
             },
             [&](RoundEngine::Finished& f) -> Status {
               finished_ = true;
+              if (const std::string m = CrossEvalTable(cross_reports_); cross_reports_.size() > 1) {
+                spdlog::info("cross-evaluation: every model scored at every site (held-out rows)\n{}", m);
+              }
               finish_status_ = f.status;
               if (f.status.ok() && !f.stopped_early.empty()) {
                 spdlog::warn("federation stopped after {} rounds: {}", f.rounds_completed,
@@ -550,13 +553,21 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
   };
   if (r.total) rows.push_back(row("*", *r.total));
   for (const auto& [site, e] : r.sites) rows.push_back(row(site, e));
-  if (!rows.empty()) {
+  // The global model's evaluation after the last round and every cross-evaluation
+  // candidate's, for the matrix logged when the federation finishes. Candidates go to the
+  // metrics lines (with "candidate"), not to site_eval, which holds the global models'.
+  if (config_.rounds.federated_eval.cross_eval) {
+    if (r.candidate.empty()) cross_reports_.clear();
+    cross_reports_.push_back(r);
+  }
+  if (!rows.empty() && r.candidate.empty()) {
     Status st = store_->SaveSiteEval(r.round, r.model_version, rows);
     if (!st.ok()) return st.WithContext("persisting the federated evaluation of round " + std::to_string(r.round));
   }
   if (r.total) {
     const auto acc = r.total->metrics.find("accuracy");
-    spdlog::info("round {} federated evaluation: {}/{} site(s), {} examples, loss {:.4f}{}", r.round,
+    spdlog::info("round {} federated evaluation{}: {}/{} site(s), {} examples, loss {:.4f}{}", r.round,
+                 r.candidate.empty() ? std::string() : " of " + r.candidate + "'s local model",
                  r.sites.size(), r.asked, r.total->num_examples, r.total->loss,
                  acc == r.total->metrics.end() ? std::string()
                                                : fmt::format(", accuracy {:.4f}", acc->second));
@@ -574,6 +585,7 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
   }
   // One line for the federation, one per site, each with the round and "site" ("*": all).
   JsonLine total;
+  if (!r.candidate.empty()) total.Add("candidate", r.candidate);
   total.Add("round", static_cast<int64_t>(r.round))
       .Add("model_version", static_cast<int64_t>(r.model_version))
       .Add("federated_eval", true)
@@ -590,6 +602,7 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
   FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, total));
   for (const auto& [site, e] : r.sites) {
     JsonLine line;
+    if (!r.candidate.empty()) line.Add("candidate", r.candidate);
     line.Add("round", static_cast<int64_t>(r.round))
         .Add("model_version", static_cast<int64_t>(r.model_version))
         .Add("federated_eval", true)

@@ -116,6 +116,8 @@ class AggregatorService {
   // [data] normalize = "federated": the configured architecture without the federation's
   // input normalization, which is put in front of it once the statistics close.
   std::optional<graph::Graph> base_graph_;
+  // --cross-eval: the last evaluation of the global model and the candidates' after it.
+  std::vector<FederatedEvalReport> cross_reports_;
   std::unique_ptr<Trainer> trainer_;
   // Puts the federation's input normalization in front of base_graph_: the new model
   // (kept weights), stored as the federation's graph; returns its (sha256, graph bytes).

@@ -467,8 +467,18 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   ctx.first_global = &first_global_;
   FM_ASSIGN_OR_RETURN(FitOutcome eval, RunEvalTask(ctx, task, carry_, test_));
   if (!eval.refused.empty()) return refuse(eval.refused);
+  if (task.collect_local_models && config_.share_local_model && !eval.local_model.empty()) {
+    // This site agreed ([eval] share_local_model) to let its local-only model be scored at
+    // the other sites (--cross-eval).
+    eval.result.local_model = true;
+    eval.result.update = wire::FloatPayload(eval.local_model);
+    eval.result.bytes_before_codec = eval.result.update.bytes.size();
+    eval.result.bytes_after_codec = eval.result.update.bytes.size();
+    Log("sharing this site's local-only model for cross-evaluation");
+  }
   const auto acc = eval.result.metrics.find("accuracy");
-  Log(round + " evaluated on " + std::to_string(test_.size()) + " held-out samples: loss " +
+  Log((task.candidate.empty() ? round : "candidate " + task.candidate + " (" + round + ")") +
+      " evaluated on " + std::to_string(test_.size()) + " held-out samples: loss " +
       std::to_string(eval.result.train_loss) +
       (acc == eval.result.metrics.end() ? "" : ", accuracy " + std::to_string(acc->second)));
   if (Status s = transport_->Send(wire::Message{OutHeader(task.round), std::move(eval.result)});

@@ -146,7 +146,9 @@ Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
     out.refused = std::move(p.refused);
     return out;
   }
-  FM_RETURN_IF_ERROR(LoadWithLocalValues(ctx, p.global, carry));
+  // A cross-evaluation candidate is another site's whole model, its local tensors too.
+  FM_RETURN_IF_ERROR(task.candidate.empty() ? LoadWithLocalValues(ctx, p.global, carry)
+                                            : ctx.model->SetParams(p.global));
   Trainer trainer(ctx.model, p.trainer, &p.env);
   auto stats = trainer.Evaluate(test);
   if (!stats.ok()) {
@@ -175,6 +177,7 @@ Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
       ctx.first_global->size() == p.global.size()) {
     FM_RETURN_IF_ERROR(TrainAndScore(ctx, p, *ctx.first_global, task.local_only_epochs, test,
                                      "local_only_", /*salt=*/2, out.result.metrics));
+    out.local_model = ctx.model->GetParams();
   }
   out.global = std::move(p.global);
   return out;

@@ -75,6 +75,9 @@ struct FitOutcome {
   EpochStats last_epoch;
   std::vector<float> global;     // the decoded global model the node trained from
   std::string chain_name;        // the chain the update was encoded with
+  // RunEvalTask with local_only_epochs: the local-only model's weights (for a site that
+  // shares it for cross-evaluation); empty otherwise.
+  std::vector<float> local_model;
 };
 
 // The seed of (node, round): mixes all three so nodes and rounds get independent streams.

@@ -225,6 +225,12 @@ struct FitTask {
   // at most kMaxEvalEpochs; only with evaluate_only.
   uint32_t finetune_epochs = 0;
   uint32_t local_only_epochs = 0;
+  // evaluate_only: global_model is the cross-evaluation candidate named here (a site's
+  // local model; id rules) instead of the global model. Empty = the global model.
+  std::string candidate;
+  // evaluate_only with local_only_epochs: sites that allow it send their local-only model
+  // (FitResult::local_model) for cross-evaluation.
+  bool collect_local_models = false;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };
@@ -250,6 +256,9 @@ struct FitResult {
   // The answer to a FitTask with statistics: num_examples the site's rows, `update` empty,
   // not an evaluation.
   std::optional<SiteStatistics> statistics;
+  // An evaluation answering collect_local_models: `update` holds the site's local-only
+  // model's weights (codec "none", finite), shared for cross-evaluation.
+  bool local_model = false;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };

@@ -599,6 +599,11 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       return Status::InvalidArgument(
           "FitTask finetune_epochs / local_only_epochs are set on a task that is not evaluate_only");
     }
+    if ((!m->candidate.empty() || m->collect_local_models) && !m->evaluate_only) {
+      return Status::InvalidArgument(
+          "FitTask candidate / collect_local_models are set on a task that is not evaluate_only");
+    }
+    if (!m->candidate.empty()) FM_RETURN_IF_ERROR(CheckId(m->candidate, "FitTask candidate", l));
     if (m->finetune_epochs > kMaxEvalEpochs || m->local_only_epochs > kMaxEvalEpochs) {
       return Status::OutOfRange(StrCat("FitTask finetune_epochs / local_only_epochs exceed ",
                                        kMaxEvalEpochs));
@@ -647,7 +652,12 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     if (!m->evaluation && !m->metrics.empty()) {
       return Status::InvalidArgument("FitResult carries metrics but is not an evaluation");
     }
-    if (m->evaluation) {
+    if (m->local_model && (!m->evaluation || m->update.codec != kCodecNone ||
+                           m->update.element_count == 0 || m->applied_prediction)) {
+      return Status::InvalidArgument(
+          "FitResult local_model needs an evaluation whose update holds the model (codec none)");
+    }
+    if (m->evaluation && !m->local_model) {
       if (m->update.element_count != 0 || payload_bytes != 0 || m->applied_prediction) {
         return Status::InvalidArgument(
             "FitResult evaluation carries an update; an evaluation sends metrics only");
@@ -900,6 +910,8 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_evaluate_only(m->evaluate_only);
     o->set_finetune_epochs(m->finetune_epochs);
     o->set_local_only_epochs(m->local_only_epochs);
+    o->set_candidate(m->candidate);
+    o->set_collect_local_models(m->collect_local_models);
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
@@ -924,6 +936,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_evaluation(m->evaluation);
     for (const auto& [name, value] : m->metrics) (*o->mutable_metrics())[name] = value;
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
+    o->set_local_model(m->local_model);
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -1059,6 +1072,8 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.evaluate_only = i.evaluate_only();
       m.finetune_epochs = i.finetune_epochs();
       m.local_only_epochs = i.local_only_epochs();
+      m.candidate = i.candidate();
+      m.collect_local_models = i.collect_local_models();
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();
@@ -1086,6 +1101,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       }
       for (const auto& [name, value] : i.metrics()) m.metrics[name] = value;
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
+      m.local_model = i.local_model();
       *body = std::move(m);
       return Status::OK();
     }

@@ -140,6 +140,10 @@ const ConfigSchema& AggregatorConfigSchema() {
                "local_only_* metrics; 0 = off (rounds x epochs compares like for like)")
             .Min(0)
             .Max(10000),
+        BoolKey("eval", "cross_eval", false,
+                "After the last round, every site that shares its local-only model ([eval] "
+                "share_local_model at the site) has it scored at every site too: the matrix of "
+                "candidates x sites (needs local_only_epochs > 0; --cross-eval)"),
         StringKey("eval", "label_column", "label",
                   "csv [eval] dataset: the column holding the integer class labels"),
         BoolKey("stats", "enabled", false,
@@ -243,6 +247,12 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.federated_eval.timeout_s = v.GetFloat("eval", "timeout_s");
   r.federated_eval.finetune_epochs = static_cast<uint32_t>(v.GetInt("eval", "finetune_epochs"));
   r.federated_eval.local_only_epochs = static_cast<uint32_t>(v.GetInt("eval", "local_only_epochs"));
+  r.federated_eval.cross_eval = v.GetBool("eval", "cross_eval");
+  if (r.federated_eval.cross_eval && !r.federated_eval.enabled) {
+    return AttributeToKey(Status::InvalidArgument("cross_eval scores models at the sites: set "
+                                                  "[eval] federated = true"),
+                          v, {{"", "eval", "cross_eval"}});
+  }
   r.federated_stats.enabled = v.GetBool("stats", "enabled");
   r.federated_stats.bins = static_cast<uint32_t>(v.GetInt("stats", "bins"));
   r.federated_stats.quantiles = v.GetFloatList("stats", "quantiles");
@@ -278,6 +288,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
       {"federated_stats.quantiles", "stats", "quantiles"},
       {"federated_stats.timeout_s", "stats", "timeout_s"},
       {"federated_stats.min_sites", "stats", "min_sites"},
+      {"federated_eval.local_only_epochs", "eval", "local_only_epochs"},
       {"federation_id", "federation", "id"},
       {"aggregator_id", "aggregator", "id"},
       {"total_rounds", "rounds", "total"},

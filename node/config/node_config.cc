@@ -183,6 +183,10 @@ const ConfigSchema& NodeConfigSchema() {
         FloatKey("codec", "dgc_momentum", 0.9, "dgc: momentum of the accumulated velocity")
             .Min(0)
             .Max(1, true),
+        BoolKey("eval", "share_local_model", false,
+                "Cross-evaluation (fedmesh-aggregator --cross-eval): send this site's local-only "
+                "model (trained for the last evaluation) to the aggregator, which has every site "
+                "score it; its weights then leave the site"),
         BoolKey("stats", "allow", true,
                 "Answer the aggregator's federated statistics requests (docs/data.md); false = "
                 "always withheld"),
@@ -305,6 +309,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.seeds = v.GetStringList("gossip", "seeds");
   g.allow_dir = v.GetString("gossip", "allow");
   c.secagg_allow_dir = v.GetString("secagg", "allow");
+  c.share_local_model = v.GetBool("eval", "share_local_model");
   c.stats_policy.allow = v.GetBool("stats", "allow");
   c.stats_policy.min_count = static_cast<uint64_t>(v.GetInt("stats", "min_count"));
   c.stats_policy.minmax_noise = v.GetFloat("stats", "minmax_noise");

@@ -70,6 +70,8 @@ struct NodeConfig {
   std::vector<std::string> local_patterns;
   // [stats]: what this site lets leave it when the aggregator asks for federated statistics.
   StatsPrivacyPolicy stats_policy;
+  // [eval] share_local_model: send the local-only model for cross-evaluation when asked.
+  bool share_local_model = false;
 };
 
 const ConfigSchema& NodeConfigSchema();

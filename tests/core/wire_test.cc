@@ -251,6 +251,43 @@ TEST(WireRoundTrip, FederatedEvaluationFields) {
   ASSERT_FALSE(bad_task.ok());
   EXPECT_NE(bad_task.status().message().find("evaluate_only"), std::string::npos)
       << bad_task.status().ToString();
+
+  // The last evaluation's comparison and cross-evaluation fields.
+  Message last = task;
+  auto& lt = std::get<FitTask>(last.body);
+  lt.finetune_epochs = 5;
+  lt.local_only_epochs = 30;
+  lt.collect_local_models = true;
+  lt.candidate = "site-3";
+  auto got_last = Decode(MustEncode(last));
+  ASSERT_TRUE(got_last.ok()) << got_last.status().ToString();
+  EXPECT_EQ(std::get<FitTask>(got_last->body), std::get<FitTask>(WithHash(last).body));
+  Message not_eval = last;
+  std::get<FitTask>(not_eval.body).evaluate_only = false;
+  EXPECT_FALSE(Encode(not_eval).ok()) << "finetune / candidate without evaluate_only";
+  std::get<FitTask>(last.body).candidate = "has space";
+  EXPECT_FALSE(Encode(last).ok()) << "candidate follows the id rules";
+  std::get<FitTask>(last.body).candidate = "";
+  std::get<FitTask>(last.body).local_only_epochs = kMaxEvalEpochs + 1;
+  EXPECT_FALSE(Encode(last).ok());
+
+  Message shared = result;
+  auto& sr = std::get<FitResult>(shared.body);
+  sr.local_model = true;
+  sr.update = FloatPayload(std::vector<float>{1.0f, -2.0f});
+  sr.bytes_before_codec = sr.bytes_after_codec = 8;
+  auto got_shared = Decode(MustEncode(shared));
+  ASSERT_TRUE(got_shared.ok()) << got_shared.status().ToString();
+  EXPECT_TRUE(std::get<FitResult>(got_shared->body).local_model);
+  refused([](FitResult& f) {
+    f.update = FloatPayload(std::vector<float>{1.0f});
+    f.bytes_after_codec = 4;
+  }, "evaluation carries an update");  // without local_model
+  std::get<FitResult>(shared.body).evaluation = false;
+  std::get<FitResult>(shared.body).metrics.clear();
+  auto bad_shared = Encode(shared);
+  ASSERT_FALSE(bad_shared.ok());
+  EXPECT_NE(bad_shared.status().message().find("local_model"), std::string::npos);
 }
 
 TEST(WireRoundTrip, HeartbeatFieldByField) {

@@ -963,14 +963,16 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
        "train.lr=0.05", "train.momentum=0.9", "train.batch=16", "train.epochs=2",
        "secagg.enabled=true", "secagg.clip=5", "secagg.bits=24", "secagg.stage_timeout_s=30",
        "eval.dataset=", "eval.federated=true", "eval.min_sites=4", "eval.finetune_epochs=2",
-       "eval.local_only_epochs=12"});
+       "eval.local_only_epochs=12", "eval.cross_eval=true"});
   ASSERT_FALSE(ep.empty());
   for (int i = 1; i <= 4; ++i) {
     ASSERT_NE(StartNode(i, ep,
                         {"secagg.allow=keys/allow", "data.dataset=csv:site-" + std::to_string(i) + ".csv",
                          "data.label_column=diagnosis", "data.label_values=benign,malignant",
                          "data.num_partitions=1", "data.index=0", "data.partition=iid",
-                         "data.test_fraction=0.3", "model.local=input_norm.*"}),
+                         "data.test_fraction=0.3", "model.local=input_norm.*",
+                         // Sites 1 and 2 share their local-only models for cross-evaluation.
+                         std::string("eval.share_local_model=") + (i <= 2 ? "true" : "false")}),
               nullptr);
   }
   const auto rc = aggregator_->WaitExit(seconds(180));
@@ -987,8 +989,21 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
   // The last evaluation also compares, per site, the global model with the site's
   // local-only baseline and the global model fine-tuned there; earlier ones do not.
   int compared = 0;
+  std::map<std::string, double> local_only;                     // site -> its local_only_auc
+  std::map<std::string, std::map<std::string, double>> cross;  // candidate -> site -> auc
   for (const std::string& l : MetricsLines()) {
     if (l.find("\"federated_eval\":true") == std::string::npos) continue;
+    if (l.find("\"candidate\"") != std::string::npos) {
+      const size_t c = l.find("\"candidate\":\"") + 13;
+      const size_t s = l.find("\"site\":\"") + 8;
+      cross[l.substr(c, l.find('"', c) - c)][l.substr(s, l.find('"', s) - s)] =
+          JsonNumber(l, "auc").value_or(-1);
+      continue;
+    }
+    if (l.find("\"local_only_auc\"") != std::string::npos) {
+      const size_t s = l.find("\"site\":\"") + 8;
+      local_only[l.substr(s, l.find('"', s) - s)] = JsonNumber(l, "local_only_auc").value_or(-1);
+    }
     const bool has = l.find("\"finetuned_auc\"") != std::string::npos &&
                      l.find("\"local_only_auc\"") != std::string::npos;
     EXPECT_EQ(has, JsonNumber(l, "round").value_or(-1) == 6) << l;
@@ -998,6 +1013,20 @@ TEST_F(FederationTest, FederationBinaryOnnxModelWithSecureAggregationAndFederate
     EXPECT_GE(JsonNumber(l, "finetuned_auc").value_or(-1), 0.5) << l;
   }
   EXPECT_EQ(compared, 4);
+  // Cross-evaluation: the two shared local models, each scored at all four sites; at its
+  // own site a local model scores exactly its local-only AUC of the last evaluation.
+  ASSERT_EQ(cross.size(), 2u);
+  for (const std::string c : {"site-1", "site-2"}) {
+    ASSERT_EQ(cross[c].size() - cross[c].count("*"), 4u) << c;
+    EXPECT_EQ(cross[c][c], local_only[c]) << c;
+    for (const auto& [site, auc] : cross[c]) EXPECT_GE(auc, 0.5) << c << " at " << site;
+  }
+  EXPECT_NE(aggregator_->Log().find("cross-evaluation: every model scored at every site"),
+            std::string::npos);
+  EXPECT_NE(ReadWholeFile(dir_ / "site-1.log").find("sharing this site's local-only model"),
+            std::string::npos);
+  EXPECT_EQ(ReadWholeFile(dir_ / "site-3.log").find("sharing this site's local-only model"),
+            std::string::npos);
   EXPECT_NE(aggregator_->Log().find("did federation help each site?"), std::string::npos);
   EXPECT_NE(aggregator_->Log().find("| site-4 | "), std::string::npos) << aggregator_->Log();
 }
