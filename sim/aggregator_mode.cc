@@ -10,6 +10,13 @@
 // the same whatever the thread count or timing. With [sim] batched_clients jobs are run
 // lazily instead, all pending ones at once when the first is due, in groups through the
 // BatchedTrainer (RunPendingBatched), with the same results on the CPU.
+//
+// Federated evaluation ([eval] federated): the engine's evaluate_only tasks reach every
+// connected client like FitTasks; a client that is online evaluates the global model with
+// fedmesh-node's RunEvalTask on its held-out rows (SimData::TestOf) on a worker, and its
+// answer is sent at arrival + (held-out rows / its speed), in parallel with any training it
+// is doing. Evaluation tasks and answers are counted in the evaluation's line, not in the
+// rounds' bytes.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -84,12 +91,28 @@ class AggregatorSim {
     // outcome is a result): the client's encoding and the aggregator's decoding.
     Result<WireTrip> trip = Status::Internal("not sent");
   };
+  // One client's answer to an evaluate_only task, computed on a worker as the task arrives.
+  struct EvalJob {
+    uint64_t client = 0;
+    wire::FitTask task;  // emptied once evaluated: it holds a copy of the model
+    uint64_t model_version = 0;
+    uint64_t message_id = 0;  // of its answer, taken when the task arrived
+    Workspaces::Ticket ticket;
+    Result<FitOutcome> outcome = Status::Internal("not run");
+    Result<WireTrip> trip = Status::Internal("not sent");  // set when there is an answer
+  };
   using Outputs = std::vector<RoundEngine::Output>;
 
   Status Init();
   void Handle(Outputs outputs);
   void OnClientMessage(const std::string& id, wire::Message message);
   void OnJobDue(const std::shared_ptr<Job>& job);
+  // Federated evaluation: starts the client's evaluation of `task` on the workers and
+  // schedules its answer.
+  void StartEval(uint64_t client, const ClientTraits& traits, wire::FitTask task,
+                 uint64_t model_version);
+  void OnEvalDue(const std::shared_ptr<EvalJob>& job);
+  void RecordEval(const FederatedEvalReport& report);
   // Per-client path: takes the client's carry and submits the job to the workers.
   void Submit(const std::shared_ptr<Job>& job);
   // Per-client path: waits for the job and puts its carry back (once).
@@ -136,6 +159,11 @@ class AggregatorSim {
   Status status_;
   // This round's accounting, since the last RoundClosed.
   uint64_t mark_total_ = 0, mark_down_ = 0;
+  // Bytes of evaluation tasks and answers: in all, at the last RoundClosed (taken out of
+  // the round's bytes) and at the last EvalClosed (the evaluation's own).
+  uint64_t eval_down_ = 0, eval_up_ = 0;
+  uint64_t round_mark_eval_down_ = 0, round_mark_eval_up_ = 0;
+  uint64_t eval_mark_down_ = 0, eval_mark_up_ = 0;
 };
 
 Status AggregatorSim::Init() {
@@ -164,6 +192,10 @@ Status AggregatorSim::Init() {
   eo.downlink_codec = o_.downlink;
   eo.update_prediction = o_.update_prediction;
   eo.report_update_params = false;  // no store to persist them in
+  eo.federated_eval.enabled = o_.federated_eval;
+  eo.federated_eval.every = o_.eval_every;
+  eo.federated_eval.min_sites = o_.eval_min_sites;
+  eo.federated_eval.timeout_s = o_.eval_timeout_s;
   FM_ASSIGN_OR_RETURN(auto strategy, MakeStrategy(o_.strategy, StrategyOptionsFor(o_)));
   FM_ASSIGN_OR_RETURN(chain_, codec::Chain::Parse(o_.codec));
   ClientStateStoreOptions so_state;
@@ -175,7 +207,8 @@ Status AggregatorSim::Init() {
     // The round being closed is the engine's current one.
     EvalResult r{std::nan(""), std::nan(""), {}};
     // A privacy budget that ends the run here makes this the last round: evaluate it.
-    if (!IsEvalRound(o_, engine_->round()) && engine_->strategy().CanRunAnotherRound().ok()) {
+    if (ctx_.data.test.size() == 0 ||
+        (!IsEvalRound(ctx_, engine_->round()) && engine_->strategy().CanRunAnotherRound().ok())) {
       return r;
     }
     auto e = Evaluate(ctx_, global);
@@ -257,9 +290,14 @@ void AggregatorSim::Handle(Outputs outputs) {
       if (std::holds_alternative<wire::RegisterAck>(send->message.body)) continue;
       if (!trips[i].ok()) {
         Fail(trips[i].status());
-      } else if (Status sent = net_.Send(kAggregator, send->to, std::move(*trips[i]));
-                 !sent.ok()) {
+        continue;
+      }
+      const uint64_t bytes = trips[i]->bytes;
+      if (Status sent = net_.Send(kAggregator, send->to, std::move(*trips[i])); !sent.ok()) {
         Fail(sent);
+      } else if (auto* task = std::get_if<wire::FitTask>(&send->message.body);
+                 task != nullptr && task->evaluate_only) {
+        eval_down_ += bytes;
       }
     } else if (auto* timer = std::get_if<RoundEngine::SetTimer>(&out)) {
       net_.ScheduleAt(timer->at_seconds, [this] {
@@ -268,6 +306,8 @@ void AggregatorSim::Handle(Outputs outputs) {
     } else if (auto* closed = std::get_if<RoundEngine::RoundClosed>(&out)) {
       CloseRoundMetrics(*closed);
       ApplySchedule(closed->round + 1);
+    } else if (auto* eval = std::get_if<RoundEngine::EvalClosed>(&out)) {
+      RecordEval(eval->report);
     } else if (auto* fin = std::get_if<RoundEngine::Finished>(&out)) {
       finished_ = true;
       if (!fin->status.ok()) Fail(fin->status.WithContext("the federation failed"));
@@ -325,6 +365,13 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   if (task == nullptr) return;  // Rejects and acks change nothing on a simulated client
   const uint64_t c = ClientIndex(id);
   const ClientTraits traits = TraitsOf(o_, c);
+  if (task->evaluate_only) {
+    // An offline client does not answer; [sim] dropout is about training and does not apply.
+    if (IsAvailable(o_, traits, task->round)) {
+      StartEval(c, traits, std::move(*task), message.header.model_version);
+    }
+    return;
+  }
   if (DropsOut(o_, c, task->round) ||
       !IsAvailable(o_, traits, task->round)) {
     return;  // drops out: never answers this task (counted as dropped at the close)
@@ -538,6 +585,69 @@ void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
   }
 }
 
+void AggregatorSim::StartEval(uint64_t client, const ClientTraits& traits, wire::FitTask task,
+                              uint64_t model_version) {
+  auto job = std::make_shared<EvalJob>();
+  job->client = client;
+  job->task = std::move(task);
+  job->model_version = model_version;
+  job->message_id = next_message_id_++;
+  job->ticket = ctx_.workers.Submit([this, job](Model& model) {
+    const std::string id = SimClientId(job->client);
+    FitContext fc;
+    fc.model = &model;
+    fc.train = &ctx_.data.DataOf(job->client);  // what the client trains on, as a node's
+    fc.trainer = o_.trainer;
+    fc.default_chain = &chain_;
+    fc.feedback = o_.error_feedback;
+    fc.node_id = id;
+    fc.seed = o_.seed;
+    // The simulator's clients have no local tensors: nothing to carry.
+    job->outcome = RunEvalTask(fc, job->task, FitCarry{}, ctx_.data.TestOf(job->client));
+    const uint64_t round = job->task.round;
+    job->task = wire::FitTask{};
+    if (!job->outcome.ok() || !job->outcome->refused.empty()) return;
+    wire::Message m{wire::Header{kSimFederation, id, round, job->model_version, job->message_id},
+                    std::move(job->outcome->result)};
+    job->trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(model));
+    job->outcome->global = std::vector<float>();  // the decoded model: not needed any more
+  });
+  // Like training: the client's held-out rows at its speed.
+  const double compute_s =
+      static_cast<double>(ctx_.data.TestOf(client).size()) / traits.samples_per_s;
+  net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnEvalDue(job); });
+}
+
+void AggregatorSim::OnEvalDue(const std::shared_ptr<EvalJob>& job) {
+  ctx_.workers.Wait(job->ticket);
+  if (finished_ || !status_.ok()) return;
+  const std::string id = SimClientId(job->client);
+  if (!job->outcome.ok()) {
+    return Fail(job->outcome.status().WithContext("evaluating on " + id));
+  }
+  // A refusal (no held-out rows) is silent, as on a real node: the evaluation closes at its
+  // deadline without this client.
+  if (!job->outcome->refused.empty()) return;
+  if (!job->trip.ok()) return Fail(job->trip.status().WithContext("sending from " + id));
+  const uint64_t bytes = job->trip->bytes;
+  if (Status s = net_.Send(id, kAggregator, std::move(*job->trip)); s.ok()) {
+    eval_up_ += bytes;
+  } else if (!net_.IsDown(id)) {
+    Fail(s);
+  }
+}
+
+void AggregatorSim::RecordEval(const FederatedEvalReport& report) {
+  SimFederatedEval e;
+  e.report = report;
+  e.sim_time_s = env_.NowSeconds();
+  e.bytes_down = eval_down_ - eval_mark_down_;
+  e.bytes_up = eval_up_ - eval_mark_up_;
+  eval_mark_down_ = eval_down_;
+  eval_mark_up_ = eval_up_;
+  if (Status s = ctx_.report_eval(e); !s.ok()) Fail(s);
+}
+
 void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   const uint64_t total = net_.total_bytes_sent(), down = net_.bytes_sent(kAggregator);
   SimRoundMetrics m;
@@ -553,10 +663,15 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   }
   m.participants = closed.metrics.received;
   m.dropped = closed.metrics.selected - std::min(closed.metrics.selected, closed.metrics.received);
-  m.bytes_down = down - mark_down_;
-  m.bytes_up = (total - mark_total_) - m.bytes_down;
+  // Evaluation tasks and answers since the last close belong to the evaluations' lines.
+  const uint64_t eval_down = eval_down_ - round_mark_eval_down_;
+  const uint64_t eval_up = eval_up_ - round_mark_eval_up_;
+  m.bytes_down = down - mark_down_ - eval_down;
+  m.bytes_up = (total - mark_total_) - (down - mark_down_) - eval_up;
   mark_total_ = total;
   mark_down_ = down;
+  round_mark_eval_down_ = eval_down_;
+  round_mark_eval_up_ = eval_up_;
   if (Status s = ctx_.report(m); !s.ok()) Fail(s);
 }
 

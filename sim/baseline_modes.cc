@@ -36,7 +36,7 @@ Result<std::vector<float>> RunLocalMode(SimContext& ctx) {
     m.round = round;
     m.sim_time_s = now;
     m.participants = k;
-    if (IsEvalRound(o, round)) {
+    if (IsEvalRound(ctx, round)) {
       const size_t e = std::min<size_t>(o.eval_clients, k);
       double acc = 0, loss = 0;
       for (size_t c = 0; c < e; ++c) {
@@ -78,7 +78,7 @@ Result<std::vector<float>> RunCentralMode(SimContext& ctx) {
     m.round = round;
     m.sim_time_s = now;
     m.participants = 1;
-    if (IsEvalRound(o, round)) {
+    if (IsEvalRound(ctx, round)) {
       const std::vector<float> params = model.GetParams();
       FM_ASSIGN_OR_RETURN(EvalStats s, Evaluate(ctx, params));
       FM_RETURN_IF_ERROR(model.SetParams(params));  // Evaluate used the workers' models

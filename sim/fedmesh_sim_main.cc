@@ -1,6 +1,7 @@
 // fedmesh-sim: runs one simulated federated or gossip experiment from a TOML config (keys in
-// docs/config.md, "fedmesh-sim"). Prints one progress line per round on stderr, writes
-// per-round JSON lines to [sim] metrics and PNG plots with --plot DIR.
+// docs/config.md, "fedmesh-sim"). Prints one progress line per round (and per federated
+// evaluation) on stderr, writes per-round JSON lines to [sim] metrics and PNG plots with
+// --plot DIR.
 // Exit codes: 0 done, 2 bad command line or config, 1 the run failed (data, protocol).
 #include <CLI/CLI.hpp>
 
@@ -71,6 +72,10 @@ int main(int argc, char** argv) {
                report->rounds_wall_seconds,
                static_cast<double>(report->client_updates) / std::max(1e-9, report->rounds_wall_seconds),
                static_cast<double>(report->peak_rss_bytes) / 1e6);
+  if (!report->federated_evals.empty()) {
+    std::fprintf(stderr, "fedmesh-sim: last %s\n",
+                 report->federated_evals.back().Summary().c_str());
+  }
   if (!plot_dir.empty()) {
     const std::string title = std::string(fedmesh::SimModeName(options->mode)) + ", " +
                               std::to_string(options->clients) + " clients, codec " + options->codec;

@@ -168,7 +168,7 @@ Result<std::vector<float>> GossipSim::Run() {
     std::vector<std::span<const float>> models;
     for (size_t c : up) models.push_back(nodes_[c]->params());
     if (!models.empty()) m.consensus_distance = ConsensusDistance(models);
-    if (IsEvalRound(o_, round) && !up.empty()) {
+    if (IsEvalRound(ctx_, round) && !up.empty()) {
       double acc = 0, loss = 0;
       const size_t k = std::min<size_t>(o_.eval_clients, up.size());
       for (size_t j = 0; j < k; ++j) {

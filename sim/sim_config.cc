@@ -1,8 +1,11 @@
 #include "sim/sim_config.h"
 
+#include <algorithm>
+
 #include "aggregator/strategy.h"
 #include "core/model_zoo.h"
 #include "node/config/config_loader.h"
+#include "node/config/data_source_config.h"
 #include "node/config/strategy_config.h"
 
 namespace fedmesh {
@@ -79,17 +82,40 @@ const ConfigSchema& SimConfigSchema() {
                   "SQLite scratch file for spilled client state; empty = a temporary file "
                   "(deleted at the end either way)")
             .Path(),
-        StringKey("data", "dataset", "fashion-mnist", "Data source (fashion-mnist or csv:PATH)")
-            .Path(PathKind::kDataSource),
         IntKey("data", "shards", 0,
                "Partitions of the training data; client c trains on shard c mod shards. "
                "0 = one per client (needs clients <= training samples)")
             .Min(0)
             .Max(10000000),
-        IntKey("data", "test_samples", 0, "Test samples evaluated; 0 = the whole test split").Min(0),
-        IntKey("eval", "every", 1, "Rounds between test evaluations (the last round always)")
+        IntKey("data", "test_samples", 0,
+               "Central test samples evaluated (the first ones); 0 = the whole test set")
+            .Min(0),
+        FloatKey("data", "client_test_fraction", 0.2,
+                 "[eval] federated only: the fraction of each client's shard (per class, seeded "
+                 "by [sim] seed) held out as its own test data and never trained on; without "
+                 "federated evaluation clients train on their whole shard")
+            .Min(0)
+            .Max(1, true),
+        IntKey("eval", "every", 1,
+               "Rounds between evaluations on the central test set and, with federated, on the "
+               "clients (the last round always)")
             .Min(1)
             .Max(1000000),
+        BoolKey("eval", "federated", false,
+                "aggregator mode: after the evaluated rounds every connected client evaluates "
+                "the global model on its held-out rows ([data] client_test_fraction) and the "
+                "metrics get a \"*\" line with the example-weighted figures "
+                "(docs/evaluation.md)"),
+        IntKey("eval", "min_sites", 1,
+               "Fewest client answers for a federated evaluation to report federated metrics")
+            .Min(1),
+        FloatKey("eval", "timeout_s", 120.0,
+                 "Virtual seconds a federated evaluation waits for the clients' answers")
+            .Min(0, true),
+        IntKey("eval", "site_lines", 100,
+               "Federated evaluation: one metrics line per client when at most this many "
+               "answered, else only the \"*\" line; 0 = never")
+            .Min(0),
         IntKey("eval", "clients", 10, "gossip and local: clients whose models are evaluated (mean)")
             .Min(1)
             .Max(100000),
@@ -99,6 +125,15 @@ const ConfigSchema& SimConfigSchema() {
         FloatKey("train", "momentum", 0.0, "Heavy-ball momentum, kept per client across rounds")
             .Min(0)
             .Max(1, true),
+        StringKey("train", "loss", "cross_entropy",
+                  "Loss clients train with and the model is evaluated with (mse or huber for "
+                  "[data] regression)")
+            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
+        FloatListKey("train", "class_weights", {},
+                     "cross_entropy: one weight per class; empty = 1 each")
+            .Min(0, true),
+        FloatKey("train", "pos_weight", 1.0, "bce_with_logits: weight of the positive term")
+            .Min(0, true),
         FloatKey("rounds", "prox_mu", 0.01, "fedprox: proximal coefficient mu").Min(0, true),
         IntKey("rounds", "min_clients", 0,
                "Fewest answers a round closes with at its deadline; 0 = half of clients_per_round")
@@ -148,6 +183,13 @@ const ConfigSchema& SimConfigSchema() {
             .Choices({"signflip", "scaled", "noise"}),
         FloatKey("faults", "attack_scale", 10.0, "The attack's scale").Min(0),
     };
+    // The data source keys first in [data], as in fedmesh-node's schema.
+    const auto shards = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
+      return k.section == "data" && k.key == "shards";
+    });
+    std::vector<ConfigKey> source =
+        DataSourceConfigKeys("[sim] seed", "the central test set");
+    s->keys.insert(shards, source.begin(), source.end());
     for (ConfigKey& k : RoundModeConfigKeys(0, "0 = half of clients_per_round")) {
       s->keys.push_back(std::move(k));
     }
@@ -181,15 +223,24 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.metrics_path = v.GetString("sim", "metrics");
   o.state_memory_mb = u64("sim", "state_memory_mb");
   o.state_spill_path = v.GetString("sim", "state_spill");
-  o.dataset = v.GetString("data", "dataset");
+  FM_RETURN_IF_ERROR(ReadDataSourceSpec(v, &o.data));
   o.data_shards = u64("data", "shards");
   o.test_samples = u64("data", "test_samples");
+  o.client_test_fraction = v.GetFloat("data", "client_test_fraction");
   o.eval_every = static_cast<uint32_t>(v.GetInt("eval", "every"));
+  o.federated_eval = v.GetBool("eval", "federated");
+  o.eval_min_sites = static_cast<int>(v.GetInt("eval", "min_sites"));
+  o.eval_timeout_s = v.GetFloat("eval", "timeout_s");
+  o.eval_site_lines = static_cast<uint32_t>(v.GetInt("eval", "site_lines"));
   o.eval_clients = static_cast<uint32_t>(v.GetInt("eval", "clients"));
   o.local_epochs = static_cast<int>(v.GetInt("train", "epochs"));
   o.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   o.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   o.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
+  o.trainer.loss.kind = ParseLossKind(v.GetString("train", "loss")).value();
+  for (double w : v.GetFloatList("train", "class_weights"))
+    o.trainer.loss.class_weights.push_back(static_cast<float>(w));
+  o.trainer.loss.pos_weight = static_cast<float>(v.GetFloat("train", "pos_weight"));
   o.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
   ReadStrategyOptions(v, static_cast<uint32_t>(v.GetInt("sim", "clients_per_round")),
                       &o.strategy_options);
@@ -245,6 +296,13 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"topology", "sim", "topology"},
       {"batched_clients", "sim", "batched_clients"},
       {"device", "sim", "device"},
+      {"client_test_fraction", "data", "client_test_fraction"},
+      {"test_fraction", "data", "test_fraction"},
+      {"federated evaluation", "eval", "federated"},
+      {"eval min_sites", "eval", "min_sites"},
+      {"eval timeout_s", "eval", "timeout_s"},
+      {"class_weights", "train", "class_weights"},
+      {"pos_weight", "train", "pos_weight"},
       {"", "sim", "mode"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(o), v, kFields));

@@ -4,6 +4,7 @@
 
 #include "core/data/data_source.h"
 #include "core/data/partition.h"
+#include "core/rng.h"
 
 namespace fedmesh {
 
@@ -16,10 +17,13 @@ ModelSpec SimData::Spec(const ModelSpec& model) const {
 
 Result<SimData> LoadSimData(const SimOptions& o) {
   SimData d;
-  DataSourceSpec source;
-  source.train = o.dataset;
-  FM_ASSIGN_OR_RETURN(d.train, LoadDataSource(source, DataSplit::kTrain));
-  FM_ASSIGN_OR_RETURN(d.test, LoadDataSource(source, DataSplit::kTest));
+  DataSourceSpec source = o.data;
+  source.split_seed = o.seed;
+  {
+    FM_ASSIGN_OR_RETURN(SiteData site, LoadSiteData(source));
+    d.train = std::move(site.train);
+    d.test = std::move(site.test);
+  }
   if (o.test_samples > 0 && o.test_samples < d.test.size()) {
     std::vector<uint32_t> first(o.test_samples);
     for (uint32_t i = 0; i < first.size(); ++i) first[i] = i;
@@ -44,6 +48,26 @@ Result<SimData> LoadSimData(const SimOptions& o) {
         " samples: set data_shards so that clients share partitions)");
   }
   FM_ASSIGN_OR_RETURN(d.shards, PartitionAll(d.train.labels, d.train.num_classes, p));
+  if (o.federated_eval) {
+    // Each shard's own split, seeded per shard; a shard too small to give a row of any
+    // class keeps them all for training and its clients refuse evaluation tasks.
+    const uint64_t salt = SplitMix64(o.seed ^ 0x636c69656e74ull);
+    d.shard_test.reserve(d.shards.size());
+    for (size_t k = 0; k < d.shards.size(); ++k) {
+      std::vector<uint32_t>& shard = d.shards[k];
+      std::vector<int32_t> labels(shard.size());
+      for (size_t i = 0; i < shard.size(); ++i) labels[i] = d.train.labels[shard[i]];
+      const HeldOutRows rows = SplitHeldOut(labels, o.client_test_fraction, SplitMix64(salt + k));
+      std::vector<uint32_t> test;
+      if (!rows.train.empty()) {
+        for (uint32_t i : rows.test) test.push_back(shard[i]);
+        std::vector<uint32_t> train;
+        for (uint32_t i : rows.train) train.push_back(shard[i]);
+        shard = std::move(train);
+      }
+      d.shard_test.push_back(d.train.Subset(test));
+    }
+  }
   d.shard_data.reserve(d.shards.size());
   for (const auto& shard : d.shards) d.shard_data.push_back(d.train.Subset(shard));
   return d;

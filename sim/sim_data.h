@@ -1,11 +1,18 @@
-// SimData: the dataset of a simulation, loaded once: the training split cut into
-// data_shards partitions (any partitioner of core/data/partition.h, seeded with the
-// simulation's seed) and the test split. Client c trains on shard c mod data_shards, so a
-// million clients can share the 60,000 Fashion-MNIST images; with data_shards = clients
-// (the default) every client has its own partition, exactly as PartitionFor gives it to a
-// real node. The shards' samples are copied out once, at load (partitions are disjoint,
-// so this costs one more copy of the training split at most), rather than for every
-// training job. Thread-safety: const after LoadSimData; read from any thread.
+// SimData: the dataset of a simulation, loaded once from the [data] source (any source of
+// core/data/data_source.h, with fedmesh-node's options): a central test set, and the
+// training rows cut into data_shards partitions (any partitioner of core/data/partition.h,
+// seeded with the simulation's seed). The central test set is the source's [data] test,
+// else its own test split (fashion-mnist), else test_fraction of its rows held out per
+// class (LoadSiteData's split, seeded by the simulation's seed), and none with test_fraction
+// 0; the rest is partitioned. With federated evaluation each shard then gives
+// client_test_fraction of its rows (per class, SplitHeldOut) as the held-out data of the
+// clients training on it, who never train on them.
+// Client c trains on shard c mod data_shards, so a million clients can share the 60,000
+// Fashion-MNIST images; with data_shards = clients (the default) every client has its own
+// partition, exactly as PartitionFor gives it to a real node. The shards' samples are
+// copied out once, at load (partitions are disjoint, so this costs one more copy of the
+// training split at most), rather than for every training job.
+// Thread-safety: const after LoadSimData; read from any thread.
 #pragma once
 
 #include <cstdint>
@@ -20,13 +27,15 @@ namespace fedmesh {
 
 struct SimData {
   Dataset train;
-  Dataset test;
+  Dataset test;  // the central test set; empty: no central evaluation
   // The test set cut into chunks of kTestChunk samples: evaluated in parallel, one chunk
   // per job, and summed in chunk order, so results do not depend on the thread count.
   std::vector<Dataset> test_chunks;
   static constexpr size_t kTestChunk = 1000;
-  std::vector<std::vector<uint32_t>> shards;  // indices into train, ascending
+  std::vector<std::vector<uint32_t>> shards;  // training rows: indices into train, ascending
   std::vector<Dataset> shard_data;            // train.Subset(shards[k])
+  // Federated evaluation: each shard's held-out rows (never in shards[k]); empty otherwise.
+  std::vector<Dataset> shard_test;
 
   const std::vector<uint32_t>& ShardOf(uint64_t client) const {
     return shards[client % shards.size()];
@@ -34,12 +43,14 @@ struct SimData {
   uint64_t SizeOf(uint64_t client) const { return ShardOf(client).size(); }
   // The samples of client `client` (what a node holds).
   const Dataset& DataOf(uint64_t client) const { return shard_data[client % shard_data.size()]; }
+  // The held-out samples of client `client`. REQUIRES: federated evaluation (shard_test set).
+  const Dataset& TestOf(uint64_t client) const { return shard_test[client % shard_test.size()]; }
   // The model spec with the data's input shape and class count filled in.
   ModelSpec Spec(const ModelSpec& model) const;
 };
 
-// Loads options.dataset (train and test; test trimmed to test_samples) and partitions it.
-// Errors name the dataset or the partition setting.
+// Loads options.data (test trimmed to test_samples) and partitions it. Errors name the
+// dataset or the partition setting.
 Result<SimData> LoadSimData(const SimOptions& options);
 
 }  // namespace fedmesh

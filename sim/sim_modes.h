@@ -35,6 +35,9 @@ struct SimContext {
   std::vector<float> initial;     // the model every mode starts from (seed-initialised)
   // Called once per round, in order; writes the metrics line and the progress line.
   std::function<Status(const SimRoundMetrics&)> report;
+  // Called for each federated evaluation as it closes (aggregator mode): writes its
+  // metrics lines and a progress line.
+  std::function<Status(const SimFederatedEval&)> report_eval = {};
   uint64_t client_updates = 0;    // local trainings run (modes add to it)
   std::string stopped_early = {}; // why an aggregator run ended before its last round
   // aggregator mode with [sim] batched_clients > 0: trains the pending clients in groups;
@@ -49,8 +52,9 @@ Result<std::vector<float>> RunCentralMode(SimContext& ctx);
 
 // Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk.
 Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params);
-// Whether `round` (1-based) is evaluated: every eval_every rounds and the last.
-bool IsEvalRound(const SimOptions& options, uint64_t round);
+// Whether `round` (1-based) is evaluated on the central test set: every eval_every rounds
+// and the last, when there is a central test set.
+bool IsEvalRound(const SimContext& ctx, uint64_t round);
 // Local training of one client for one round outside the round engine (gossip, local):
 // local_epochs over its data from `params` (updated in place), with the client's momentum
 // buffer, batch order from FitSeed(seed, id, round).

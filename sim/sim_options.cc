@@ -104,6 +104,24 @@ Status Validate(const SimOptions& o) {
   if (!(o.alpha > 0) || !Finite(o.alpha)) return bad("alpha must be finite and > 0");
   if (o.eval_every < 1) return bad("eval_every must be >= 1");
   if (o.eval_clients < 1) return bad("eval_clients must be >= 1");
+  if (!(o.data.test_fraction >= 0 && o.data.test_fraction < 1)) {
+    return bad("test_fraction must be in [0, 1), got " + std::to_string(o.data.test_fraction));
+  }
+  if (o.federated_eval) {
+    if (o.mode != SimMode::kAggregator) {
+      return bad("federated evaluation needs mode = \"aggregator\" (the round engine sends the "
+                 "evaluation tasks); set it to false in " + std::string(SimModeName(o.mode)) +
+                 " mode");
+    }
+    if (!(o.client_test_fraction > 0 && o.client_test_fraction < 1)) {
+      return bad("client_test_fraction must be in (0, 1) with federated evaluation (the "
+                 "clients' held-out rows), got " + std::to_string(o.client_test_fraction));
+    }
+    if (o.eval_min_sites < 1) return bad("eval min_sites must be >= 1");
+    if (!(o.eval_timeout_s > 0) || !Finite(o.eval_timeout_s)) {
+      return bad("eval timeout_s must be finite and > 0");
+    }
+  }
   if (o.local_epochs < 1) return bad("local_epochs must be >= 1");
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
@@ -117,6 +135,11 @@ Status Validate(const SimOptions& o) {
     if (o.model.name != "logreg" && o.model.name != "mlp") {
       return bad("batched_clients trains models of Dense, ReLU and Dropout layers (logreg, "
                  "mlp); model " + o.model.name + " has other layers: set batched_clients = 0");
+    }
+    if (o.trainer.loss.kind != LossKind::kCrossEntropy || !o.trainer.loss.class_weights.empty()) {
+      return bad("batched_clients trains with unweighted cross_entropy only; set batched_clients "
+                 "= 0 for loss " + std::string(LossKindName(o.trainer.loss.kind)) +
+                 (o.trainer.loss.class_weights.empty() ? "" : " with class_weights"));
     }
   } else if (o.device != "cpu" && o.device != "auto") {
     return bad("device " + o.device + " runs batched training only, and batched_clients is "

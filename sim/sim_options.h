@@ -11,6 +11,7 @@
 #include "aggregator/round_engine.h"
 #include "aggregator/strategy.h"
 #include "core/codec/error_feedback.h"
+#include "core/data/data_source.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
 #include "core/trainer.h"
@@ -66,8 +67,12 @@ struct SimOptions {
   uint64_t state_memory_mb = 1024;
   std::string state_spill_path;
 
-  // Data: client c trains on partition (c mod data_shards) of `dataset`.
-  std::string dataset = "fashion-mnist";
+  // Data (sim/sim_data.h): the source and how its rows become samples ([data] keys, the
+  // same as fedmesh-node's; data.train defaults to fashion-mnist). The central test set is
+  // data.test, else the source's own test split, else data.test_fraction of the rows held
+  // out per class; client c trains on partition (c mod data_shards) of the rest.
+  // data.split_seed is not read: the hold-outs are seeded by `seed`.
+  DataSourceSpec data;
   std::string partition = "dirichlet";  // iid | dirichlet | shards | quantity
   double alpha = 0.5;
   uint64_t data_shards = 0;  // 0 = clients (one partition each); must be <= train samples
@@ -77,6 +82,19 @@ struct SimOptions {
   // gossip and local modes: how many clients' models are evaluated (the first ones); the
   // metrics report their mean. >= 1.
   uint32_t eval_clients = 10;
+  // Federated evaluation (aggregator mode; aggregator/federated_eval.h): after the rounds
+  // that eval_every picks, and the last, the engine sends every connected client an
+  // evaluate_only task and each answers with RunEvalTask on its own held-out rows:
+  // client_test_fraction of its shard (per class, seeded by `seed`), taken out of the
+  // shard before training, so they are never trained on. Off: clients train on their whole
+  // shard. Clients sharing a shard share its held-out rows.
+  bool federated_eval = false;
+  double client_test_fraction = 0.2;  // in (0, 1) when federated_eval
+  int eval_min_sites = 1;             // fewest answers for federated metrics, >= 1
+  double eval_timeout_s = 120.0;      // virtual seconds an evaluation waits for answers
+  // The metrics file gets one line per answering client when at most this many answered
+  // (else only the "*" line); 0 = never.
+  uint32_t eval_site_lines = 100;
 
   ModelSpec model;  // mlp by default
   // Local training: epochs per round, batch, lr, momentum (in every FitTask).

@@ -36,10 +36,67 @@ JsonLine SimRoundMetrics::ToJson() const {
   return j;
 }
 
+std::vector<JsonLine> SimFederatedEval::ToJson(uint32_t site_lines) const {
+  const FederatedEvalReport& r = report;
+  std::vector<JsonLine> lines;
+  JsonLine total;
+  total.Add("round", static_cast<int64_t>(r.round))
+      .Add("model_version", static_cast<int64_t>(r.model_version))
+      .Add("federated_eval", true)
+      .Add("site", "*")
+      .Add("sites_asked", static_cast<int64_t>(r.asked))
+      .Add("sites_answered", static_cast<int64_t>(r.sites.size()))
+      .Add("sim_time_s", sim_time_s)
+      .Add("duration_s", r.duration_s)
+      .Add("bytes_down", static_cast<int64_t>(bytes_down))
+      .Add("bytes_up", static_cast<int64_t>(bytes_up));
+  if (r.total) {
+    total.Add("num_examples", static_cast<int64_t>(r.total->num_examples)).Add("loss", r.total->loss);
+    for (const auto& [name, value] : r.total->metrics) total.Add(name, value);
+  }
+  lines.push_back(std::move(total));
+  if (r.sites.size() > site_lines) return lines;
+  for (const auto& [site, e] : r.sites) {
+    JsonLine line;
+    line.Add("round", static_cast<int64_t>(r.round))
+        .Add("model_version", static_cast<int64_t>(r.model_version))
+        .Add("federated_eval", true)
+        .Add("site", site)
+        .Add("num_examples", static_cast<int64_t>(e.num_examples))
+        .Add("loss", e.loss);
+    for (const auto& [name, value] : e.metrics) line.Add(name, value);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::string SimFederatedEval::Summary() const {
+  const FederatedEvalReport& r = report;
+  char line[256];
+  if (!r.total) {
+    std::snprintf(line, sizeof line,
+                  "round %llu federated evaluation: %zu/%u client(s) answered, below [eval] "
+                  "min_sites; no federated metrics",
+                  static_cast<unsigned long long>(r.round), r.sites.size(), r.asked);
+    return line;
+  }
+  std::snprintf(line, sizeof line,
+                "round %llu federated evaluation: %zu/%u client(s), %llu examples, loss %.4f",
+                static_cast<unsigned long long>(r.round), r.sites.size(), r.asked,
+                static_cast<unsigned long long>(r.total->num_examples), r.total->loss);
+  std::string text = line;
+  if (auto acc = r.total->metrics.find("accuracy"); acc != r.total->metrics.end()) {
+    std::snprintf(line, sizeof line, ", accuracy %.4f", acc->second);
+    text += line;
+  }
+  return text;
+}
+
 namespace sim_internal {
 
-bool IsEvalRound(const SimOptions& o, uint64_t round) {
-  return round % o.eval_every == 0 || round == o.rounds;
+bool IsEvalRound(const SimContext& ctx, uint64_t round) {
+  const SimOptions& o = ctx.options;
+  return ctx.data.test.size() > 0 && (round % o.eval_every == 0 || round == o.rounds);
 }
 
 Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params) {
@@ -185,6 +242,16 @@ Result<SimReport> RunSimulation(const SimOptions& options,
       }
       progress(text);
     }
+    return Status::OK();
+  };
+  ctx.report_eval = [&](const SimFederatedEval& e) -> Status {
+    report.federated_evals.push_back(e);
+    if (!options.metrics_path.empty()) {
+      for (const JsonLine& line : e.ToJson(options.eval_site_lines)) {
+        FM_RETURN_IF_ERROR(AppendJsonLine(options.metrics_path, line));
+      }
+    }
+    if (progress) progress(e.Summary());
     return Status::OK();
   };
   Result<std::vector<float>> final_model = Status::Internal("no mode ran");

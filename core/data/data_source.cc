@@ -104,29 +104,35 @@ Result<SiteData> LoadSiteData(const DataSourceSpec& spec) {
     d.train = std::move(full);
     return d;
   }
-  // Per class, so that a rare class (5% of a bank's rows) is held out in proportion.
-  std::map<int32_t, std::vector<uint32_t>> by_class;
-  for (uint32_t i = 0; i < full.size(); ++i) by_class[full.labels[i]].push_back(i);
-  Rng rng(spec.split_seed ^ 0x5e1d0u);
-  std::vector<uint32_t> train_rows, test_rows;
-  for (auto& [label, rows] : by_class) {
-    rng.Shuffle(rows);
-    const auto held = static_cast<size_t>(std::llround(f * static_cast<double>(rows.size())));
-    test_rows.insert(test_rows.end(), rows.begin(), rows.begin() + static_cast<ptrdiff_t>(held));
-    train_rows.insert(train_rows.end(), rows.begin() + static_cast<ptrdiff_t>(held), rows.end());
-  }
-  if (test_rows.empty() || train_rows.empty()) {
+  HeldOutRows rows = SplitHeldOut(full.labels, f, spec.split_seed);
+  if (rows.test.empty() || rows.train.empty()) {
     return Status::InvalidArgument("data '" + spec.train + "': test_fraction " + std::to_string(f) +
                                    " of its " + std::to_string(full.size()) + " rows leaves " +
-                                   (test_rows.empty() ? "no test rows" : "no training rows") +
+                                   (rows.test.empty() ? "no test rows" : "no training rows") +
                                    "; give [data] test (--test-data) instead");
   }
-  // Source order within each part: the split depends on the seed alone.
-  std::sort(train_rows.begin(), train_rows.end());
-  std::sort(test_rows.begin(), test_rows.end());
-  d.test = full.Subset(test_rows);
-  d.train = full.Subset(train_rows);
+  d.test = full.Subset(rows.test);
+  d.train = full.Subset(rows.train);
   return d;
+}
+
+HeldOutRows SplitHeldOut(std::span<const int32_t> labels, double fraction, uint64_t seed) {
+  // Per class, so that a rare class (5% of a bank's rows) is held out in proportion.
+  std::map<int32_t, std::vector<uint32_t>> by_class;
+  for (uint32_t i = 0; i < labels.size(); ++i) by_class[labels[i]].push_back(i);
+  Rng rng(seed ^ 0x5e1d0u);
+  HeldOutRows out;
+  for (auto& [label, rows] : by_class) {
+    rng.Shuffle(rows);
+    const auto held =
+        static_cast<size_t>(std::llround(fraction * static_cast<double>(rows.size())));
+    out.test.insert(out.test.end(), rows.begin(), rows.begin() + static_cast<ptrdiff_t>(held));
+    out.train.insert(out.train.end(), rows.begin() + static_cast<ptrdiff_t>(held), rows.end());
+  }
+  // Source order within each part: the split depends on the seed alone.
+  std::sort(out.train.begin(), out.train.end());
+  std::sort(out.test.begin(), out.test.end());
+  return out;
 }
 
 }  // namespace fedmesh

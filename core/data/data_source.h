@@ -7,6 +7,8 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,16 @@ struct SiteData {
   Dataset test;
 };
 Result<SiteData> LoadSiteData(const DataSourceSpec& spec);
+
+// The split behind LoadSiteData, over the rows' `labels` (Dataset::labels; regression data
+// is one class): `fraction` of each class's rows held out, chosen by a generator seeded
+// with `seed`. A class of n rows gives round(fraction x n) of them, so a small one may give
+// none. Both lists are row indices in ascending order. REQUIRES: fraction in [0, 1].
+struct HeldOutRows {
+  std::vector<uint32_t> train;
+  std::vector<uint32_t> test;
+};
+HeldOutRows SplitHeldOut(std::span<const int32_t> labels, double fraction, uint64_t seed);
 
 // The names LoadDataSource accepts, for errors and --help.
 std::string DataSourceNames();

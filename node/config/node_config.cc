@@ -1,10 +1,10 @@
 #include "node/config/node_config.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cctype>
 
 #include "node/config/config_loader.h"
-
-#include <cctype>
+#include "node/config/data_source_config.h"
 
 namespace fedmesh {
 
@@ -89,47 +89,6 @@ const ConfigSchema& NodeConfigSchema() {
         FloatKey("gossip", "lr_min_fraction", 0.1, "cosine: the final learning rate as a fraction of [train] lr")
             .Min(0)
             .Max(1),
-        StringKey("data", "dataset", "fashion-mnist",
-                  "Training data: fashion-mnist, csv:PATH, npz:PATH, npy:X_PATH,Y_PATH or "
-                  "images:DIR (docs/data.md)")
-            .Path(PathKind::kDataSource),
-        StringKey("data", "test", "",
-                  "Held-out data, same forms; empty = the dataset's own test split (only "
-                  "fashion-mnist has one)")
-            .Path(PathKind::kDataSource),
-        FloatKey("data", "test_fraction", 0.2,
-                 "Sources without a test split and no [data] test: the fraction of rows (per "
-                 "class, seeded by [data] seed) held out as this site's test data and never "
-                 "trained on; 0 = none")
-            .Min(0)
-            .Max(1, true),
-        StringKey("data", "label_column", "", "csv only: the column holding the labels"),
-        IntKey("data", "num_classes", 0, "Number of classes; 0 = max label + 1 of the data")
-            .Min(0)
-            .Max(1000000),
-        BoolKey("data", "regression", false,
-                "The labels are float regression targets (csv label column, npz y)"),
-        StringListKey("data", "label_values", {},
-                      "csv only: text labels in class order, e.g. [\"B\", \"M\"]; empty = "
-                      "labels are class indices"),
-        StringListKey("data", "features", {},
-                      "csv only: the feature columns, in this order; empty = every column but "
-                      "the label"),
-        StringListKey("data", "categorical", {},
-                      "csv only: feature columns holding text categories, one-hot encoded"),
-        StringListKey("data", "categories", {},
-                      "csv only: fixed category lists, \"column=a,b,c\" (the one-hot order; "
-                      "other values are errors); unlisted categorical columns use the sorted "
-                      "values of the file"),
-        StringKey("data", "missing", "error",
-                  "csv only: a missing cell (empty, NA, NaN, null, ?) is an error, or drops "
-                  "its row")
-            .Choices({"error", "drop"}),
-        FloatListKey("data", "image_size", {28, 28},
-                     "images only: [height, width] every image is resized to")
-            .Min(1)
-            .Max(4096),
-        IntKey("data", "image_channels", 1, "images only: 1 = grey, 3 = RGB").Min(1).Max(3),
         StringKey("data", "partition", "iid",
                   "How the dataset is split among num_partitions simulated sites")
             .Choices({"iid", "dirichlet", "shards", "quantity"}),
@@ -203,6 +162,12 @@ const ConfigSchema& NodeConfigSchema() {
                 "Release t-digest sketches (quantiles); their outermost centroids are single "
                 "values"),
     };
+    // The data source keys sit before [data] partition, where the docs list them.
+    const auto partition = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
+      return k.section == "data" && k.key == "partition";
+    });
+    std::vector<ConfigKey> source = DataSourceConfigKeys("[data] seed", "this site's test data");
+    s->keys.insert(partition, source.begin(), source.end());
     return s;
   }();
   return *schema;
@@ -222,32 +187,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   LocalTrainingOptions& t = c.training;
   t.node_id = c.node_id;
   t.metrics_path = v.GetString("node", "metrics");
-  t.data.train = v.GetString("data", "dataset");
-  t.data.test = v.GetString("data", "test");
-  t.data.label_column = v.GetString("data", "label_column");
-  t.data.num_classes = static_cast<int>(v.GetInt("data", "num_classes"));
-  t.data.regression = v.GetBool("data", "regression");
-  t.data.test_fraction = v.GetFloat("data", "test_fraction");
+  FM_RETURN_IF_ERROR(ReadDataSourceSpec(v, &t.data));
   t.data.split_seed = static_cast<uint64_t>(v.GetInt("data", "seed"));
-  t.data.label_values = v.GetStringList("data", "label_values");
-  t.data.features = v.GetStringList("data", "features");
-  t.data.categorical = v.GetStringList("data", "categorical");
-  t.data.categories = v.GetStringList("data", "categories");
-  t.data.missing = v.GetString("data", "missing");
-  if (const std::vector<double> size = v.GetFloatList("data", "image_size"); size.size() == 2 &&
-      size[0] == std::floor(size[0]) && size[1] == std::floor(size[1])) {
-    t.data.image_height = static_cast<int>(size[0]);
-    t.data.image_width = static_cast<int>(size[1]);
-  } else {
-    return AttributeToKey(Status::InvalidArgument("image_size must be [height, width], two "
-                                                  "whole numbers"),
-                          v, {{"", "data", "image_size"}});
-  }
-  t.data.image_channels = static_cast<int>(v.GetInt("data", "image_channels"));
-  if (t.data.image_channels == 2) {
-    return AttributeToKey(Status::InvalidArgument("image_channels must be 1 or 3"), v,
-                          {{"", "data", "image_channels"}});
-  }
   t.partition.scheme = v.GetString("data", "partition");
   t.partition.alpha = v.GetFloat("data", "alpha");
   t.partition.shards_per_partition = static_cast<int>(v.GetInt("data", "shards"));
