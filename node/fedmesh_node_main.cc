@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
   app.add_option("--features", o.data.features, "CSV: feature columns in order, comma separated (default: all but the label)")->delimiter(',');
   app.add_option("--categorical", o.data.categorical, "CSV: text feature columns to one-hot encode, comma separated")->delimiter(',');
   app.add_option("--categories", o.data.categories, "CSV: a fixed category list, column=a,b,c (repeatable)");
+  app.add_option("--categorical-encoding", o.data.categorical_encoding,
+                 "CSV: categorical columns as onehot (default) or ids (category indices, for an embedding)")
+      ->check(CLI::IsMember({"onehot", "ids"}));
   app.add_option("--missing", o.data.missing, "CSV: missing cells are an error | drop their row")
       ->check(CLI::IsMember({"error", "drop"}))
       ->capture_default_str();

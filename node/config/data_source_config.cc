@@ -39,6 +39,10 @@ std::vector<ConfigKey> DataSourceConfigKeys(const std::string& seed_key,
                     "csv only: fixed category lists, \"column=a,b,c\" (the one-hot order; "
                     "other values are errors); unlisted categorical columns use the sorted "
                     "values of the file"),
+      StringKey("data", "categorical_encoding", "onehot",
+                "csv only: onehot (a 0/1 column per category) or ids (one column of category "
+                "indices, in the categories order, for an embedding input)")
+          .Choices({"onehot", "ids"}),
       StringKey("data", "missing", "error",
                 "csv only: a missing cell (empty, NA, NaN, null, ?) is an error, or drops "
                 "its row")
@@ -64,6 +68,7 @@ Status ReadDataSourceSpec(const ConfigValues& v, DataSourceSpec* spec) {
   d.categorical = v.GetStringList("data", "categorical");
   d.categories = v.GetStringList("data", "categories");
   d.missing = v.GetString("data", "missing");
+  d.categorical_encoding = v.GetString("data", "categorical_encoding");
   if (const std::vector<double> size = v.GetFloatList("data", "image_size");
       size.size() == 2 && size[0] == std::floor(size[0]) && size[1] == std::floor(size[1])) {
     d.image_height = static_cast<int>(size[0]);
