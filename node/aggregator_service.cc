@@ -1,5 +1,6 @@
 #include "node/aggregator_service.h"
 
+#include "aggregator/eval_lines.h"
 #include "aggregator/site_table.h"
 #include "aggregator/stats_report.h"
 
@@ -584,34 +585,11 @@ Status AggregatorService::RecordFederatedEval(const FederatedEvalReport& r) {
     return Status::OK();
   }
   // One line for the federation, one per site, each with the round and "site" ("*": all).
-  JsonLine total;
-  if (!r.candidate.empty()) total.Add("candidate", r.candidate);
-  total.Add("round", static_cast<int64_t>(r.round))
-      .Add("model_version", static_cast<int64_t>(r.model_version))
-      .Add("federated_eval", true)
-      .Add("site", "*")
-      .Add("sites_asked", static_cast<int64_t>(r.asked))
-      .Add("sites_answered", static_cast<int64_t>(r.sites.size()))
-      .Add("wall_s", r.duration_s)
-      .Add("bytes_down", static_cast<int64_t>(eval_bytes_down_));
+  const auto lines = FederatedEvalLines(r, r.sites.size(), [&](JsonLine& total) {
+    total.Add("wall_s", r.duration_s).Add("bytes_down", static_cast<int64_t>(eval_bytes_down_));
+  });
   eval_bytes_down_ = 0;
-  if (r.total) {
-    total.Add("num_examples", static_cast<int64_t>(r.total->num_examples)).Add("loss", r.total->loss);
-    for (const auto& [name, value] : r.total->metrics) total.Add(name, value);
-  }
-  FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, total));
-  for (const auto& [site, e] : r.sites) {
-    JsonLine line;
-    if (!r.candidate.empty()) line.Add("candidate", r.candidate);
-    line.Add("round", static_cast<int64_t>(r.round))
-        .Add("model_version", static_cast<int64_t>(r.model_version))
-        .Add("federated_eval", true)
-        .Add("site", site)
-        .Add("num_examples", static_cast<int64_t>(e.num_examples))
-        .Add("loss", e.loss);
-    for (const auto& [name, value] : e.metrics) line.Add(name, value);
-    FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, line));
-  }
+  for (const JsonLine& line : lines) FM_RETURN_IF_ERROR(AppendJsonLine(config_.metrics_path, line));
   return Status::OK();
 }
 

@@ -1,5 +1,7 @@
 #include "sim/simulation.h"
 
+#include "aggregator/eval_lines.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,37 +39,12 @@ JsonLine SimRoundMetrics::ToJson() const {
 }
 
 std::vector<JsonLine> SimFederatedEval::ToJson(uint32_t site_lines) const {
-  const FederatedEvalReport& r = report;
-  std::vector<JsonLine> lines;
-  JsonLine total;
-  total.Add("round", static_cast<int64_t>(r.round))
-      .Add("model_version", static_cast<int64_t>(r.model_version))
-      .Add("federated_eval", true)
-      .Add("site", "*")
-      .Add("sites_asked", static_cast<int64_t>(r.asked))
-      .Add("sites_answered", static_cast<int64_t>(r.sites.size()))
-      .Add("sim_time_s", sim_time_s)
-      .Add("duration_s", r.duration_s)
-      .Add("bytes_down", static_cast<int64_t>(bytes_down))
-      .Add("bytes_up", static_cast<int64_t>(bytes_up));
-  if (r.total) {
-    total.Add("num_examples", static_cast<int64_t>(r.total->num_examples)).Add("loss", r.total->loss);
-    for (const auto& [name, value] : r.total->metrics) total.Add(name, value);
-  }
-  lines.push_back(std::move(total));
-  if (r.sites.size() > site_lines) return lines;
-  for (const auto& [site, e] : r.sites) {
-    JsonLine line;
-    line.Add("round", static_cast<int64_t>(r.round))
-        .Add("model_version", static_cast<int64_t>(r.model_version))
-        .Add("federated_eval", true)
-        .Add("site", site)
-        .Add("num_examples", static_cast<int64_t>(e.num_examples))
-        .Add("loss", e.loss);
-    for (const auto& [name, value] : e.metrics) line.Add(name, value);
-    lines.push_back(std::move(line));
-  }
-  return lines;
+  return FederatedEvalLines(report, site_lines, [this](JsonLine& total) {
+    total.Add("sim_time_s", sim_time_s)
+        .Add("duration_s", report.duration_s)
+        .Add("bytes_down", static_cast<int64_t>(bytes_down))
+        .Add("bytes_up", static_cast<int64_t>(bytes_up));
+  });
 }
 
 std::string SimFederatedEval::Summary() const {

@@ -8,6 +8,7 @@
 # Environment: RUN_DIR (runs/bank-<time>), ROUNDS (20), FEDMESH_BUILD_DIR (build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/lib.sh"
 here="$root/examples/bank"
 build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
@@ -37,14 +38,7 @@ export OMP_WAIT_POLICY=passive  # four processes share the cores
   --set "rounds.total=$rounds" >coordinator.log 2>&1 &
 agg=$!
 pids+=("$agg")
-endpoint=
-for _ in $(seq 1 300); do
-  endpoint=$(sed -n 's/.*listening on \(tcp:[^ ]*\).*/\1/p' coordinator.log | head -1)
-  [[ -n $endpoint ]] && break
-  kill -0 "$agg" 2>/dev/null || { cat coordinator.log >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n $endpoint ]] || { echo "the coordinator did not start" >&2; exit 1; }
+endpoint=$(wait_for_endpoint coordinator.log "$agg")
 echo "== $rounds rounds, 3 banks, secure aggregation, federated evaluation (logs in $run) =="
 for b in 1 2 3; do
   "$bin/fedmesh-node" --config bank.toml --set "aggregator.endpoint=$endpoint" \

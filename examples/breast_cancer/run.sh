@@ -9,6 +9,7 @@
 # Environment: RUN_DIR (runs/breast-cancer-<time>), ROUNDS (15), FEDMESH_BUILD_DIR (build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/scripts/lib.sh"
 here="$root/examples/breast_cancer"
 build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
@@ -37,14 +38,7 @@ export OMP_WAIT_POLICY=passive  # six processes share the cores
   --set "rounds.total=$rounds" >coordinator.log 2>&1 &
 agg=$!
 pids+=("$agg")
-endpoint=
-for _ in $(seq 1 300); do
-  endpoint=$(sed -n 's/.*listening on \(tcp:[^ ]*\).*/\1/p' coordinator.log | head -1)
-  [[ -n $endpoint ]] && break
-  kill -0 "$agg" 2>/dev/null || { cat coordinator.log >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n $endpoint ]] || { echo "the coordinator did not start" >&2; exit 1; }
+endpoint=$(wait_for_endpoint coordinator.log "$agg")
 echo "== $rounds rounds, 5 hospitals, secure aggregation, federated evaluation (logs in $run) =="
 for h in 1 2 3 4 5; do
   "$bin/fedmesh-node" --config hospital.toml --set "aggregator.endpoint=$endpoint" \
