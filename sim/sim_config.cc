@@ -1,11 +1,13 @@
 #include "sim/sim_config.h"
 
+
 #include <algorithm>
 
 #include "aggregator/strategy.h"
 #include "core/model_zoo.h"
 #include "node/config/config_loader.h"
 #include "node/config/data_source_config.h"
+#include "node/config/loss_config.h"
 #include "node/config/strategy_config.h"
 
 namespace fedmesh {
@@ -125,15 +127,6 @@ const ConfigSchema& SimConfigSchema() {
         FloatKey("train", "momentum", 0.0, "Heavy-ball momentum, kept per client across rounds")
             .Min(0)
             .Max(1, true),
-        StringKey("train", "loss", "cross_entropy",
-                  "Loss clients train with and the model is evaluated with (mse or huber for "
-                  "[data] regression)")
-            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
-        FloatListKey("train", "class_weights", {},
-                     "cross_entropy: one weight per class; empty = 1 each")
-            .Min(0, true),
-        FloatKey("train", "pos_weight", 1.0, "bce_with_logits: weight of the positive term")
-            .Min(0, true),
         FloatKey("rounds", "prox_mu", 0.01, "fedprox: proximal coefficient mu").Min(0, true),
         IntKey("rounds", "min_clients", 0,
                "Fewest answers a round closes with at its deadline; 0 = half of clients_per_round")
@@ -183,6 +176,13 @@ const ConfigSchema& SimConfigSchema() {
             .Choices({"signflip", "scaled", "noise"}),
         FloatKey("faults", "attack_scale", 10.0, "The attack's scale").Min(0),
     };
+    // The loss keys sit after [train] momentum, where the docs list them.
+    const auto momentum = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
+      return k.section == "train" && k.key == "momentum";
+    });
+    std::vector<ConfigKey> loss = LossConfigKeys(
+        "Loss clients train with and the model is evaluated with (mse or huber for [data] regression)");
+    s->keys.insert(momentum + 1, loss.begin(), loss.end());
     // The data source keys first in [data], as in fedmesh-node's schema.
     const auto shards = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
       return k.section == "data" && k.key == "shards";
@@ -237,10 +237,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   o.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   o.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
-  o.trainer.loss.kind = ParseLossKind(v.GetString("train", "loss")).value();
-  for (double w : v.GetFloatList("train", "class_weights"))
-    o.trainer.loss.class_weights.push_back(static_cast<float>(w));
-  o.trainer.loss.pos_weight = static_cast<float>(v.GetFloat("train", "pos_weight"));
+  FM_RETURN_IF_ERROR(ReadLossOptions(v, &o.trainer.loss));
   o.strategy_options.prox_mu = v.GetFloat("rounds", "prox_mu");
   ReadStrategyOptions(v, static_cast<uint32_t>(v.GetInt("sim", "clients_per_round")),
                       &o.strategy_options);

@@ -1,9 +1,11 @@
 #include "node/config/aggregator_config.h"
 
+
 #include <algorithm>
 #include <cmath>
 
 #include "node/config/config_loader.h"
+#include "node/config/loss_config.h"
 #include "node/config/strategy_config.h"
 
 namespace fedmesh {
@@ -75,16 +77,6 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("train", "batch", 32, "Local batch size").Min(1).Max(1000000),
         FloatKey("train", "lr", 0.01, "Local SGD learning rate").Min(0, true),
         FloatKey("train", "momentum", 0.0, "Local heavy-ball momentum").Min(0).Max(1, true),
-        StringKey("train", "loss", "cross_entropy",
-                  "Loss nodes train with and the global model is evaluated by; metrics follow "
-                  "its task (docs/models.md)")
-            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
-        FloatListKey("train", "class_weights", {},
-                     "cross_entropy: one weight per class (PyTorch's weight=); empty = 1 each")
-            .Min(0, true),
-        FloatKey("train", "pos_weight", 1.0,
-                 "bce_with_logits: weight of the positive class's term (PyTorch's pos_weight)")
-            .Min(0, true),
         StringKey("model", "name", "mlp", "Model architecture of the global model")
             .Choices(KnownModelNames()),
         StringKey("model", "onnx", "",
@@ -167,6 +159,13 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "Where the statistics report goes (JSON; a PNG of the histograms per site is "
                   "written next to it with gnuplot); relative to the working directory"),
     };
+    // The loss keys sit after [train] momentum, where the docs list them.
+    const auto momentum = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
+      return k.section == "train" && k.key == "momentum";
+    });
+    std::vector<ConfigKey> loss = LossConfigKeys(
+        "Loss nodes train with and the global model is evaluated by; metrics follow its task (docs/models.md)");
+    s->keys.insert(momentum + 1, loss.begin(), loss.end());
     for (ConfigKey& k : RoundModeConfigKeys(10, "in [min_clients, clients_per_round]")) {
       s->keys.push_back(std::move(k));
     }
@@ -208,12 +207,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.loss = v.GetString("train", "loss");
   for (double w : v.GetFloatList("train", "class_weights")) r.class_weights.push_back(static_cast<float>(w));
   r.pos_weight = v.GetFloat("train", "pos_weight");
-  c.loss.kind = ParseLossKind(r.loss).value();
-  c.loss.class_weights = r.class_weights;
-  c.loss.pos_weight = static_cast<float>(r.pos_weight);
-  FM_RETURN_IF_ERROR(AttributeToKey(ValidateLossOptions(c.loss), v,
-                                    {{"class_weights", "train", "class_weights"},
-                                     {"pos_weight", "train", "pos_weight"}}));
+  FM_RETURN_IF_ERROR(ReadLossOptions(v, &c.loss));
   r.update_codec = v.GetString("codec", "update");
   r.downlink_codec = v.GetString("codec", "downlink");
   r.update_prediction = v.GetFloat("rounds", "update_prediction");

@@ -5,6 +5,7 @@
 
 #include "node/config/config_loader.h"
 #include "node/config/data_source_config.h"
+#include "node/config/loss_config.h"
 
 namespace fedmesh {
 
@@ -119,15 +120,6 @@ const ConfigSchema& NodeConfigSchema() {
         IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
         FloatKey("train", "lr", 0.01, "SGD learning rate").Min(0, true),
         FloatKey("train", "momentum", 0.0, "Heavy-ball momentum").Min(0).Max(1, true),
-        StringKey("train", "loss", "cross_entropy",
-                  "Loss for local and gossip training (in aggregator mode the aggregator's "
-                  "[train] loss wins)")
-            .Choices({"cross_entropy", "bce_with_logits", "mse", "huber"}),
-        FloatListKey("train", "class_weights", {},
-                     "cross_entropy: one weight per class; empty = 1 each")
-            .Min(0, true),
-        FloatKey("train", "pos_weight", 1.0, "bce_with_logits: weight of the positive term")
-            .Min(0, true),
         FloatKey("train", "weight_decay", 0.0, "L2 penalty coefficient").Min(0),
         FloatKey("train", "prox_mu", 0.0, "FedProx proximal coefficient mu; 0 = plain SGD").Min(0),
         IntKey("train", "threads", 0, "Compute threads; 0 = all cores").Min(0).Max(4096),
@@ -162,6 +154,13 @@ const ConfigSchema& NodeConfigSchema() {
                 "Release t-digest sketches (quantiles); their outermost centroids are single "
                 "values"),
     };
+    // The loss keys sit after [train] momentum, where the docs list them.
+    const auto momentum = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
+      return k.section == "train" && k.key == "momentum";
+    });
+    std::vector<ConfigKey> loss = LossConfigKeys(
+        "Loss for local and gossip training (in aggregator mode the aggregator's [train] loss wins)");
+    s->keys.insert(momentum + 1, loss.begin(), loss.end());
     // The data source keys sit before [data] partition, where the docs list them.
     const auto partition = std::find_if(s->keys.begin(), s->keys.end(), [](const ConfigKey& k) {
       return k.section == "data" && k.key == "partition";
@@ -205,13 +204,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.batch_size = static_cast<int>(v.GetInt("train", "batch"));
   t.trainer.sgd.lr = static_cast<float>(v.GetFloat("train", "lr"));
   t.trainer.sgd.momentum = static_cast<float>(v.GetFloat("train", "momentum"));
-  t.trainer.loss.kind = ParseLossKind(v.GetString("train", "loss")).value();
-  for (double w : v.GetFloatList("train", "class_weights"))
-    t.trainer.loss.class_weights.push_back(static_cast<float>(w));
-  t.trainer.loss.pos_weight = static_cast<float>(v.GetFloat("train", "pos_weight"));
-  FM_RETURN_IF_ERROR(AttributeToKey(ValidateLossOptions(t.trainer.loss), v,
-                                    {{"class_weights", "train", "class_weights"},
-                                     {"pos_weight", "train", "pos_weight"}}));
+  FM_RETURN_IF_ERROR(ReadLossOptions(v, &t.trainer.loss));
   t.trainer.sgd.weight_decay = static_cast<float>(v.GetFloat("train", "weight_decay"));
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));
