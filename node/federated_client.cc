@@ -226,8 +226,12 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
            (c->last_round_served_ ? std::to_string(*c->last_round_served_) : "none"));
   }
   FM_RETURN_IF_ERROR(c->ComputeLocalRanges().WithContext("[model] local"));
+  // In aggregator mode the aggregator's graph model replaces a built-in one at the first
+  // task (AdoptModel logs it): say so rather than suggest this is what will train.
   c->Log("model " + c->model_->name() + " (" + std::to_string(c->model_->num_params()) +
-         " parameters) on " + c->backend_->name() + "; partition " + std::to_string(t.index) +
+         " parameters" +
+         (c->model_->graph_model() == nullptr ? ", unless the aggregator sends a graph model" : "") +
+         ") on " + c->backend_->name() + "; partition " + std::to_string(t.index) +
          "/" + std::to_string(t.partition.num_partitions) + " = " +
          std::to_string(c->train_.size()) + " samples; update codec " +
          c->default_chain_.name() + ", error feedback " +
@@ -629,12 +633,20 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   stats_.bytes_up += bytes_sent;
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   char line[300];
-  std::snprintf(line, sizeof(line),
-                "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent %llu bytes "
-                "(%s, %.1fx smaller than float32)",
-                round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s,
-                static_cast<unsigned long long>(bytes_sent), fit.chain_name.c_str(),
-                static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
+  if (task.secagg) {
+    // The masked input leaves later, in the SecAgg messages: no byte count to report yet.
+    std::snprintf(line, sizeof(line),
+                  "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; the change goes "
+                  "masked under secure aggregation",
+                  round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s);
+  } else {
+    std::snprintf(line, sizeof(line),
+                  "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent %llu bytes "
+                  "(%s, %.1fx smaller than float32)",
+                  round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s,
+                  static_cast<unsigned long long>(bytes_sent), fit.chain_name.c_str(),
+                  static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
+  }
   Log(line);
   if (Status ms = AppendRoundMetrics(task.round, last, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
     Log("metrics line not written: " + ms.message());

@@ -18,3 +18,30 @@ wait_for_endpoint() {
   cat "$log" >&2
   return 1
 }
+
+# gen_site_keys BIN COORDINATOR SITE...: a key pair per party in keys/ (fedmesh-keys from
+# BIN), and the sites' public keys in keys/allow, the coordinator's allowlist.
+gen_site_keys() {
+  local bin=$1 coordinator=$2
+  shift 2
+  mkdir -p keys/allow
+  "$bin/fedmesh-keys" gen --out "keys/$coordinator" >/dev/null
+  for who in "$@"; do
+    "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null
+    cp "keys/$who.pub" keys/allow/
+  done
+}
+
+# start_coordinator BIN ROUNDS: starts fedmesh-aggregator --config aggregator.toml on a port
+# the OS picks, logging to coordinator.log, with the process killed when the script exits;
+# sets agg (its pid) and endpoint. Other background processes go into the pids array.
+pids=()
+kill_started() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+start_coordinator() {
+  trap kill_started EXIT
+  "$1/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
+    --set "rounds.total=$2" >coordinator.log 2>&1 &
+  agg=$!
+  pids+=("$agg")
+  endpoint=$(wait_for_endpoint coordinator.log "$agg")
+}

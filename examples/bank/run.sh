@@ -22,23 +22,13 @@ FEDMESH_TARGETS="${FEDMESH_TARGETS:-fedmesh-node fedmesh-aggregator fedmesh-keys
   "$root/scripts/build.sh" >/dev/null
 run=${RUN_DIR:-$root/runs/bank-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$run" && cd "$run"
-mkdir -p keys/allow run data
+mkdir -p run data
 "$here/split.sh" data
-for who in coordinator bank-1 bank-2 bank-3; do
-  "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null
-done
-cp keys/bank-*.pub keys/allow/
+gen_site_keys "$bin" coordinator bank-{1..3}
 cp "$here/aggregator.toml" "$here/bank.toml" "$here/bank_mlp.onnx" .
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 export OMP_WAIT_POLICY=passive  # four processes share the cores
-"$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
-  --set "rounds.total=$rounds" >coordinator.log 2>&1 &
-agg=$!
-pids+=("$agg")
-endpoint=$(wait_for_endpoint coordinator.log "$agg")
+start_coordinator "$bin" "$rounds"
 echo "== $rounds rounds, 3 banks, secure aggregation, federated evaluation (logs in $run) =="
 for b in 1 2 3; do
   "$bin/fedmesh-node" --config bank.toml --set "aggregator.endpoint=$endpoint" \

@@ -22,23 +22,13 @@ fi
 "$root/scripts/build.sh" >/dev/null
 run=${RUN_DIR:-$root/runs/breast-cancer-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$run" && cd "$run"
-mkdir -p keys/allow run data
+mkdir -p run data
 "$here/split.sh" data
-for who in coordinator hospital-1 hospital-2 hospital-3 hospital-4 hospital-5; do
-  "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null
-done
-cp keys/hospital-*.pub keys/allow/
+gen_site_keys "$bin" coordinator hospital-{1..5}
 cp "$here/aggregator.toml" "$here/hospital.toml" "$here/hospital_mlp.onnx" .
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 export OMP_WAIT_POLICY=passive  # six processes share the cores
-"$bin/fedmesh-aggregator" --config aggregator.toml --set "aggregator.listen=tcp://127.0.0.1:*" \
-  --set "rounds.total=$rounds" >coordinator.log 2>&1 &
-agg=$!
-pids+=("$agg")
-endpoint=$(wait_for_endpoint coordinator.log "$agg")
+start_coordinator "$bin" "$rounds"
 echo "== $rounds rounds, 5 hospitals, secure aggregation, federated evaluation (logs in $run) =="
 for h in 1 2 3 4 5; do
   "$bin/fedmesh-node" --config hospital.toml --set "aggregator.endpoint=$endpoint" \
