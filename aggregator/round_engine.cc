@@ -753,6 +753,7 @@ void RoundEngine::SetTaskSettings(wire::FitTask& task) const {
   task.batch_size = static_cast<uint32_t>(options_.batch_size);
   task.learning_rate = options_.learning_rate;
   task.momentum = options_.momentum;
+  task.impute_values = impute_values_;
 }
 
 void RoundEngine::SendFitTask(const std::string& to, std::vector<Output>& out) {
@@ -1094,6 +1095,11 @@ void RoundEngine::CloseStats(std::vector<Output>& out) {
       options_.model_sha256 = std::move(model->first);
       options_.model_graph = std::move(model->second);
     }
+  }
+  if (report.total) {
+    // Sites that impute missing cells use the federation's means (FitTask::impute_values).
+    impute_values_.clear();
+    for (const FeatureStatistics& f : report.total->features) impute_values_.push_back(f.mean);
   }
   out.push_back(StatsClosed{std::move(report)});
   stats_.reset();

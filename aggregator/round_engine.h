@@ -482,6 +482,9 @@ class RoundEngine {
   std::optional<FederatedStatsCollection> stats_;  // the open statistics collection
   bool stats_done_ = false;                        // statistics were collected (or skipped)
   std::optional<SecAggRound> stats_secagg_;        // its secure phase 2
+  // The federation's feature means from the statistics, sent in every task for sites that
+  // impute missing cells; empty without statistics (and after a restart past round 1).
+  std::vector<double> impute_values_;
   // A Finish that waits for eval_ to close (OK status only).
   std::optional<std::pair<Status, std::string>> pending_finish_;
 

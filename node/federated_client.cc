@@ -12,6 +12,7 @@
 
 #include "core/codec/payload.h"
 #include "core/data/data_source.h"
+#include "core/data/impute.h"
 #include "core/data/partition.h"
 #include "core/graph/graph_model.h"
 #include "core/graph/input_normalization.h"
@@ -155,7 +156,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   // Held-out data for federated evaluation: [data] test, this site's share of the source's
   // own test split (partitioned like the training data), or the rows test_fraction held
   // out. None: evaluation tasks are refused.
-  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/true));
+  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/true, /*impute_locally=*/false));
   c->train_ = std::move(site.train);
   c->test_ = std::move(site.test);
   if (t.data.train == "fashion-mnist" && t.data.test.empty() && t.partition.num_partitions > 1) {
@@ -165,6 +166,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   }
   c->backend_ = std::move(site.backend);
   c->model_ = std::move(site.model);
+  c->needs_imputation_ = HasMissing(c->train_) || HasMissing(c->test_);
 
   FM_ASSIGN_OR_RETURN(c->default_chain_, codec::Chain::Parse(config.codec_chain));
   FM_ASSIGN_OR_RETURN(auto feedback, codec::ErrorFeedback::Create(c->default_chain_, config.error_feedback));
@@ -456,6 +458,7 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
   }
+  if (std::string why = ImputeMissingCells(task); !why.empty()) return refuse(why);
   if (!task.model_sha256.empty()) {
     FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph, task.loss));
   }
@@ -518,6 +521,20 @@ Status FederatedClient::HandleStatsTask(const wire::Message& m, const wire::FitT
   return Status::OK();
 }
 
+std::string FederatedClient::ImputeMissingCells(const wire::FitTask& task) {
+  if (!needs_imputation_) return "";
+  if (task.impute_values.empty()) {
+    return "this site's data has missing cells to impute with the federation's means ([data] "
+           "missing = \"impute_mean\") and the aggregator sent none: it needs [stats] enabled";
+  }
+  auto a = ImputeMissing(train_, task.impute_values);
+  auto b = a.ok() ? ImputeMissing(test_, task.impute_values) : a;
+  if (!a.ok() || !b.ok()) return "imputing missing cells: " + (a.ok() ? b : a).status().message();
+  needs_imputation_ = false;
+  Log("imputed " + std::to_string(*a + *b) + " missing cells with the federation's feature means");
+  return "";
+}
+
 Status FederatedClient::HandleSecureStatsTask(const wire::Message& m, const wire::FitTask& task) {
   auto refuse = [&](const std::string& why) {
     ++stats_.tasks_refused;
@@ -563,6 +580,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.deadline_unix_ms != 0 && NowUnixMs() >= static_cast<int64_t>(task.deadline_unix_ms)) {
     return refuse("its deadline has already passed");
   }
+  if (std::string why = ImputeMissingCells(task); !why.empty()) return refuse(why);
   if (last_round_served_ && task.round <= *last_round_served_) {
     Log(round + " was served before (checkpoint says " + std::to_string(*last_round_served_) +
         "); training it again, the aggregator drops duplicates");

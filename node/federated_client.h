@@ -138,6 +138,10 @@ class FederatedClient {
   Status HandleStatsTask(const wire::Message& m, const wire::FitTask& task);
   // Secure phase 2: this site's exact sums masked through SecAgg+ (secagg_).
   Status HandleSecureStatsTask(const wire::Message& m, const wire::FitTask& task);
+  // [data] missing = "impute_mean": the first task with the federation's means fills the
+  // missing cells of train_ and test_. "" when done (or nothing to do), else why the task
+  // must be refused.
+  std::string ImputeMissingCells(const wire::FitTask& task);
   Status HandleFitTask(const wire::Message& m, const wire::FitTask& task, std::atomic<bool>* stop);
   // The aggregator's secure aggregation messages for the round this node takes part in.
   // A message for another round, or one that fails a check, ends this node's part (logged).
@@ -165,6 +169,7 @@ class FederatedClient {
   // The federation's first model (version 0) as received, for the local-only baseline of
   // the last evaluation (FitTask::local_only_epochs); empty until then, and after a restart.
   std::vector<float> first_global_;
+  bool needs_imputation_ = false;  // train_ / test_ hold NaN cells until the federation's means come
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<NodeStore> store_;

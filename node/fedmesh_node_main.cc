@@ -144,8 +144,10 @@ int main(int argc, char** argv) {
   app.add_option("--categorical-encoding", o.data.categorical_encoding,
                  "CSV: categorical columns as onehot (default) or ids (category indices, for an embedding)")
       ->check(CLI::IsMember({"onehot", "ids"}));
-  app.add_option("--missing", o.data.missing, "CSV: missing cells are an error | drop their row")
-      ->check(CLI::IsMember({"error", "drop"}))
+  app.add_option("--missing", o.data.missing,
+                 "CSV: missing cells are an error | drop their row | impute_mean (this site's "
+                 "training means in --local-only)")
+      ->check(CLI::IsMember({"error", "drop", "impute_mean"}))
       ->capture_default_str();
   app.add_option("--image-height", o.data.image_height, "images: height every image is resized to")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--image-width", o.data.image_width, "images: width every image is resized to")->check(CLI::Range(1, 4096))->capture_default_str();

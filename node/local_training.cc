@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "core/data/impute.h"
 #include "core/json_line.h"
 #include "core/model_export.h"
 
@@ -47,6 +48,15 @@ Result<LocalTrainingReport> RunLocalTraining(
                                                  options.index));
   Dataset train = full.Subset(indices);
   full = Dataset();  // this node keeps only its own share
+  if (HasMissing(train) || HasMissing(test)) {
+    // Alone, the only means this site has are its own training rows'.
+    const std::vector<double> means = ColumnMeans(train);
+    FM_ASSIGN_OR_RETURN(size_t n, ImputeMissing(train, means));
+    FM_ASSIGN_OR_RETURN(size_t m, ImputeMissing(test, means));
+    if (progress) {
+      progress("imputed " + std::to_string(n + m) + " missing cells with this site's training means");
+    }
+  }
 
   ModelSpec spec = options.model;
   spec.input_shape = train.sample_shape;

@@ -4,12 +4,14 @@
 #include <string>
 
 #include "core/data/data_source.h"
+#include "core/data/impute.h"
 #include "core/data/partition.h"
 #include "core/model_zoo.h"
 
 namespace fedmesh {
 
-Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test) {
+Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
+                                bool impute_locally) {
   SiteModel site;
   // The held-out rows of a source without a test split are never trained on, whether or
   // not this mode evaluates on them.
@@ -31,6 +33,11 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test) {
     return Status::FailedPrecondition("partition " + std::to_string(t.index) + " of " +
                                       std::to_string(t.partition.num_partitions) +
                                       " holds no samples; use fewer partitions");
+  }
+  if (impute_locally && (HasMissing(site.train) || HasMissing(site.test))) {
+    const std::vector<double> means = ColumnMeans(site.train);
+    FM_RETURN_IF_ERROR(ImputeMissing(site.train, means).status());
+    FM_RETURN_IF_ERROR(ImputeMissing(site.test, means).status());
   }
   // Every site builds the same architecture: num_classes comes from the dataset (Subset
   // keeps the full set's count; csv sites should set [data] num_classes explicitly).

@@ -26,7 +26,11 @@ struct SiteModel {
 // LoadSiteData), builds t.model on t.device and initialises it with t.seed. With
 // `with_test`, also keeps the held-out data (for metrics; empty when the source has none
 // and test_fraction is 0). Errors name the data source; FailedPrecondition for an empty
-// partition.
-Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test);
+// partition. Missing cells ([data] missing = "impute_mean") are replaced by this
+// partition's training means when `impute_locally` (gossip: there are no federation
+// statistics), and left NaN otherwise (a federation's node imputes with the means the
+// aggregator sends, FederatedClient).
+Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
+                                bool impute_locally = true);
 
 }  // namespace fedmesh

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/data/data_source.h"
+#include "core/data/impute.h"
 #include "core/data/partition.h"
 #include "core/rng.h"
 
@@ -23,6 +24,13 @@ Result<SimData> LoadSimData(const SimOptions& o) {
     FM_ASSIGN_OR_RETURN(SiteData site, LoadSiteData(source));
     d.train = std::move(site.train);
     d.test = std::move(site.test);
+  }
+  if (HasMissing(d.train) || HasMissing(d.test)) {
+    // [data] missing = "impute_mean": the means of the whole training split, which is what
+    // federated statistics over every client would give.
+    const std::vector<double> means = ColumnMeans(d.train);
+    FM_RETURN_IF_ERROR(ImputeMissing(d.train, means).status());
+    FM_RETURN_IF_ERROR(ImputeMissing(d.test, means).status());
   }
   if (o.test_samples > 0 && o.test_samples < d.test.size()) {
     std::vector<uint32_t> first(o.test_samples);

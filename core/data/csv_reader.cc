@@ -311,11 +311,12 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     return Status::InvalidArgument("categorical_encoding must be \"onehot\" or \"ids\", got " +
                                    Quote(options.categorical_encoding));
   }
-  if (options.missing != "error" && options.missing != "drop") {
-    return Status::InvalidArgument("missing must be \"error\" or \"drop\", got " +
+  if (options.missing != "error" && options.missing != "drop" && options.missing != "impute_mean") {
+    return Status::InvalidArgument("missing must be \"error\", \"drop\" or \"impute_mean\", got " +
                                    Quote(options.missing));
   }
   const bool drop_missing = options.missing == "drop";
+  const bool impute = options.missing == "impute_mean";
   const int label_count = static_cast<int>(options.label_values.size());
   if (label_count > 0 && options.num_classes > 0 && options.num_classes != label_count) {
     return Status::InvalidArgument("num_classes " + std::to_string(options.num_classes) +
@@ -363,6 +364,15 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     for (size_t j = 0; j < feature_cols.size() && !drop; ++j) {
       const size_t c = feature_cols[j];
       if (IsMissing(cells[c])) {
+        if (impute && category_slot[c] < 0) {
+          row[j] = std::numeric_limits<float>::quiet_NaN();  // imputed before training
+          continue;
+        }
+        if (impute) {
+          return Status::Corruption(At(source_name, line_no) + "category cell in column " +
+                                    Quote(names[c]) + " is missing; a category has no mean: "
+                                    "fill it in, or use missing = \"drop\"");
+        }
         if (!drop_missing) return missing_error(c);
         drop = true;
         break;
@@ -396,7 +406,7 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     }
     const std::string_view label_cell = cells[label_col];
     if (!drop && IsMissing(label_cell)) {
-      if (!drop_missing) return missing_error(label_col);
+      if (!drop_missing && !impute) return missing_error(label_col);  // labels are never imputed
       drop = true;
     }
     if (drop) continue;

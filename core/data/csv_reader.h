@@ -59,7 +59,10 @@ struct CsvOptions {
   // same categories, or its ids mean other things.
   std::string categorical_encoding = "onehot";
   // "error" (default): a missing cell is an error naming the file, line and column;
-  // "drop": rows with a missing feature or label are left out.
+  // "drop": rows with a missing feature or label are left out; "impute_mean": a missing
+  // number becomes NaN, to be replaced by its feature's mean before training
+  // (core/data/impute.h), rows with a missing label are left out, and a missing category is
+  // an error.
   std::string missing = "error";
 };
 

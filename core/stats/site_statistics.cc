@@ -74,11 +74,13 @@ Result<wire::SiteStatistics> SummarizeSite(const Dataset& data, const wire::Stat
     wire::FeatureSummary& f = out.features[j];
     f.count = n;
     if (request.phase == 2) {
+      f.count = 0;
+      for (size_t i = 0; i < n; ++i) f.count += std::isnan(data.sample(i)[j]) ? 0 : 1;
       if (histograms) {
         f.histogram.assign(request.bins, 0);
         for (size_t i = 0; i < n; ++i) {
-          ++f.histogram[HistogramBin(data.sample(i)[j], request.bin_lo[j], request.bin_hi[j],
-                                     request.bins)];
+          const float x = data.sample(i)[j];
+          if (!std::isnan(x)) ++f.histogram[HistogramBin(x, request.bin_lo[j], request.bin_hi[j], request.bins)];
         }
       }
       continue;
@@ -93,16 +95,21 @@ Result<wire::SiteStatistics> SummarizeSite(const Dataset& data, const wire::Stat
     };
     double lo = INFINITY, hi = -INFINITY;
     TDigest digest(policy.compression);
+    uint64_t present = 0;
     for (size_t i = 0; i < n; ++i) {
       const double x = data.sample(i)[j];
+      if (std::isnan(x)) continue;  // a missing cell ([data] missing = "impute_mean")
+      ++present;
       add(sum, sum_c, x);
       add(sq, sq_c, x * x);
       lo = std::min(lo, x);
       hi = std::max(hi, x);
       if (policy.quantiles) digest.Add(x);
     }
+    f.count = present;
     f.sum = sum + sum_c;
     f.sum_sq = sq + sq_c;
+    if (present == 0) lo = hi = 0.0;
     const double scale = policy.minmax_noise * (hi > lo ? hi - lo : std::max(1.0, std::fabs(lo)));
     f.min = lo - std::fabs(noise.Normal()) * scale;
     f.max = hi + std::fabs(noise.Normal()) * scale;

@@ -231,6 +231,10 @@ struct FitTask {
   // evaluate_only with local_only_epochs: sites that allow it send their local-only model
   // (FitResult::local_model) for cross-evaluation.
   bool collect_local_models = false;
+  // The federation's per-feature means (federated statistics), with which sites replace
+  // missing cells ([data] missing = "impute_mean"). Finite; at most kMaxStatsFeatures;
+  // empty when the aggregator has none.
+  std::vector<double> impute_values;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };

@@ -604,6 +604,13 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
           "FitTask candidate / collect_local_models are set on a task that is not evaluate_only");
     }
     if (!m->candidate.empty()) FM_RETURN_IF_ERROR(CheckId(m->candidate, "FitTask candidate", l));
+    if (m->impute_values.size() > kMaxStatsFeatures) {
+      return Status::OutOfRange(StrCat("FitTask carries ", m->impute_values.size(),
+                                       " impute_values; the limit is ", kMaxStatsFeatures));
+    }
+    for (double v : m->impute_values) {
+      if (!IsFinite(v)) return Status::InvalidArgument("FitTask impute_values must be finite");
+    }
     if (m->finetune_epochs > kMaxEvalEpochs || m->local_only_epochs > kMaxEvalEpochs) {
       return Status::OutOfRange(StrCat("FitTask finetune_epochs / local_only_epochs exceed ",
                                        kMaxEvalEpochs));
@@ -912,6 +919,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_local_only_epochs(m->local_only_epochs);
     o->set_candidate(m->candidate);
     o->set_collect_local_models(m->collect_local_models);
+    for (double v : m->impute_values) o->add_impute_values(v);
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
@@ -1074,6 +1082,11 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.local_only_epochs = i.local_only_epochs();
       m.candidate = i.candidate();
       m.collect_local_models = i.collect_local_models();
+      if (i.impute_values_size() > static_cast<int>(kMaxStatsFeatures)) {
+        return Status::OutOfRange(StrCat("FitTask carries ", i.impute_values_size(),
+                                         " impute_values; the limit is ", kMaxStatsFeatures));
+      }
+      m.impute_values.assign(i.impute_values().begin(), i.impute_values().end());
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();

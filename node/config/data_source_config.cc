@@ -44,9 +44,10 @@ std::vector<ConfigKey> DataSourceConfigKeys(const std::string& seed_key,
                 "indices, in the categories order, for an embedding input)")
           .Choices({"onehot", "ids"}),
       StringKey("data", "missing", "error",
-                "csv only: a missing cell (empty, NA, NaN, null, ?) is an error, or drops "
-                "its row")
-          .Choices({"error", "drop"}),
+                "csv only: a missing cell (empty, NA, NaN, null, ?) is an error, drops its row, "
+                "or (impute_mean) a missing number becomes its feature's mean: the federation's "
+                "from the aggregator's statistics, or this site's own in --local-only")
+          .Choices({"error", "drop", "impute_mean"}),
       FloatListKey("data", "image_size", {28, 28},
                    "images only: [height, width] every image is resized to")
           .Min(1)

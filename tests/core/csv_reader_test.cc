@@ -3,6 +3,8 @@
 #include "core/data/csv_reader.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <stdlib.h>
 
 #include <bit>
@@ -306,6 +308,23 @@ TEST(CsvReaderTest, CategoricalColumnsAsIdsForAnEmbedding) {
   o.categorical_encoding = "embedding";
   ExpectError(ParseCsv(text, o, "bank.csv").status(), StatusCode::kInvalidArgument,
               {"categorical_encoding", "\"embedding\""});
+}
+
+// missing = "impute_mean": a missing number is kept as NaN for the imputation
+// (core/data/impute.h), a row without a label is left out, a missing category is an error.
+TEST(CsvReaderTest, ImputeMeanKeepsMissingNumbersAsNaN) {
+  CsvOptions o = Label("y");
+  o.missing = "impute_mean";
+  Result<Dataset> ds = ParseCsv("a,b,y\n1,NA,0\n,4,1\n5,6,\n7,8,1\n", o, "t.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ(ds->size(), 3u) << "the row without a label is left out";
+  EXPECT_EQ(ds->features[0], 1.0f);
+  EXPECT_TRUE(std::isnan(ds->features[1]));
+  EXPECT_TRUE(std::isnan(ds->features[2]));
+  EXPECT_EQ(ds->features[5], 8.0f);
+  o.categorical = {"b"};
+  ExpectError(ParseCsv("a,b,y\n1,x,0\n2,,1\n", o, "t.csv").status(), StatusCode::kCorruption,
+              {"t.csv line 3", "column \"b\"", "a category has no mean"});
 }
 
 TEST(CsvReaderTest, BadColumnOptionsNameTheColumn) {

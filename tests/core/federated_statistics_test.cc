@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data/impute.h"
 #include "core/rng.h"
 #include "core/stats/federated_statistics.h"
 #include "core/stats/secure_sums.h"
@@ -309,6 +310,41 @@ TEST(SecureSums, SiteSecureSumsFollowThePolicy) {
   EXPECT_EQ(z->sum[1], 0);
   req.secure = false;
   EXPECT_FALSE(SiteSecureSums(d, req, Exact()).ok());
+}
+
+// Missing cells ([data] missing = "impute_mean"): statistics count and sum only the
+// present values, and imputing with their means leaves each feature's mean unchanged.
+TEST(FederatedStatistics, MissingCellsAreLeftOutAndImputedWithTheMean) {
+  Rng rng(21), noise(22);
+  Dataset d = SiteRows(rng, 60, 0, 2);
+  double sum = 0;
+  size_t present = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i % 7 == 0) {
+      d.features[i * 3 + 1] = NAN;
+    } else {
+      sum += d.features[i * 3 + 1];
+      ++present;
+    }
+  }
+  EXPECT_TRUE(HasMissing(d));
+  auto st = SummarizeSite(d, wire::StatsRequest{}, Exact(), noise);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->features[1].count, present);
+  EXPECT_EQ(st->features[0].count, 60u);
+  EXPECT_NEAR(st->features[1].sum, sum, 1e-9 * sum);
+  auto merged = MergeSiteStatistics({{"a", *st}}, std::vector<double>{});
+  ASSERT_TRUE(merged.ok());
+  const std::vector<double> means = ColumnMeans(d);
+  EXPECT_NEAR(means[1], merged->features[1].mean, 1e-9 * means[1]);
+  std::vector<double> fed;
+  for (const auto& f : merged->features) fed.push_back(f.mean);
+  auto n = ImputeMissing(d, fed);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 60 - present);
+  EXPECT_FALSE(HasMissing(d));
+  EXPECT_NEAR(ColumnMeans(d)[1], means[1], 1e-4);
+  EXPECT_FALSE(ImputeMissing(d, std::vector<double>{1.0}).ok()) << "one value for 3 features";
 }
 
 // ---- wire ---------------------------------------------------------------------------------

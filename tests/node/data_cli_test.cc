@@ -99,6 +99,21 @@ TEST_F(DataCli, CategoricalCsvWithTextLabelsAndMissingCellsTrains) {
   EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_auc"), 0.97) << r.output;
 }
 
+// --missing impute_mean alone: missing numbers become this site's training means (the
+// train file has 1500 / 37 rounded up = 41 of them, the test file 11).
+TEST_F(DataCli, ImputeMeanLocallyUsesTheSitesOwnMeans) {
+  const std::string train = Write("bank/train.csv", BankCsv(1500, 1));
+  const std::string test = Write("bank/test.csv", BankCsv(400, 2));
+  const ProcessResult r = Node(" --data csv:" + train + " --test-data csv:" + test +
+                               " --label-column risk --label-values good,bad"
+                               " --features purpose,amount,age --categorical purpose --model mlp"
+                               " --hidden 16 --epochs 15 --lr 0.1 --momentum 0.9 --missing impute_mean");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("imputed 52 missing cells with this site's training means"), std::string::npos)
+      << r.output;
+  EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_accuracy"), 0.95) << r.output;
+}
+
 // Without --test-data the site holds out 20% of its rows per class (--test-fraction) and
 // scores on them; with --test-fraction 0 there is nothing to score on: exit 2.
 TEST_F(DataCli, HeldOutRowsAreTheTestSetWithoutTestData) {

@@ -1278,3 +1278,72 @@ TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
 
 }  // namespace
 }  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// [data] missing = "impute_mean": three sites with missing cells. With federated statistics
+// every site fills its missing cells with the federation's feature means (those of the
+// statistics report, over the present values of all sites) and trains; without them a
+// site refuses the task, saying what the aggregator lacks.
+TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
+  Rng rng(41);
+  int missing = 0;
+  for (int site = 1; site <= 3; ++site) {
+    std::ofstream out(dir_ / ("site-" + std::to_string(site) + ".csv"));
+    out << "age,creatinine,smoker,diagnosis\n";
+    for (int r = 0; r < 40 + 20 * site; ++r) {
+      const bool m = rng.Uniform() < 0.4;
+      const bool gap = rng.Uniform() < 0.15;
+      missing += gap;
+      out << rng.Normal(50.0 + 5 * m, 10.0) << "," << (gap ? "NA" : std::to_string(1.0 + m + 0.3 * rng.Normal()))
+          << "," << (rng.Uniform() < 0.3) << "," << (m ? "malignant" : "benign") << "\n";
+    }
+  }
+  auto run = [&](bool stats) {
+    const std::string ep = StartAggregator(
+        {"rounds.total=2", "rounds.clients_per_round=3", "rounds.min_clients=3",
+         "rounds.min_available_clients=3", "rounds.timeout_s=4", "rounds.max_retries=0",
+         "model.name=logreg", "model.input_shape=3", "model.num_classes=2", "eval.dataset=",
+         std::string("stats.enabled=") + (stats ? "true" : "false"), "stats.report=stats.json"},
+        "tcp://127.0.0.1:*", stats ? "aggregator" : "aggregator-nostats");
+    if (ep.empty()) return -1;
+    for (int i = 1; i <= 3; ++i) {
+      StartNode(i, ep,
+                {"data.dataset=csv:site-" + std::to_string(i) + ".csv", "data.label_column=diagnosis",
+                 "data.label_values=benign,malignant", "data.missing=impute_mean",
+                 "data.num_partitions=1", "data.index=0", "data.test_fraction=0", "model.name=logreg",
+                 "node.db=run/site-" + std::to_string(i) + (stats ? "" : "-nostats") + ".db"},
+                "site-" + std::to_string(i) + (stats ? "" : "-nostats"));
+    }
+    const auto rc = aggregator_->WaitExit(seconds(120));
+    return rc.has_value() ? *rc : -2;
+  };
+  ASSERT_EQ(run(true), 0) << aggregator_->Log();
+  ASSERT_GT(missing, 10);
+  int imputed = 0;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string log = ReadWholeFile(dir_ / ("site-" + std::to_string(i) + ".log"));
+    const size_t at = log.find("imputed ");
+    ASSERT_NE(at, std::string::npos) << log;
+    EXPECT_NE(log.find("missing cells with the federation's feature means"), std::string::npos) << log;
+    imputed += std::stoi(log.substr(at + 8));
+  }
+  EXPECT_EQ(imputed, missing) << "every missing cell, once";
+  const std::string report = ReadWholeFile(dir_ / "stats.json");
+  const size_t creat = report.find("{\"name\":\"creatinine\"");
+  ASSERT_NE(creat, std::string::npos);
+  EXPECT_EQ(JsonNumber(report.substr(creat), "count").value_or(-1), 240 - missing)
+      << "the statistics count only present cells";
+  EXPECT_EQ(MetricsLines().size(), 2u);
+
+  // Without statistics: refused, and the reason names what to turn on.
+  fs::remove_all(dir_ / "run");
+  fs::create_directories(dir_ / "run");
+  EXPECT_NE(run(false), 0);
+  const std::string log = ReadWholeFile(dir_ / "site-1-nostats.log");
+  EXPECT_NE(log.find("the aggregator sent none: it needs [stats] enabled"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace fedmesh
