@@ -145,13 +145,7 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
       auto g = onnx::ParseOnnx(stored->onnx, limits);
       auto base = g.ok() ? graph::RemoveInputNormalization(*g) : g.status();
       if (g.ok() && base.ok() && graph::HasInputNormalization(*g) && graph::CanonicalHash(*base) == sha) {
-        FM_ASSIGN_OR_RETURN(s->model_, Model::CreateFromGraph(spec.name, s->backend_.get(), std::move(*g)));
-        FM_RETURN_IF_ERROR(s->model_->SetLoss(config.loss).WithContext("[train] loss"));
-        if (s->trainer_) {
-          TrainerOptions topt;
-          topt.loss = config.loss;
-          s->trainer_ = std::make_unique<Trainer>(s->model_.get(), topt, env);
-        }
+        FM_RETURN_IF_ERROR(s->ReplaceModel(std::move(*g), /*keep_params=*/false));
         s->config_.rounds.model_sha256 = stored->sha256;
         s->config_.rounds.model_graph = stored->onnx;
         spdlog::info("the store's model is the configured one with the federation's input "
@@ -183,6 +177,19 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
 
 AggregatorService::~AggregatorService() = default;
 
+Status AggregatorService::ReplaceModel(graph::Graph g, bool keep_params) {
+  FM_ASSIGN_OR_RETURN(auto m, Model::CreateFromGraph(config_.model.name, backend_.get(), std::move(g)));
+  if (keep_params) FM_RETURN_IF_ERROR(m->SetParams(model_->GetParams()));
+  FM_RETURN_IF_ERROR(m->SetLoss(config_.loss).WithContext("[train] loss"));
+  model_ = std::move(m);
+  if (trainer_) {
+    TrainerOptions topt;
+    topt.loss = config_.loss;
+    trainer_ = std::make_unique<Trainer>(model_.get(), topt, env_);
+  }
+  return Status::OK();
+}
+
 Result<std::pair<std::string, std::string>> AggregatorService::NormalizeModel(
     const FederationStatistics& stats) {
   std::vector<double> mean, stddev;
@@ -194,16 +201,7 @@ Result<std::pair<std::string, std::string>> AggregatorService::NormalizeModel(
   const std::string sha = graph::CanonicalHash(g);
   FM_ASSIGN_OR_RETURN(std::string bytes, onnx::SerializeArchitecture(g));
   // Constants are not parameters: the weights carry over unchanged.
-  const std::vector<float> params = model_->GetParams();
-  FM_ASSIGN_OR_RETURN(auto m, Model::CreateFromGraph(config_.model.name, backend_.get(), std::move(g)));
-  FM_RETURN_IF_ERROR(m->SetParams(params));
-  FM_RETURN_IF_ERROR(m->SetLoss(config_.loss));
-  model_ = std::move(m);
-  if (trainer_) {
-    TrainerOptions topt;
-    topt.loss = config_.loss;
-    trainer_ = std::make_unique<Trainer>(model_.get(), topt, env_);
-  }
+  FM_RETURN_IF_ERROR(ReplaceModel(std::move(g), /*keep_params=*/true));
   FM_RETURN_IF_ERROR(store_->SaveModelGraph(sha, bytes));
   spdlog::info("input normalization from the federation's statistics ({} features) in front of the "
                "model: graph sha256 {}", mean.size(), sha);

@@ -122,6 +122,9 @@ class AggregatorService {
   // Puts the federation's input normalization in front of base_graph_: the new model
   // (kept weights), stored as the federation's graph; returns its (sha256, graph bytes).
   Result<std::pair<std::string, std::string>> NormalizeModel(const FederationStatistics& stats);
+  // model_ (and the evaluator's trainer_) become `g`'s model, with the loss; keep_params
+  // carries the current weights over (their layout must be the same).
+  Status ReplaceModel(graph::Graph g, bool keep_params);
   std::optional<Dataset> eval_data_;
   std::unique_ptr<ZmqServer> server_;
   std::optional<RoundEngine> engine_;

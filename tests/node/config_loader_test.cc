@@ -533,6 +533,33 @@ TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
 
 // [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape
 // names the key.
+// Issue 19's aggregator keys refuse what cannot work, naming the key: federated
+// normalization without statistics, cross-evaluation without federated evaluation or
+// local-only models, quantiles outside [0, 1], too many histogram bins.
+TEST(ConfigAggregator, StatisticsNormalizationAndCrossEvalKeysAreChecked) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n");
+  auto expect_error = [&](std::vector<std::string> sets, const std::string& fragment) {
+    auto r = LoadAggregatorConfig(path, sets);
+    ASSERT_FALSE(r.ok()) << fragment;
+    EXPECT_THAT(r.status().message(), HasSubstr(fragment));
+  };
+  expect_error({"data.normalize=federated"}, "[data] normalize");
+  expect_error({"data.normalize=zscore"}, "[data] normalize");
+  expect_error({"eval.cross_eval=true"}, "[eval] cross_eval");
+  expect_error({"eval.cross_eval=true", "eval.federated=true"}, "[eval] local_only_epochs");
+  expect_error({"stats.enabled=true", "stats.quantiles=0.5,1.5"}, "[stats] quantiles");
+  expect_error({"stats.enabled=true", "stats.bins=5000"}, "[stats] bins");
+  expect_error({"eval.finetune_epochs=20000"}, "[eval] finetune_epochs");
+  auto ok = LoadAggregatorConfig(path, {"stats.enabled=true", "data.normalize=federated",
+                                        "eval.federated=true", "eval.cross_eval=true",
+                                        "eval.local_only_epochs=10"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->rounds.federated_stats.enabled);
+  EXPECT_EQ(ok->normalize, "federated");
+  EXPECT_TRUE(ok->rounds.federated_eval.cross_eval);
+}
+
 TEST(ConfigAggregator, ModelShapeKeys) {
   TempDir dir;
   std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[model]\ninput_shape = [30]\n"
