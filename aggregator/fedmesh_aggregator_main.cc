@@ -1,4 +1,4 @@
-// fedmesh-aggregator: runs a federation's rounds (node/aggregator_service.h) from a TOML
+// fedmesh-aggregator: runs a federation's rounds (aggregator/aggregator_service.h) from a TOML
 // config, with --set overrides. Exit codes: 0 every round finished; 2 a bad config, key,
 // allowlist or store that does not fit the config; 1 a runtime failure (store or
 // transport broke, a round failed every retry); 128+signal after SIGINT/SIGTERM (the
@@ -18,8 +18,8 @@
 #include <spdlog/spdlog.h>
 
 #include "core/env.h"
-#include "node/aggregator_service.h"
-#include "node/config/aggregator_config.h"
+#include "aggregator/aggregator_service.h"
+#include "aggregator/aggregator_config.h"
 
 namespace {
 

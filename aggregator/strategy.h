@@ -91,7 +91,7 @@ struct PrivacyReport {
 };
 
 // Settings every strategy factory understands; a strategy ignores those it does not use.
-// Config: [rounds] prox_mu and the [strategy] table (node/config/strategy_config.h).
+// Config: [rounds] prox_mu and the [strategy] table (aggregator/strategy_config.h).
 struct StrategyOptions {
   // FedProx's proximal coefficient mu: each node minimises f(w) + mu/2 ||w - w_global||^2.
   // Default: 0.01 (the middle of the range the FedProx paper sweeps, {0.001 .. 1}).

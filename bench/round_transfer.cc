@@ -14,8 +14,8 @@
 #include "core/json_line.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
-#include "node/zmq/zmq_client.h"
-#include "node/zmq/zmq_server.h"
+#include "transport/zmq/zmq_client.h"
+#include "transport/zmq/zmq_server.h"
 
 namespace {
 

@@ -57,8 +57,8 @@
 #include "crypto/identity.h"
 #include "node/fit_task_runner.h"
 #include "node/secagg_participant.h"
-#include "node/config/node_config.h"
-#include "node/zmq/zmq_client.h"
+#include "node/node_config.h"
+#include "transport/zmq/zmq_client.h"
 #include "storage/node_store.h"
 
 namespace fedmesh {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/env.h"
-#include "node/config/node_config.h"
+#include "node/node_config.h"
 #include "node/federated_client.h"
 #include "node/gossip_service.h"
 #include "node/local_training.h"

@@ -26,10 +26,10 @@
 #include "core/trainer.h"
 #include "crypto/identity.h"
 #include "gossip/gossip_node.h"
-#include "node/config/node_config.h"
+#include "node/node_config.h"
 #include "node/site_model.h"
-#include "node/zmq/zmq_client.h"
-#include "node/zmq/zmq_server.h"
+#include "transport/zmq/zmq_client.h"
+#include "transport/zmq/zmq_server.h"
 #include "storage/node_store.h"
 
 namespace fedmesh {

@@ -5,10 +5,10 @@
 
 #include "aggregator/strategy.h"
 #include "core/model_zoo.h"
-#include "node/config/config_loader.h"
-#include "node/config/data_source_config.h"
-#include "node/config/loss_config.h"
-#include "node/config/strategy_config.h"
+#include "config/config_loader.h"
+#include "config/data_source_config.h"
+#include "config/loss_config.h"
+#include "aggregator/strategy_config.h"
 
 namespace fedmesh {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "node/config/config_schema.h"
+#include "config/config_schema.h"
 #include "sim/sim_options.h"
 
 namespace fedmesh {

@@ -28,7 +28,7 @@
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
-#include "node/zmq/zmq_server.h"
+#include "transport/zmq/zmq_server.h"
 #include "storage/node_store.h"
 
 namespace fedmesh {

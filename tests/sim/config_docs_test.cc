@@ -9,9 +9,9 @@
 #include <sstream>
 #include <string>
 
-#include "node/config/aggregator_config.h"
-#include "node/config/config_schema.h"
-#include "node/config/node_config.h"
+#include "aggregator/aggregator_config.h"
+#include "config/config_schema.h"
+#include "node/node_config.h"
 #include "sim/sim_config.h"
 
 namespace fedmesh {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "node/config/config_schema.h"
+#include "config/config_schema.h"
 
 namespace fedmesh {
 

@@ -31,8 +31,8 @@
 #include "core/status.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
-#include "node/transport.h"
-#include "node/zmq/zap_handler.h"
+#include "transport/transport.h"
+#include "transport/zmq/zap_handler.h"
 
 namespace fedmesh {
 

@@ -1,11 +1,11 @@
-#include "node/config/node_config.h"
+#include "node/node_config.h"
 
 #include <algorithm>
 #include <cctype>
 
-#include "node/config/config_loader.h"
-#include "node/config/data_source_config.h"
-#include "node/config/loss_config.h"
+#include "config/config_loader.h"
+#include "config/data_source_config.h"
+#include "config/loss_config.h"
 
 namespace fedmesh {
 

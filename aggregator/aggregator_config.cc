@@ -1,12 +1,12 @@
-#include "node/config/aggregator_config.h"
+#include "aggregator/aggregator_config.h"
 
 
 #include <algorithm>
 #include <cmath>
 
-#include "node/config/config_loader.h"
-#include "node/config/loss_config.h"
-#include "node/config/strategy_config.h"
+#include "config/config_loader.h"
+#include "config/loss_config.h"
+#include "aggregator/strategy_config.h"
 
 namespace fedmesh {
 

@@ -1,4 +1,4 @@
-// Tests of AggregatorService (node/aggregator_service.h): the real service with its
+// Tests of AggregatorService (aggregator/aggregator_service.h): the real service with its
 // ZmqServer on a loopback port the OS picks, SQLite store in a temp dir, and in-process
 // fake nodes over real ZmqClients (CurveZMQ) that answer each FitTask with
 // global + a fixed delta, so the FedAvg result can be computed by hand. Everything runs
@@ -22,8 +22,8 @@
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
-#include "node/aggregator_service.h"
-#include "node/zmq/zmq_client.h"
+#include "aggregator/aggregator_service.h"
+#include "transport/zmq/zmq_client.h"
 
 namespace fedmesh {
 namespace {

@@ -1,4 +1,4 @@
-#include "node/zmq/zmq_status.h"
+#include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
 

@@ -1,4 +1,4 @@
-#include "node/config/strategy_config.h"
+#include "aggregator/strategy_config.h"
 
 namespace fedmesh {
 

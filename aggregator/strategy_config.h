@@ -10,8 +10,8 @@
 #include "aggregator/round_engine.h"
 #include "aggregator/strategy.h"
 #include "core/status.h"
-#include "node/config/config_loader.h"
-#include "node/config/config_schema.h"
+#include "config/config_loader.h"
+#include "config/config_schema.h"
 
 namespace fedmesh {
 

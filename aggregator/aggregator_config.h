@@ -14,7 +14,7 @@
 #include "core/loss.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
-#include "node/config/config_schema.h"
+#include "config/config_schema.h"
 
 namespace fedmesh {
 

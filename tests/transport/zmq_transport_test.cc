@@ -1,4 +1,4 @@
-// Tests of the ZeroMQ transport (node/zmq/): real ROUTER/DEALER sockets with CurveZMQ on
+// Tests of the ZeroMQ transport (transport/zmq/): real ROUTER/DEALER sockets with CurveZMQ on
 // loopback ports the OS picks, a ZAP allowlist, hostile input and heartbeats. Every wait
 // is a bounded loop with a deadline.
 #include <arpa/inet.h>
@@ -20,8 +20,8 @@
 
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
-#include "node/zmq/zmq_client.h"
-#include "node/zmq/zmq_server.h"
+#include "transport/zmq/zmq_client.h"
+#include "transport/zmq/zmq_server.h"
 
 namespace fedmesh {
 namespace {

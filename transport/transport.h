@@ -1,7 +1,7 @@
 // Transport: how the aggregator and node drivers move wire::Messages between processes,
 // without knowing the sockets underneath. ServerTransport is the aggregator's side (one
 // endpoint, many authenticated peers); ClientTransport is a node's side (one server).
-// Implementations: node/zmq/zmq_server.h and node/zmq/zmq_client.h (ROUTER/DEALER over
+// Implementations: transport/zmq/zmq_server.h and transport/zmq/zmq_client.h (ROUTER/DEALER over
 // TCP with CurveZMQ); the simulator provides an in-process one. A driver sees only this
 // header, so the sans-IO round engine can be run over either.
 //

@@ -40,7 +40,7 @@
 #include "core/status.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
-#include "node/transport.h"
+#include "transport/transport.h"
 
 namespace fedmesh {
 

@@ -1,4 +1,4 @@
-#include "node/config/config_schema.h"
+#include "config/config_schema.h"
 
 #include <algorithm>
 #include <charconv>
@@ -206,8 +206,8 @@ std::string RenderConfigDocsPage(const std::vector<const ConfigSchema*>& schemas
   std::ostringstream out;
   out << R"(# Configuration files
 
-<!-- Generated from node/config/*_config.cc by RenderConfigDocsPage; do not edit by hand.
-     ConfigDocs.UpToDate (tests/node/config_loader_test.cc) fails and prints the new text
+<!-- Generated from the *_config.cc schemas (config/, aggregator/, node/, sim/) by RenderConfigDocsPage; do not edit by hand.
+     ConfigDocs.UpToDate (tests/sim/config_docs_test.cc) fails and prints the new text
      when this file is out of date. -->
 
 `fedmesh-node` and `fedmesh-aggregator` each read one TOML file (`--config FILE`). Every

@@ -10,7 +10,7 @@
 #include "core/codec/error_feedback.h"
 #include "core/stats/site_statistics.h"
 #include "core/status.h"
-#include "node/config/config_schema.h"
+#include "config/config_schema.h"
 #include "node/local_training.h"
 
 namespace fedmesh {

@@ -1,4 +1,4 @@
-#include "node/config/config_loader.h"
+#include "config/config_loader.h"
 
 #include <charconv>
 #include <cmath>

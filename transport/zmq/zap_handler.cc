@@ -1,4 +1,4 @@
-#include "node/zmq/zap_handler.h"
+#include "transport/zmq/zap_handler.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "node/zmq/zmq_server.h"
+#include "transport/zmq/zmq_server.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "node/zmq/zmq_status.h"
+#include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
 namespace {

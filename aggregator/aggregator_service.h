@@ -30,8 +30,8 @@
 #include "core/status.h"
 #include "core/trainer.h"
 #include "crypto/identity.h"
-#include "node/config/aggregator_config.h"
-#include "node/zmq/zmq_server.h"
+#include "aggregator/aggregator_config.h"
+#include "transport/zmq/zmq_server.h"
 #include "storage/aggregator_store.h"
 
 namespace fedmesh {

@@ -1,4 +1,4 @@
-#include "node/config/loss_config.h"
+#include "config/loss_config.h"
 
 namespace fedmesh {
 

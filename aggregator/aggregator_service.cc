@@ -1,4 +1,4 @@
-#include "node/aggregator_service.h"
+#include "aggregator/aggregator_service.h"
 
 #include "aggregator/eval_lines.h"
 #include "aggregator/site_table.h"

@@ -1,5 +1,5 @@
 // ConfigSchema: the one list of the keys a fedmesh TOML config file may hold (section, key,
-// type, default, range, one line of documentation). The loader (node/config/config_loader.h)
+// type, default, range, one line of documentation). The loader (config/config_loader.h)
 // checks files and --set overrides against it, and docs/config.md is rendered from it, so
 // the documentation cannot drift from what the binaries accept.
 // Thread-safety: schemas are immutable values; the functions here are pure.

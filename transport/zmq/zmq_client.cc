@@ -1,10 +1,10 @@
-#include "node/zmq/zmq_client.h"
+#include "transport/zmq/zmq_client.h"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include "node/zmq/zmq_status.h"
+#include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
 namespace {

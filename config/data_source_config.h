@@ -12,8 +12,8 @@
 
 #include "core/data/data_source.h"
 #include "core/status.h"
-#include "node/config/config_loader.h"
-#include "node/config/config_schema.h"
+#include "config/config_loader.h"
+#include "config/config_schema.h"
 
 namespace fedmesh {
 

@@ -1,4 +1,4 @@
-#include "node/config/data_source_config.h"
+#include "config/data_source_config.h"
 
 #include <cmath>
 
