@@ -32,6 +32,16 @@ const ConfigSchema& AggregatorConfigSchema() {
             .Path(),
         StringKey("aggregator", "db", "aggregator.db", "The aggregator's SQLite store").Path(),
         StringKey("aggregator", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
+        IntKey("aggregator", "max_pending_upload_mb", 0,
+               "MiB that all nodes' partial uploads may hold together (a header frame that "
+               "does not fit is refused); 0: (clients_per_round + 2) x the largest update the "
+               "model allows, 4 bytes per parameter plus a quarter and 1 MiB for codecs")
+            .Min(0)
+            .Max(1 << 30),
+        FloatKey("aggregator", "upload_idle_timeout_s", 60.0,
+                 "A partial upload that received no chunk for this many seconds is dropped")
+            .Min(0, true)
+            .Max(86400),
         IntKey("aggregator", "heartbeat_ms", 5000, "How often nodes send a heartbeat, in milliseconds")
             .Min(1)
             .Max(86400000),
@@ -51,6 +61,11 @@ const ConfigSchema& AggregatorConfigSchema() {
         FloatKey("rounds", "timeout_s", 600.0, "Seconds from opening a round to its deadline")
             .Min(0, true)
             .Max(31536000),
+        IntKey("rounds", "max_examples_per_node", 0,
+               "The most examples one update weighs with in the average; a node's claim is "
+               "also bounded by what it registered, and a capped claim is logged and counted. "
+               "0: bounded by the registration only")
+            .Min(0),
         IntKey("rounds", "max_retries", 3, "Retries of a round that timed out below min_clients")
             .Min(0)
             .Max(1000000),
@@ -184,6 +199,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.listen = v.GetString("aggregator", "listen");
   c.key_path = v.GetString("aggregator", "key");
   c.allow_dir = v.GetString("aggregator", "allow");
+  c.max_pending_upload_bytes =
+      static_cast<uint64_t>(v.GetInt("aggregator", "max_pending_upload_mb")) << 20;
+  c.upload_idle_timeout_s = v.GetFloat("aggregator", "upload_idle_timeout_s");
   c.db_path = v.GetString("aggregator", "db");
   c.metrics_path = v.GetString("aggregator", "metrics");
 
@@ -197,6 +215,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.min_available_clients = static_cast<int>(v.GetInt("rounds", "min_available_clients"));
   r.timeout_s = v.GetFloat("rounds", "timeout_s");
   r.max_retries = static_cast<int>(v.GetInt("rounds", "max_retries"));
+  r.max_examples_per_node = static_cast<uint64_t>(v.GetInt("rounds", "max_examples_per_node"));
   r.mode = ReadRoundMode(v);
   r.buffer_size = static_cast<int>(v.GetInt("rounds", "buffer_size"));
   r.max_staleness = static_cast<int>(v.GetInt("rounds", "max_staleness"));

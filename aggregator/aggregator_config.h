@@ -27,6 +27,10 @@ struct AggregatorConfig {
   std::string allow_dir;     // enrolled node public keys, one file each
   std::string db_path;       // the aggregator's SQLite store
   std::string metrics_path;  // per-round JSON lines; empty = none
+  // Bytes all nodes' partial uploads may hold together; 0 = (clients_per_round + 2) x the
+  // largest update the model allows (aggregator/upload_limits.h).
+  uint64_t max_pending_upload_bytes = 0;
+  double upload_idle_timeout_s = 60.0;  // a partial upload idle this long is dropped
   // [rounds], [train], [aggregator] id/heartbeat_ms, plus federation_id.
   RoundEngineOptions rounds;
   // [rounds] strategy / prox_mu

@@ -3,6 +3,7 @@
 #include "aggregator/eval_lines.h"
 #include "aggregator/site_table.h"
 #include "aggregator/stats_report.h"
+#include "aggregator/upload_limits.h"
 
 #include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
@@ -166,7 +167,16 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
   FM_RETURN_IF_ERROR(s->InitEngine());
 
-  FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(s->options_.transport, &identity, allowlist));
+  ZmqServerOptions& t = s->options_.transport;
+  t.limits = UploadLimits(t.limits, s->model_->num_params());
+  t.max_pending_upload_bytes =
+      UploadBudget(t.limits, config.max_pending_upload_bytes, config.rounds.clients_per_round);
+  t.upload_idle_timeout_ms =
+      static_cast<int>(std::llround(std::max(config.upload_idle_timeout_s, 0.001) * 1000.0));
+  spdlog::info("upload limits: {} bytes per message, {} bytes of partial uploads in all, idle "
+               "uploads dropped after {} s",
+               t.limits.max_payload_bytes, t.max_pending_upload_bytes, config.upload_idle_timeout_s);
+  FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(t, &identity, allowlist));
   FM_ASSIGN_OR_RETURN(s->endpoint_, s->server_->Bind(config.listen));
   spdlog::info("listening on {} (federation {}, {} enrolled sites, store {})", s->endpoint_,
                config.federation_id, allowlist.size(), config.db_path);
@@ -297,10 +307,23 @@ std::optional<std::string> AggregatorService::SiteOfKey(const std::string& key_z
 
 Status AggregatorService::ReloadAllowlist() {
   FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config_.allow_dir));
+  const std::map<std::string, std::string> before = name_of_key_;
   server_->Reload(allowlist);
   SetAllowlist(allowlist);
   spdlog::info("allowlist reloaded from {}: {} enrolled sites", config_.allow_dir,
                allowlist.size());
+  // Revocation takes effect now, not at the next handshake: the connection is closed, the
+  // engine forgets the node (the open round stops waiting for it) and nothing more is sent.
+  for (const auto& [key, name] : before) {
+    if (name_of_key_.contains(key)) continue;
+    const bool was_connected = server_->Disconnect(key);
+    if (auto k = key_of_name_.find(name); k != key_of_name_.end() && k->second == key) {
+      key_of_name_.erase(k);
+    }
+    spdlog::warn("site {} revoked (key {}): {}", name, key,
+                 was_connected ? "its connection is closed" : "it was not connected");
+    FM_RETURN_IF_ERROR(Handle(engine_->OnRevoke(name)));
+  }
   return Status::OK();
 }
 
@@ -441,6 +464,12 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               if (!st.ok()) {
                 return st.WithContext("persisting the update of " + a.node_id + " for round " +
                                       std::to_string(a.round));
+              }
+              if (a.claimed_examples > 0) {
+                spdlog::warn("round {}: {} claimed {} examples; weighted as {} (its registration "
+                             "or [rounds] max_examples_per_node); {} capped claim(s) so far",
+                             a.round, a.node_id, a.claimed_examples, a.num_examples,
+                             engine_->weight_violations());
               }
               spdlog::info("round {}: accepted update from {} ({} examples, loss {:.4f})",
                            a.round, a.node_id, a.num_examples, a.train_loss);

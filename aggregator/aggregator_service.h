@@ -79,9 +79,10 @@ class AggregatorService {
   // `reload` may be null.
   Status Run(std::atomic<bool>* stop, std::atomic<bool>* reload = nullptr);
 
-  // Re-reads config.allow_dir and hands it to the transport: new keys may connect,
-  // removed keys are refused at their next handshake and their messages ignored. On error
-  // nothing changes.
+  // Re-reads config.allow_dir and hands it to the transport: new keys may connect; a
+  // removed key's connection is closed at once, its next handshake refused, the engine
+  // forgets its node (RoundEngine::OnRevoke: the open round stops waiting for it) and
+  // nothing more is sent to it. A read error changes nothing; a store error is returned.
   Status ReloadAllowlist();
 
   bool finished() const { return finished_; }

@@ -83,6 +83,11 @@ class FederatedEvaluation {
   // Records `site`'s answer; an empty string, or why it was refused (not asked, answered
   // already, no examples).
   std::string Accept(const std::string& site, const wire::FitResult& r);
+  // `site` was revoked: the evaluation no longer waits for it (an answer it already gave
+  // stays).
+  void Forget(const std::string& site) {
+    if (!sites_.contains(site)) asked_.erase(site);
+  }
   // The report over the answers so far, closed at Env time `now`.
   FederatedEvalReport Close(double now) const;
   // Cross-evaluation: the candidate this evaluation scores (empty: the global model).

@@ -68,6 +68,11 @@ class FederatedStatsCollection {
 
   // Records `site`'s answer to the open phase; an empty string, or why it was refused.
   std::string Accept(const std::string& site, const wire::SiteStatistics& s);
+  // `site` was revoked: the open phase no longer waits for it (an answer it already gave
+  // stays).
+  void Forget(const std::string& site) {
+    if (!answers_.contains(site)) asked_.erase(site);
+  }
   // Closes the open phase at `now`. Returns true when phase 2 opened (send request() to
   // asked()); false when the collection is over (then call Close).
   bool Advance(double now);

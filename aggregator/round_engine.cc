@@ -409,6 +409,38 @@ std::vector<RoundEngine::Output> RoundEngine::OnDisconnect(const std::string& no
   return {};
 }
 
+std::vector<RoundEngine::Output> RoundEngine::OnRevoke(const std::string& node_id) {
+  FM_CHECK(started_);
+  std::vector<Output> out;
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return out;
+  if (it->second.connected) --connected_;
+  nodes_.erase(it);
+  if (eval_) {
+    eval_->Forget(node_id);
+    if (eval_->complete()) CloseEval(out);
+  }
+  if (stats_ && !stats_->secure_phase()) {
+    stats_->Forget(node_id);
+    if (stats_->complete()) AdvanceStats(out);
+  }
+  if (phase_ != Phase::kRoundOpen || secagg_ || buffered() || !IsSelected(node_id) ||
+      accepted_.contains(node_id)) {
+    return out;
+  }
+  selected_.erase(std::find(selected_.begin(), selected_.end(), node_id));
+  earlier_selected_.insert(node_id);  // its late messages are "late", not "not selected"
+  if (accepted_.size() < selected_.size()) return out;
+  if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
+    CloseRound(out);
+  } else {
+    RetryOrGiveUp(out, "node " + node_id + " was revoked and only " + Str(accepted_.size()) +
+                           " of the other selected nodes answered; min_clients is " +
+                           Str(options_.min_clients));
+  }
+  return out;
+}
+
 // ---- Message handling --------------------------------------------------------------------
 
 void RoundEngine::HandleRegister(const std::string& from, const wire::Message& m,
@@ -503,6 +535,14 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   if (r.num_examples == 0) {
     return reject(RejectCause::kMalformed, "update reports 0 training examples");
   }
+  // The weight is bounded by the registration (0: not known) and the configured cap.
+  uint64_t weight = r.num_examples;
+  if (const uint64_t registered = nodes_[from].num_examples; registered > 0) {
+    weight = std::min(weight, registered);
+  }
+  if (options_.max_examples_per_node > 0) weight = std::min(weight, options_.max_examples_per_node);
+  const uint64_t claimed_examples = weight < r.num_examples ? r.num_examples : 0;
+  if (claimed_examples > 0) ++weight_violations_;
   if (!std::isfinite(r.train_loss)) {
     return reject(RejectCause::kNonFinite, "train_loss is " + Str(r.train_loss));
   }
@@ -549,9 +589,10 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
                   "global + update overflows to " + Str((*params)[i]) + " at index " + Str(i));
   }
 
-  out.push_back(UpdateAccepted{round_, from, r.num_examples, r.train_loss,
-                               options_.report_update_params ? *params : std::vector<float>{}});
-  accepted_.emplace(from, Accepted{ClientUpdate{from, r.num_examples, std::move(*params)},
+  out.push_back(UpdateAccepted{round_, from, weight, r.train_loss,
+                               options_.report_update_params ? *params : std::vector<float>{},
+                               claimed_examples});
+  accepted_.emplace(from, Accepted{ClientUpdate{from, weight, std::move(*params)},
                                    r.train_loss, r.update.bytes.size()});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
   if (RoundFull()) CloseRound(out);

@@ -98,6 +98,11 @@ struct RoundEngineOptions {
   // RegisterAck::heartbeat_interval_ms: how often nodes send a Heartbeat. The engine does
   // not track liveness itself; the driver calls OnDisconnect. Default: 5,000. Must be >= 1.
   uint64_t heartbeat_interval_ms = 5000;
+  // The most examples one update may weigh with (FedAvg's num_examples): a node's claim is
+  // also bounded by what it registered, so one node cannot take over the average by
+  // claiming more. A capped claim is counted (weight_violations()) and reported in
+  // UpdateAccepted::claimed_examples. Default: 0 (bounded by the registration only).
+  uint64_t max_examples_per_node = 0;
   // A graph model's architecture, sent in every FitTask (FitTask::model_sha256 and
   // model_graph) so sites need no model file. Default: empty (a built-in model).
   std::string model_sha256;
@@ -229,6 +234,9 @@ class RoundEngine {
     uint64_t num_examples = 0;
     double train_loss = 0.0;
     std::vector<float> params;
+    // What the FitResult claimed, when more than num_examples: the claim exceeded the
+    // node's registration or max_examples_per_node and was capped. 0 otherwise.
+    uint64_t claimed_examples = 0;
   };
   // A message from a node was refused; the node was sent a wire::Reject. Nothing else in
   // the engine changed but the counters. `round` is the engine's current round; `text`
@@ -350,6 +358,14 @@ class RoundEngine {
   // The node's connection is gone: it is no longer selectable, and its messages are
   // refused (kUnknownNode) until it registers again. Returns no outputs today.
   std::vector<Output> OnDisconnect(const std::string& node_id);
+  // The node's key was removed from the allowlist: it is forgotten (never selected again
+  // unless it registers anew, which its driver refuses while it stays revoked) and the open
+  // round, evaluation or statistics phase stops waiting for it. A synchronous round whose
+  // other selected nodes have all answered closes at once (retried when fewer than
+  // min_clients did). An update it had sent before the revocation stays accepted: it was
+  // enrolled then, and the store holds it. Under secure aggregation the node counts as a
+  // dropout, recovered by the protocol at the stage deadline.
+  std::vector<Output> OnRevoke(const std::string& node_id);
 
   // ---- Observers ---------------------------------------------------------------------------
 
@@ -369,6 +385,8 @@ class RoundEngine {
   // Retries of the current round, and over the engine's life.
   uint32_t retries() const { return attempt_ > 0 ? attempt_ - 1 : 0; }
   uint64_t total_retries() const { return total_retries_; }
+  // Updates whose num_examples was capped (RoundEngineOptions::max_examples_per_node).
+  uint64_t weight_violations() const { return weight_violations_; }
   uint64_t rejected(RejectCause cause) const { return rejected_[static_cast<size_t>(cause)]; }
   uint64_t rejected_total() const;
   const Strategy& strategy() const { return *strategy_; }
@@ -490,6 +508,7 @@ class RoundEngine {
 
   uint64_t next_message_id_ = 1;
   uint64_t total_retries_ = 0;
+  uint64_t weight_violations_ = 0;
   uint32_t rejected_in_round_ = 0;
   std::array<uint64_t, kRejectCauseCount> rejected_{};
 };

@@ -872,8 +872,56 @@ Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, D
 
 // ---------------------------------------------------------------------------------------
 
-Reassembler::Reassembler(WireLimits limits, DigestMemo* memo)
-    : limits_(limits), memo_(memo), limits_status_(ValidateLimits(limits_)) {}
+Reassembler::Reassembler(WireLimits limits, DigestMemo* memo, PendingBudget* budget)
+    : limits_(limits), memo_(memo), limits_status_(ValidateLimits(limits_)), budget_(budget) {}
+
+Reassembler::~Reassembler() { ReleaseAll(); }
+
+Reassembler::Reassembler(Reassembler&& other) noexcept
+    : limits_(other.limits_),
+      memo_(other.memo_),
+      limits_status_(std::move(other.limits_status_)),
+      pending_(std::move(other.pending_)),
+      pending_declared_bytes_(other.pending_declared_bytes_),
+      budget_(other.budget_) {
+  other.pending_.clear();
+  other.pending_declared_bytes_ = 0;
+}
+
+Reassembler& Reassembler::operator=(Reassembler&& other) noexcept {
+  if (this == &other) return *this;
+  ReleaseAll();
+  limits_ = other.limits_;
+  memo_ = other.memo_;
+  limits_status_ = std::move(other.limits_status_);
+  pending_ = std::move(other.pending_);
+  pending_declared_bytes_ = other.pending_declared_bytes_;
+  budget_ = other.budget_;
+  other.pending_.clear();
+  other.pending_declared_bytes_ = 0;
+  return *this;
+}
+
+void Reassembler::ReleaseAll() {
+  if (budget_ != nullptr) budget_->Release(pending_declared_bytes_);
+  pending_.clear();
+  pending_declared_bytes_ = 0;
+}
+
+size_t Reassembler::DropStalled(Clock::time_point cutoff) {
+  size_t dropped = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.last_progress < cutoff) {
+      pending_declared_bytes_ -= it->second.payload_bytes;
+      if (budget_ != nullptr) budget_->Release(it->second.payload_bytes);
+      it = pending_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
 
 uint64_t Reassembler::allocated_bytes() const {
   uint64_t total = 0;
@@ -885,6 +933,7 @@ bool Reassembler::Drop(std::string_view sender_id, uint64_t message_id) {
   auto it = pending_.find(Key{std::string(sender_id), message_id});
   if (it == pending_.end()) return false;
   pending_declared_bytes_ -= it->second.payload_bytes;
+  if (budget_ != nullptr) budget_->Release(it->second.payload_bytes);
   pending_.erase(it);
   return true;
 }
@@ -999,12 +1048,14 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
     const auto* d = reinterpret_cast<const uint8_t*>(data.data());
     p.bytes.insert(p.bytes.end(), d, d + data.size());
     if (memo_ == nullptr) p.hasher.Update(std::span<const uint8_t>(d, data.size()));
+    p.last_progress = Clock::now();
     if (++p.next_index < p.chunk_count) return std::optional<Message>();
 
     // Last chunk: the message leaves the pending set whether or not it checks out.
     Pending done = std::move(p);
     pending_.erase(it);
     pending_declared_bytes_ -= done.payload_bytes;
+    if (budget_ != nullptr) budget_->Release(done.payload_bytes);
     const Sha256Digest digest = memo_ != nullptr ? memo_->Hash(done.bytes) : done.hasher.Finish();
     if (digest != done.declared_sha256) {
       return Status::Corruption(StrCat("payload of message ", done.message.header.message_id,
@@ -1063,8 +1114,16 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
                framing.payload_bytes, " payload bytes and the ", pending_declared_bytes_,
                " already pending exceed max_pending_bytes (", l.max_pending_bytes, ")"));
   }
+  if (budget_ != nullptr && !budget_->TryReserve(framing.payload_bytes)) {
+    return Status::OutOfRange(
+        StrCat("cannot accept message ", key.second, " from '", key.first, "': its ",
+               framing.payload_bytes, " payload bytes do not fit in the ",
+               budget_->limit() - budget_->used(), " bytes left of the uploads' shared budget (",
+               budget_->limit(), "); partial uploads from all peers hold the rest"));
+  }
   Pending p;
   p.message = std::move(message);
+  p.last_progress = Clock::now();
   p.payload_bytes = framing.payload_bytes;
   p.chunk_bytes = framing.chunk_bytes;
   p.chunk_count = framing.chunk_count;

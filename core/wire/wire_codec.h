@@ -23,6 +23,7 @@
 // concurrently. A Reassembler is not thread-safe; give each receiving loop its own.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/wire/pending_budget.h"
 #include "core/sha256.h"
 #include "core/status.h"
 #include "core/wire/digest_memo.h"
@@ -124,15 +126,23 @@ Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits =
 // and a correct frame may still follow. The exception is the frame that completes a
 // message whose payload then fails its SHA-256 or finite-value check: that message is
 // dropped, since no later frame can repair it. Pending messages never expire by
-// themselves (this class has no clock); the owner calls Drop for those past a deadline.
+// themselves; the owner calls DropStalled (or Drop) for those that stopped progressing.
 //
 // Memory: a header frame costs its parsed fields only; payload memory grows as chunks
-// arrive, up to the declared size, and never beyond max_pending_bytes in total.
+// arrive, up to the declared size, and never beyond max_pending_bytes in total, nor beyond
+// what a shared PendingBudget has left.
 class Reassembler {
  public:
+  using Clock = std::chrono::steady_clock;
   // `memo` (optional, outliving this): completed payloads are hashed through it, once
-  // whole, rather than chunk by chunk as they arrive.
-  explicit Reassembler(WireLimits limits = {}, DigestMemo* memo = nullptr);
+  // whole, rather than chunk by chunk as they arrive. `budget` (optional, outliving this):
+  // every pending message's declared size is reserved in it, and a header frame whose
+  // payload does not fit is refused (OutOfRange).
+  explicit Reassembler(WireLimits limits = {}, DigestMemo* memo = nullptr,
+                       PendingBudget* budget = nullptr);
+  ~Reassembler();
+  Reassembler(Reassembler&& other) noexcept;
+  Reassembler& operator=(Reassembler&& other) noexcept;
 
   // Accepts one frame. Returns the completed message, std::nullopt when it is waiting for
   // more chunks, or an error for a bad frame.
@@ -140,6 +150,8 @@ class Reassembler {
 
   // Discards the pending message (sender_id, message_id). Returns whether there was one.
   bool Drop(std::string_view sender_id, uint64_t message_id);
+  // Discards the pending messages that received no frame since `cutoff`; returns how many.
+  size_t DropStalled(Clock::time_point cutoff);
 
   size_t pending_messages() const { return pending_.size(); }
   // Sum of the declared payload sizes of the pending messages.
@@ -158,6 +170,7 @@ class Reassembler {
     uint32_t next_index = 0;
     std::vector<uint8_t> bytes;  // chunks 0 .. next_index-1
     Sha256 hasher;               // over `bytes`, fed as chunks arrive (without a memo)
+    Clock::time_point last_progress;  // its header or latest chunk
   };
   using Key = std::pair<std::string, uint64_t>;  // (sender_id, message_id)
 
@@ -169,6 +182,8 @@ class Reassembler {
   Status limits_status_;  // ValidateLimits(limits_), reported by every Add
   std::map<Key, Pending, std::less<>> pending_;
   uint64_t pending_declared_bytes_ = 0;
+  PendingBudget* budget_ = nullptr;
+  void ReleaseAll();
 };
 
 // A codec "none" payload holding `values` as little-endian float32. `shapes` as in

@@ -76,6 +76,7 @@ struct FakeNode {
   std::unique_ptr<ZmqClient> client;
   std::vector<float> delta;
   uint64_t num_examples = 0;
+  uint64_t claim_examples = 0;  // what FitResults claim; 0: num_examples, as registered
   bool answer = true;  // answer FitTasks as they arrive
   uint64_t next_id = 1;
   int fit_tasks_seen = 0;
@@ -103,7 +104,7 @@ struct FakeNode {
     ASSERT_EQ(global->size(), delta.size());
     wire::FitResult r;
     r.round = task.round;
-    r.num_examples = num_examples;
+    r.num_examples = claim_examples > 0 ? claim_examples : num_examples;
     r.train_loss = 0.5;
     r.update = wire::FloatPayload(delta);  // the change to the global model
     r.bytes_before_codec = delta.size() * 4;
@@ -404,6 +405,71 @@ TEST_F(AggregatorServiceTest, TheModelNotTheEvalFileFixesTheShape) {
   ASSERT_FALSE(no_column.ok());
   EXPECT_NE(no_column.status().message().find("label"), std::string::npos)
       << no_column.status().ToString();
+}
+
+// Issue 26 item 1: a site removed from the allowlist (SIGHUP -> ReloadAllowlist) used to
+// keep its connection, stay selectable and hold the open round until its deadline (60 s
+// here). Now the round closes as soon as the others have answered, and the site is never
+// selected or sent anything again.
+TEST_F(AggregatorServiceTest, RevokedSiteIsDroppedAndTheOpenRoundDoesNotWaitForIt) {
+  config_.rounds.min_clients = 2;  // min_available_clients stays 3: all three selected
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  auto v0 = service->store().LoadModel(0);
+  ASSERT_TRUE(v0.ok());
+  nodes_[2].answer = false;  // site-c holds its task: the round waits for it
+  ConnectNodes(service->endpoint(), v0->size());
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->engine().answered().size() == 2; }));
+  ASSERT_EQ(service->engine().selected().size(), 3u);
+  ASSERT_EQ(service->engine().rounds_completed(), 0u);
+
+  fs::remove(config_.allow_dir + "/site-c.pub");
+  const auto revoked_at = Clock::now();
+  ASSERT_TRUE(service->ReloadAllowlist().ok());
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->engine().rounds_completed() >= 1; }));
+  EXPECT_LT(Clock::now() - revoked_at, std::chrono::seconds(5)) << "waited for the deadline";
+  EXPECT_FALSE(service->engine().connected("site-c"));
+
+  auto metrics = service->store().Metrics();
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].selected, 3u);  // as opened
+  EXPECT_EQ((*metrics)[0].received, 2u);
+
+  // Round 2 needs three available nodes ([rounds] min_available_clients) and site-c's
+  // registrations are no longer heard: it waits, and site-c gets no task.
+  const int c_tasks = nodes_[2].fit_tasks_seen;
+  for (int i = 0; i < 3; ++i) (void)nodes_[2].Register();
+  EXPECT_FALSE(PumpUntil(*service, [&] { return service->engine().connected("site-c"); }));
+  EXPECT_EQ(service->engine().phase(), RoundEngine::Phase::kWaitingForNodes);
+  EXPECT_EQ(service->engine().connected_count(), 2u);
+  EXPECT_EQ(nodes_[2].fit_tasks_seen, c_tasks);
+}
+
+// Issue 26 item 3: FedAvg used each FitResult's num_examples as its weight, unbounded, so
+// one node claiming 10^9 examples took over the average. The weight is now bounded by the
+// node's registration and [rounds] max_examples_per_node, and each capped claim counted.
+TEST_F(AggregatorServiceTest, ClaimedExamplesAreBoundedByRegistrationAndCap) {
+  config_.rounds.max_examples_per_node = 25;
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  auto v0 = service->store().LoadModel(0);
+  ASSERT_TRUE(v0.ok());
+  nodes_[2].claim_examples = 1000000000;  // registered 30, claims 10^9
+  ConnectNodes(service->endpoint(), v0->size());
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->finished(); }));
+  ASSERT_TRUE(service->finish_status().ok()) << service->finish_status().ToString();
+  EXPECT_EQ(service->engine().weight_violations(), 2u);  // site-c, both rounds
+
+  // Weights 10, 20 and min(30, 25) = 25.
+  nodes_[2].num_examples = 25;
+  std::vector<double> expected(v0->begin(), v0->end());
+  expected = FedAvgStep(FedAvgStep(expected));
+  auto latest = service->store().LatestModel();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR((*latest)->params[i], expected[i], 1e-5) << "parameter " << i;
+  }
 }
 
 }  // namespace

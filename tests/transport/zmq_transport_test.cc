@@ -393,5 +393,183 @@ TEST(ZmqTransport, RegisterRetryDelayBacksOffExponentiallyWithJitter) {
   EXPECT_EQ(RegisterRetryDelay(1000, o, 1.0), milliseconds(1000));
 }
 
+// ---- Issue 26: revocation and bounded resources ------------------------------------------
+
+// A raw DEALER that speaks fedmesh frames but reads only when told: a slow or hostile peer.
+struct RawPeer {
+  zmq::context_t ctx;
+  zmq::socket_t socket{ctx, zmq::socket_type::dealer};
+  explicit RawPeer(const std::string& endpoint, int rcvhwm = 1000) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::rcvhwm, rcvhwm);
+    socket.set(zmq::sockopt::rcvbuf, 4096);
+    socket.connect(endpoint);
+  }
+  void Send(const wire::Frame& frame) {
+    ASSERT_TRUE(socket.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::none));
+  }
+  void SendAll(const wire::Message& m) {
+    auto frames = wire::Encode(m, TestLimits());
+    ASSERT_TRUE(frames.ok()) << frames.status().ToString();
+    for (const auto& f : *frames) Send(f);
+  }
+};
+
+// An update of `floats` values from `node`: 4 MiB chunks (TestLimits), so 1.25M floats is
+// a header frame and two chunks.
+std::vector<wire::Frame> UploadFrames(const std::string& node, size_t floats, uint64_t id) {
+  wire::FitResult r;
+  r.round = 1;
+  r.num_examples = 10;
+  r.update = wire::FloatPayload(std::vector<float>(floats, 0.5f));
+  r.bytes_before_codec = r.bytes_after_codec = r.update.bytes.size();
+  auto frames = wire::Encode(wire::Message{{kFed, node, 1, 0, id}, std::move(r)}, TestLimits());
+  EXPECT_TRUE(frames.ok()) << frames.status().ToString();
+  return frames.ok() ? std::move(frames).value() : std::vector<wire::Frame>{};
+}
+
+ZmqServerOptions PlainOptions() {
+  ZmqServerOptions so;
+  so.curve = false;
+  return so;
+}
+
+// Item 1: removing a key and reloading used to leave its admitted connection up, so its
+// messages kept arriving; Disconnect closes it and the ZAP handler refuses the redial.
+TEST(ZmqTransport, RevokedPeerIsDisconnectedAtOnceAndItsRedialRefused) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  ZmqClientOptions co;
+  co.send_timeout_ms = 50;
+  auto client = StartClient(&node, s, agg, co);
+  const std::string peer = RoundTrip(*client, *s.server, "site-a");
+  ASSERT_EQ(s.server->peer_count(), 1u);
+
+  s.server->Reload({});
+  EXPECT_TRUE(s.server->Disconnect(peer));
+  EXPECT_FALSE(s.server->Disconnect(peer));  // already gone
+  EXPECT_EQ(s.server->peer_count(), 0u);
+  EXPECT_EQ(s.server->Send(peer, AckMsg("site-a", 9)).code(), StatusCode::kUnavailable);
+  // The client keeps redialling and sending: nothing of it reaches the server again.
+  for (uint64_t id = 100; id < 115; ++id) {
+    (void)client->Send(RegisterMsg("site-a", id));  // refused handshakes: sends may fail
+    EXPECT_FALSE(AwaitEvent<Received>(*s.server, 100).has_value());
+  }
+  EXPECT_GT(s.server->refused_count(), 0u);
+  EXPECT_EQ(s.server->peer_count(), 0u);
+}
+
+// Item 2: a peer that stops reading used to block Send for send_timeout_ms per frame; now
+// frames wait in its own bounded queue and the peer is dropped when it overflows.
+TEST(ZmqTransport, PeerThatStopsReadingIsDroppedAndSendNeverBlocks) {
+  Identity agg = NewIdentity("aggregator");
+  ZmqServerOptions so = PlainOptions();
+  so.send_hwm = 1;
+  so.max_queued_send_bytes = 8 << 20;
+  Server s = StartServer(agg, {}, so);
+  RawPeer slow(s.endpoint, /*rcvhwm=*/1);
+  slow.SendAll(RegisterMsg("slow", 1));
+  auto reg = AwaitEvent<Received>(*s.server, 2000);
+  ASSERT_TRUE(reg.has_value());
+
+  wire::FitResult big;
+  big.round = 1;
+  big.num_examples = 1;
+  big.update = wire::FloatPayload(std::vector<float>(1 << 20, 1.0f));  // 4 MiB
+  big.bytes_before_codec = big.bytes_after_codec = big.update.bytes.size();
+  const wire::Message m{{kFed, "aggregator", 1, 0, 7}, big};
+  int sent = 0;
+  Status last;
+  for (; sent < 64; ++sent) {
+    last = s.server->Send(reg->peer, m);
+    if (!last.ok()) break;
+    (void)s.server->Poll(0);  // the loop keeps turning: flushes what fits
+  }
+  EXPECT_EQ(last.code(), StatusCode::kUnavailable) << "64 x 4 MiB all queued: never dropped";
+  EXPECT_NE(last.message().find("stopped reading"), std::string::npos) << last.ToString();
+  EXPECT_EQ(s.server->slow_peers_dropped(), 1u);
+  EXPECT_EQ(s.server->peer_count(), 0u);
+  EXPECT_LT(sent, 64);
+}
+
+// Item 2: all peers' partial uploads share one byte budget; a header that does not fit is
+// refused, and the budget is back once the upload completes.
+TEST(ZmqTransport, PartialUploadsShareOneByteBudget) {
+  Identity agg = NewIdentity("aggregator");
+  ZmqServerOptions so = PlainOptions();
+  so.max_pending_upload_bytes = 6 << 20;
+  Server s = StartServer(agg, {}, so);
+  RawPeer a(s.endpoint), b(s.endpoint);
+  const auto fa = UploadFrames("a", 1250000, 1);  // 5,000,000 bytes: header + 2 chunks
+  const auto fb = UploadFrames("b", 1250000, 1);
+  ASSERT_EQ(fa.size(), 3u);
+  a.Send(fa[0]);
+  a.Send(fa[1]);
+  std::this_thread::sleep_for(milliseconds(200));
+  (void)s.server->Poll(50);
+  EXPECT_EQ(s.server->upload_budget().used(), 5000000u);
+
+  b.Send(fb[0]);
+  auto refused = AwaitEvent<RejectedInput>(*s.server, 2000);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->reason.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(refused->reason.message().find("shared budget"), std::string::npos)
+      << refused->reason.ToString();
+  EXPECT_EQ(s.server->upload_budget().used(), 5000000u);
+
+  a.Send(fa[2]);
+  auto done = AwaitEvent<Received>(*s.server, 2000);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(std::get<wire::FitResult>(done->message.body).update.element_count, 1250000u);
+  EXPECT_EQ(s.server->upload_budget().used(), 0u);
+}
+
+// Item 2: an upload that stops sending chunks is dropped after upload_idle_timeout_ms and
+// its share of the budget freed.
+TEST(ZmqTransport, StalledUploadIsDroppedAndItsBudgetFreed) {
+  Identity agg = NewIdentity("aggregator");
+  ZmqServerOptions so = PlainOptions();
+  so.upload_idle_timeout_ms = 200;
+  Server s = StartServer(agg, {}, so);
+  RawPeer a(s.endpoint);
+  const auto fa = UploadFrames("a", 1250000, 1);
+  a.Send(fa[0]);
+  a.Send(fa[1]);
+  auto dropped = AwaitEvent<RejectedInput>(*s.server, 3000);
+  ASSERT_TRUE(dropped.has_value());
+  EXPECT_EQ(dropped->reason.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.server->uploads_dropped(), 1u);
+  EXPECT_EQ(s.server->upload_budget().used(), 0u);
+  // The late last chunk matches nothing any more.
+  a.Send(fa[2]);
+  auto late = AwaitEvent<RejectedInput>(*s.server, 2000);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_NE(late->reason.message().find("matches no pending message"), std::string::npos);
+}
+
+// Item 2: one Poll reads at most max_messages_per_poll messages; a flood waits in libzmq
+// (bounded by recv_hwm) instead of in the server's event queue.
+TEST(ZmqTransport, PollReadsABoundedNumberOfMessages) {
+  Identity agg = NewIdentity("aggregator");
+  ZmqServerOptions so = PlainOptions();
+  so.max_messages_per_poll = 4;
+  Server s = StartServer(agg, {}, so);
+  RawPeer flood(s.endpoint);
+  for (uint64_t i = 1; i <= 40; ++i) flood.SendAll(RegisterMsg("flood", i));
+  std::this_thread::sleep_for(milliseconds(300));
+  int received = 0;
+  size_t most_queued = 0;
+  const auto deadline = Clock::now() + milliseconds(3000);
+  while (received < 40 && Clock::now() < deadline) {
+    auto e = s.server->Poll(50);
+    ASSERT_TRUE(e.ok());
+    most_queued = std::max(most_queued, s.server->queued_events());
+    if (e->has_value() && std::holds_alternative<Received>(**e)) ++received;
+  }
+  EXPECT_EQ(received, 40);
+  EXPECT_LE(most_queued, 3u);  // 4 read, 1 returned
+}
+
 }  // namespace
 }  // namespace fedmesh

@@ -1,5 +1,7 @@
 #include "transport/zmq/zmq_server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -30,7 +32,8 @@ std::string Hex(const zmq::message_t& m) {
 
 }  // namespace
 
-ZmqServer::ZmqServer(const ZmqServerOptions& options) : options_(options) {}
+ZmqServer::ZmqServer(const ZmqServerOptions& options)
+    : options_(options), upload_budget_(options.max_pending_upload_bytes) {}
 
 ZmqServer::~ZmqServer() = default;
 
@@ -41,6 +44,13 @@ Result<std::unique_ptr<ZmqServer>> ZmqServer::Create(
   if (options.heartbeat_interval_ms <= 0 || options.dead_after_intervals <= 0) {
     return Status::InvalidArgument(
         "ZmqServerOptions: heartbeat_interval_ms and dead_after_intervals must be > 0");
+  }
+  if (options.max_messages_per_poll <= 0 || options.recv_hwm <= 0 || options.send_hwm <= 0 ||
+      options.upload_idle_timeout_ms <= 0 || options.max_queued_send_bytes == 0 ||
+      options.max_pending_upload_bytes == 0) {
+    return Status::InvalidArgument(
+        "ZmqServerOptions: max_messages_per_poll, recv_hwm, send_hwm, upload_idle_timeout_ms, "
+        "max_queued_send_bytes and max_pending_upload_bytes must be > 0");
   }
   if (options.curve && identity == nullptr) {
     return Status::InvalidArgument(
@@ -55,7 +65,9 @@ Result<std::unique_ptr<ZmqServer>> ZmqServer::Create(
     zmq::socket_t socket(server->context_, zmq::socket_type::router);
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::router_mandatory, 1);
-    socket.set(zmq::sockopt::sndtimeo, options.send_timeout_ms);
+    socket.set(zmq::sockopt::sndtimeo, 0);  // Send never blocks: see FlushOutboxes
+    socket.set(zmq::sockopt::rcvhwm, options.recv_hwm);
+    socket.set(zmq::sockopt::sndhwm, options.send_hwm);
     int64_t max_msg = static_cast<int64_t>(wire::MaxFrameBytes(options.limits)) +
                       (options.curve ? kCurveFrameOverhead : 0);
     socket.set(zmq::sockopt::maxmsgsize, max_msg);
@@ -94,24 +106,94 @@ void ZmqServer::Reload(const std::vector<PublicIdentity>& allowlist) {
 uint64_t ZmqServer::refused_count() const { return zap_ ? zap_->refused_count() : 0; }
 uint64_t ZmqServer::admitted_count() const { return zap_ ? zap_->admitted_count() : 0; }
 
+bool ZmqServer::Disconnect(const std::string& peer) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return false;
+  // shutdown, not close: libzmq owns the descriptor; its I/O thread sees the connection end
+  // and closes it, so the number cannot be reused under it.
+  if (it->second.fd >= 0) ::shutdown(it->second.fd, SHUT_RDWR);
+  peers_.erase(it);
+  std::erase_if(events_, [&](const ServerEvent& e) {
+    return std::visit([&](const auto& ev) { return ev.peer == peer; }, e);
+  });
+  return true;
+}
+
 Status ZmqServer::Send(const std::string& peer, const wire::Message& message) {
   auto it = peers_.find(peer);
   if (it == peers_.end()) return Status::Unavailable("peer " + peer + " is not connected");
   FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, options_.limits));
   // Each frame is its own ZeroMQ message so that other traffic can interleave with the
-  // chunks of a large model (docs/wire.md).
-  try {
-    for (const wire::Frame& frame : frames) {
-      const std::string& rid = it->second.routing_id;
-      if (!socket_.send(zmq::buffer(rid), zmq::send_flags::sndmore) ||
-          !socket_.send(zmq::message_t(frame.data(), frame.size()), zmq::send_flags::none)) {
-        return Status::Unavailable("peer " + peer + ": send queue full past the send timeout");
-      }
-    }
-  } catch (const zmq::error_t& e) {
-    return StatusFromZmq(e, "sending to peer " + peer);
+  // chunks of a large model (docs/wire.md). The frames move into the messages: no copy.
+  Peer& p = it->second;
+  for (wire::Frame& frame : frames) {
+    auto* owned = new wire::Frame(std::move(frame));
+    p.outbox_bytes += owned->size();
+    p.outbox.emplace_back(
+        owned->data(), owned->size(),
+        [](void*, void* hint) { delete static_cast<wire::Frame*>(hint); }, owned);
+  }
+  FlushOutboxes();
+  if (peers_.find(peer) == peers_.end()) {
+    return Status::Unavailable("peer " + peer + " stopped reading: its send queue passed " +
+                               std::to_string(options_.max_queued_send_bytes) +
+                               " bytes, so it was disconnected");
   }
   return Status::OK();
+}
+
+bool ZmqServer::FlushOutboxes() {
+  bool left = false;
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    Peer& p = it->second;
+    try {
+      while (!p.outbox.empty()) {
+        // ROUTER checks the peer's pipe on the routing frame: EAGAIN there sends nothing.
+        if (!socket_.send(zmq::buffer(p.routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          break;
+        }
+        const size_t n = p.outbox.front().size();
+        (void)socket_.send(p.outbox.front(), zmq::send_flags::dontwait);
+        p.outbox.pop_front();
+        p.outbox_bytes -= n;
+      }
+    } catch (const zmq::error_t& e) {
+      // EHOSTUNREACH: the connection is gone; its frames can never be delivered.
+      spdlog::warn("ZmqServer: dropping {} queued bytes for {}: {}", p.outbox_bytes, it->first,
+                   e.what());
+      p.outbox.clear();
+      p.outbox_bytes = 0;
+    }
+    if (p.outbox_bytes > options_.max_queued_send_bytes) {
+      spdlog::warn("ZmqServer: peer {} stopped reading ({} bytes queued, limit {}): its queue "
+                   "is dropped and its connection closed",
+                   it->first, p.outbox_bytes, options_.max_queued_send_bytes);
+      ++slow_peers_dropped_;
+      const std::string peer = it->first;
+      ++it;
+      Disconnect(peer);
+      continue;
+    }
+    left = left || !p.outbox.empty();
+    ++it;
+  }
+  return left;
+}
+
+void ZmqServer::DropStalledUploads() {
+  const auto now = Clock::now();
+  if (now < next_stall_check_) return;
+  next_stall_check_ = now + std::chrono::seconds(1);
+  const auto cutoff = now - std::chrono::milliseconds(options_.upload_idle_timeout_ms);
+  for (auto& [peer, p] : peers_) {
+    if (size_t n = p.reassembler.DropStalled(cutoff); n > 0) {
+      uploads_dropped_ += n;
+      events_.push_back(RejectedInput{
+          peer, Status::DeadlineExceeded(std::to_string(n) + " partial upload(s) received no chunk "
+                                         "for " + std::to_string(options_.upload_idle_timeout_ms) +
+                                         " ms and were dropped")});
+    }
+  }
 }
 
 void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
@@ -133,15 +215,19 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
   std::string rid(parts[0].data<char>(), parts[0].size());
   auto it = peers_.find(peer);
   if (it == peers_.end()) {
-    it = peers_.emplace(peer, Peer{rid, wire::Reassembler(options_.limits), Clock::now()}).first;
+    it = peers_.emplace(peer, Peer(rid, wire::Reassembler(options_.limits, nullptr, &upload_budget_)))
+             .first;
   } else if (it->second.routing_id != rid) {
     // A new connection from the same key: whatever the old one had half-sent can never
     // complete, so start from a clean Reassembler and answer on the new connection.
     it->second.routing_id = rid;
-    it->second.reassembler = wire::Reassembler(options_.limits);
+    it->second.reassembler = wire::Reassembler(options_.limits, nullptr, &upload_budget_);
+    it->second.outbox.clear();
+    it->second.outbox_bytes = 0;
   }
   Peer& p = it->second;
   p.last_seen = Clock::now();
+  p.fd = parts[1].get(ZMQ_SRCFD);
   for (size_t i = 1; i < parts.size(); ++i) bytes_received_ += parts[i].size();
   for (size_t i = 1; i < parts.size(); ++i) {
     auto added = p.reassembler.Add(
@@ -158,7 +244,7 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
 }
 
 void ZmqServer::Drain() {
-  for (;;) {
+  for (int n = 0; n < options_.max_messages_per_poll; ++n) {
     std::vector<zmq::message_t> parts;
     zmq::message_t part;
     if (!socket_.recv(part, zmq::recv_flags::dontwait)) return;
@@ -171,6 +257,7 @@ void ZmqServer::Drain() {
     HandleMessage(parts);
   }
 }
+
 
 void ZmqServer::ReportDeadPeers() {
   const auto now = Clock::now();
@@ -192,6 +279,8 @@ Result<std::optional<ServerEvent>> ZmqServer::Poll(int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   try {
     for (;;) {
+      const bool queued = FlushOutboxes();
+      DropStalledUploads();
       if (events_.empty()) ReportDeadPeers();
       if (!events_.empty()) {
         ServerEvent e = std::move(events_.front());
@@ -205,6 +294,10 @@ Result<std::optional<ServerEvent>> ZmqServer::Poll(int timeout_ms) {
         if (left.count() < 0) left = std::chrono::milliseconds(0);
         wait = std::min(wait, left);
       }
+      // Frames waiting for room: look again soon rather than after a whole timeout.
+      if (queued) wait = std::min(wait, std::chrono::milliseconds(5));
+      // Partial uploads pending: wake for the next stall check.
+      if (upload_budget_.used() > 0) wait = std::min(wait, std::chrono::milliseconds(1000));
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, wait) > 0) Drain();
       if (events_.empty() && timeout_ms >= 0 && Clock::now() >= deadline) {

@@ -10,6 +10,15 @@
 // dead_after_intervals heartbeat intervals is reported once as PeerDead and forgotten.
 // Heartbeats are consumed and not returned by Poll unless deliver_heartbeats is set.
 //
+// Bounded by configuration, not by peers: each Poll reads at most max_messages_per_poll
+// ZeroMQ messages; libzmq queues at most recv_hwm / send_hwm frames per connection; all
+// peers' partial uploads share one byte budget (max_pending_upload_bytes) and one that
+// received nothing for upload_idle_timeout_ms is dropped; Send never blocks: frames wait
+// in the peer's own queue (zero-copy over the encoded frames) and a peer whose queue
+// passes max_queued_send_bytes, because it stopped reading, is disconnected.
+// Disconnect closes a peer's connection (a revoked key): libzmq tears it down and the
+// peer's next handshake meets the ZAP allowlist again.
+//
 // curve = false gives plain TCP with no authentication and no encryption: for benchmarks
 // on a trusted network only. The peer id is then the hex of the connection's routing id.
 //
@@ -45,8 +54,21 @@ struct ZmqServerOptions {
   int heartbeat_interval_ms = 5000;
   // A peer silent for more than this many intervals is reported dead. Default: 3.
   int dead_after_intervals = 3;
-  // How long Send waits for room in a peer's queue. Default: 5,000 ms.
-  int send_timeout_ms = 5000;
+  // ZeroMQ messages read per Poll before the loop yields (events beyond it wait in
+  // libzmq, bounded by recv_hwm). Default: 256.
+  int max_messages_per_poll = 256;
+  // libzmq's per-connection queues, in frames (ZMQ_RCVHWM / ZMQ_SNDHWM); a frame is at
+  // most max_chunk_bytes plus a header. Default: 16 each (128 MiB at 8 MiB chunks).
+  int recv_hwm = 16;
+  int send_hwm = 16;
+  // Bytes a peer's own send queue may hold beyond libzmq's; past it the queue is dropped
+  // and the peer disconnected (it stopped reading). Default: 1 GiB.
+  uint64_t max_queued_send_bytes = uint64_t{1} << 30;
+  // Declared payload bytes all peers' partial uploads may hold together; a header frame
+  // that does not fit is refused. Default: 2 GiB.
+  uint64_t max_pending_upload_bytes = uint64_t{2} << 30;
+  // A partial upload that received no chunk for this long is dropped. Default: 60,000 ms.
+  int upload_idle_timeout_ms = 60000;
   // Also return heartbeats from Poll. The aggregator sets it: its round engine answers a
   // heartbeat from a node it does not know (e.g. after an aggregator restart) with a
   // Reject, and the node registers again at once instead of after a long silence.
@@ -67,21 +89,38 @@ class ZmqServer final : public ServerTransport {
   Status Send(const std::string& peer, const wire::Message& message) override;
   Result<std::optional<ServerEvent>> Poll(int timeout_ms) override;
 
-  // Replaces the allowlist (curve only; a no-op otherwise). Thread-safe.
+  // Replaces the allowlist (curve only; a no-op otherwise). Thread-safe. Connections
+  // already admitted stay up: the driver calls Disconnect for the keys it removed.
   void Reload(const std::vector<PublicIdentity>& allowlist);
+  // Closes `peer`'s connection, forgets it (its queued frames, partial uploads and events
+  // not yet returned) and returns whether it was connected. Driver thread only.
+  bool Disconnect(const std::string& peer);
+  // Peers disconnected because their send queue overflowed, and partial uploads dropped
+  // as stalled or over the budget, since Create.
+  uint64_t slow_peers_dropped() const { return slow_peers_dropped_; }
+  uint64_t uploads_dropped() const { return uploads_dropped_; }
+  const wire::PendingBudget& upload_budget() const { return upload_budget_; }
   // Handshakes the ZAP handler refused / admitted. 0 with curve off. Thread-safe.
   uint64_t refused_count() const;
   uint64_t admitted_count() const;
   // Peers currently tracked (heard from and not yet reported dead).
   size_t peer_count() const { return peers_.size(); }
+  // Events read from the socket and not yet returned by Poll (at most
+  // max_messages_per_poll frames' worth).
+  size_t queued_events() const { return events_.size(); }
   // Frame bytes received from authenticated peers (heartbeats included).
   uint64_t bytes_received() const { return bytes_received_; }
 
  private:
   struct Peer {
+    Peer(std::string rid, wire::Reassembler r)
+        : routing_id(std::move(rid)), reassembler(std::move(r)) {}
     std::string routing_id;
     wire::Reassembler reassembler;
-    std::chrono::steady_clock::time_point last_seen;
+    std::chrono::steady_clock::time_point last_seen{};
+    int fd = -1;  // the connection's socket (ZMQ_SRCFD of its latest message)
+    std::deque<zmq::message_t> outbox;  // frames waiting for room in libzmq's queue
+    uint64_t outbox_bytes = 0;
   };
   using Clock = std::chrono::steady_clock;
 
@@ -90,14 +129,23 @@ class ZmqServer final : public ServerTransport {
   void Drain();
   void HandleMessage(std::vector<zmq::message_t>& parts);
   void ReportDeadPeers();
+  // Moves queued frames into libzmq without blocking; disconnects peers whose queue
+  // overflowed. Returns whether any frames are still queued.
+  bool FlushOutboxes();
+  // Drops partial uploads idle past upload_idle_timeout_ms (checked about once a second).
+  void DropStalledUploads();
 
   ZmqServerOptions options_;
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // declared after context_: stopped before it closes
   zmq::socket_t socket_;             // declared last: closed first
+  wire::PendingBudget upload_budget_;  // declared before peers_: their Reassemblers use it
   std::map<std::string, Peer> peers_;
   std::deque<ServerEvent> events_;
   uint64_t bytes_received_ = 0;
+  uint64_t slow_peers_dropped_ = 0;
+  uint64_t uploads_dropped_ = 0;
+  std::chrono::steady_clock::time_point next_stall_check_{};
 };
 
 }  // namespace fedmesh
