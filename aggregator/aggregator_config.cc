@@ -334,6 +334,15 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                               "[secagg] enabled = true, or use mode = \"central\""),
                           v, {{"", "dp", "mode"}});
   }
+  if (const DpOptions& dp = c.strategy_options.dp; dp.central || dp.distributed) {
+    r.secure_selection = true;
+    // The accountant's q = clients_per_round / population holds only while rounds sample
+    // from that many nodes: with fewer connected, each would be selected more often than
+    // accounted for. So a round opens only once the whole population is connected.
+    if (dp.population > static_cast<uint64_t>(r.min_available_clients)) {
+      r.min_available_clients = static_cast<int>(std::min<uint64_t>(dp.population, 1000000000));
+    }
+  }
   if (r.secagg.enabled) {
     // The strategy gets one update per round, the mean of the masked ones.
     auto refuse = [&](std::string_view section, std::string_view key, const std::string& why) {

@@ -1,5 +1,7 @@
 #include "aggregator/round_engine.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -7,6 +9,7 @@
 
 #include "aggregator/weighted_average.h"
 #include "core/check.h"
+#include "crypto/sodium.h"
 #include "core/codec/payload.h"
 #include "core/codec/update_prediction.h"
 #include "core/wire/wire_codec.h"
@@ -225,6 +228,7 @@ Status CheckCommon(const RoundEngineOptions& options, const Env* env, const Stra
   FM_RETURN_IF_ERROR(Validate(options));
   if (env == nullptr) return Status::InvalidArgument("env is null");
   if (strategy == nullptr) return Status::InvalidArgument("strategy is null");
+  if (options.secure_selection) FM_RETURN_IF_ERROR(InitSodium());
   // Checked here, not in Validate: a config is validated before the service reads the
   // enrolled identities into it.
   if (options.secagg.enabled && options.secagg.allowlist.empty()) {
@@ -439,6 +443,11 @@ std::vector<RoundEngine::Output> RoundEngine::OnRevoke(const std::string& node_i
                            Str(options_.min_clients));
   }
   return out;
+}
+
+size_t RoundEngine::SecureUniform(size_t n) {
+  FM_CHECK(n > 0 && n <= UINT32_MAX);
+  return static_cast<size_t>(::randombytes_uniform(static_cast<uint32_t>(n)));
 }
 
 // ---- Message handling --------------------------------------------------------------------
@@ -698,7 +707,9 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
     const size_t k = std::min(candidates.size(), static_cast<size_t>(options_.clients_per_round));
     Rng& rng = env_->rng();
     for (size_t i = 0; i < k; ++i) {
-      const size_t j = i + rng.UniformInt(candidates.size() - i);
+      const size_t left = candidates.size() - i;
+      const size_t j =
+          i + (options_.secure_selection ? SecureUniform(left) : rng.UniformInt(left));
       std::swap(candidates[i], candidates[j]);
     }
     candidates.resize(k);

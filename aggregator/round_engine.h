@@ -103,6 +103,11 @@ struct RoundEngineOptions {
   // claiming more. A capped claim is counted (weight_violations()) and reported in
   // UpdateAccepted::claimed_examples. Default: 0 (bounded by the registration only).
   uint64_t max_examples_per_node = 0;
+  // Draw each round's selection from the OS CSPRNG (libsodium) instead of Env's seeded
+  // rng: with differential privacy the accountant's subsampling amplification assumes a
+  // selection nobody can predict or steer. The aggregator sets it whenever [dp] is on; a
+  // simulation leaves it off to stay reproducible. Default: false.
+  bool secure_selection = false;
   // A graph model's architecture, sent in every FitTask (FitTask::model_sha256 and
   // model_graph) so sites need no model file. Default: empty (a built-in model).
   std::string model_sha256;
@@ -453,6 +458,8 @@ class RoundEngine {
   bool IsSelected(const std::string& node_id) const;
   bool buffered() const { return options_.mode == RoundMode::kBuffered; }
   // Every selected node answered (synchronous), or the buffer holds buffer_size updates.
+  // Uniform in [0, n) from the OS CSPRNG. REQUIRES: 0 < n <= 2^32 - 1.
+  static size_t SecureUniform(size_t n);
   bool RoundFull() const {
     return accepted_.size() >=
            (buffered() ? static_cast<size_t>(options_.buffer_size) : selected_.size());

@@ -81,7 +81,8 @@ std::vector<ConfigKey> StrategyConfigKeys() {
       IntKey("dp", "population", 0,
              "Clients rounds sample from (sampling rate = clients_per_round / population); "
              "0 = fedmesh-aggregator: clients_per_round (q = 1, the cautious bound), "
-             "fedmesh-sim: [sim] clients")
+             "fedmesh-sim: [sim] clients. fedmesh-aggregator opens a round only once this many "
+             "nodes are connected (fewer would be sampled more often than accounted for)")
           .Min(0),
   };
 }

@@ -307,5 +307,32 @@ stage_timeout_s = 30
 
 }
 
+// Issue 26 item 6: DP's assumptions are enforced by the configuration: the selection comes
+// from the OS CSPRNG, and a round opens only once the population the accountant's sampling
+// rate assumes is connected. (DP with buffered rounds is refused: DpTableFills... above.)
+TEST(ConfigAggregator, DpDrawsSelectionsSecurelyAndWaitsForItsPopulation) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", R"([federation]
+id = "f"
+[rounds]
+clients_per_round = 40
+min_clients = 20
+[dp]
+mode = "central"
+population = 400
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->rounds.secure_selection);
+  EXPECT_EQ(r->rounds.min_available_clients, 400);
+  auto off = LoadAggregatorConfig(path, {"dp.mode=off"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->rounds.secure_selection);
+  EXPECT_EQ(off->rounds.min_available_clients, 0);
+  auto cap = LoadAggregatorConfig(path, {"rounds.max_examples_per_node=-1"});
+  ASSERT_FALSE(cap.ok());
+  EXPECT_THAT(cap.status().message(), HasSubstr("[rounds] max_examples_per_node"));
+}
+
 }  // namespace
 }  // namespace fedmesh
