@@ -65,6 +65,8 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   s->env_ = env;
   s->options_ = std::move(options);
   s->options_.transport.deliver_heartbeats = true;  // see ZmqServerOptions
+  s->register_limiter_ = PeerRateLimiter(s->options_.register_limit);
+  s->reject_limiter_ = PeerRateLimiter(s->options_.reject_limit);
   s->options_.transport.heartbeat_interval_ms =
       static_cast<int>(std::min<uint64_t>(config.rounds.heartbeat_interval_ms, 86400000));
 
@@ -390,8 +392,20 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
               spdlog::warn("message from key {} that is no longer enrolled: ignored", r.peer);
               return Status::OK();
             }
+            const double now = env_->NowSeconds();
+            const bool is_register = std::holds_alternative<wire::Register>(r.message.body);
+            if (!reject_limiter_.HasToken(*name, now) ||
+                (is_register && !register_limiter_.Allow(*name, now))) {
+              // Logged at the 1st, 2nd, 4th, 8th... drop: bounded volume under a flood.
+              if (++throttled_; (throttled_ & (throttled_ - 1)) == 0) {
+                spdlog::warn("dropped {} from {}: over its rate of {} ({} dropped in all)",
+                             wire::MessageTypeName(wire::TypeOf(r.message.body)), *name,
+                             is_register ? "registrations" : "rejected messages", throttled_);
+              }
+              return Status::OK();
+            }
             key_of_name_[*name] = r.peer;
-            if (std::holds_alternative<wire::Register>(r.message.body)) {
+            if (is_register) {
               Status s = store_->UpsertNode(*name, r.peer, env_->NowSeconds());
               if (!s.ok()) return s.WithContext("recording node " + *name);
               spdlog::info("node {} registered", *name);
@@ -476,6 +490,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               return Status::OK();
             },
             [&](RoundEngine::UpdateRejected& r) -> Status {
+              (void)reject_limiter_.Allow(r.node_id, env_->NowSeconds());
               spdlog::warn("round {}: rejected {} from {} ({}): {}", r.round,
                            wire::MessageTypeName(r.type), r.node_id, RejectCauseName(r.cause),
                            r.text);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/peer_rate_limiter.h"
 #include "aggregator/round_engine.h"
 #include "core/backend.h"
 #include "core/data/dataset.h"
@@ -46,6 +47,13 @@ struct AggregatorServiceOptions {
   // Compute threads of the evaluator's CPU backend; <= 0 means all cores. Default: 1, so
   // evaluation does not compete with the event loop for every core.
   int eval_threads = 1;
+  // Registers per node: a burst of 5, then one every 2 s; more are dropped unanswered (a
+  // Register costs a store transaction and a reply).
+  PeerRateLimitOptions register_limit{5.0, 0.5};
+  // Rejected messages per node: a burst of 20, then 2 a second; past it the node's
+  // messages are dropped unread until it is under the rate again (a rejection costs a
+  // decode, a reply and a log line).
+  PeerRateLimitOptions reject_limit{20.0, 2.0};
 };
 
 class AggregatorService {
@@ -133,6 +141,9 @@ class AggregatorService {
 
   std::map<std::string, std::string> name_of_key_;  // Z85 curve key -> site name
   std::map<std::string, std::string> key_of_name_;  // site name -> Z85 key last heard from
+
+  PeerRateLimiter register_limiter_, reject_limiter_;
+  uint64_t throttled_ = 0;  // messages dropped by either limiter
 
   std::multiset<double> timers_;  // Env seconds at which to call OnTimer
   std::optional<uint64_t> open_round_;  // the round open in the store, if any

@@ -98,7 +98,11 @@ void RoundEngine::OpenStatsSecAgg(std::vector<Output>& out) {
   settings.bits = 16;
   settings.noise_stddev = 0.0;
   const std::vector<std::string> members(stats_->asked().begin(), stats_->asked().end());
-  const size_t min_sites = std::max<size_t>(2, static_cast<size_t>(options_.federated_stats.min_sites));
+  // The secure sum hides each site among at least the rounds' quorum, as a model update is
+  // (sites refuse a smaller roster: [secagg] min_clients on the node, default 3).
+  const size_t min_sites = std::max<size_t>(
+      {2, static_cast<size_t>(options_.federated_stats.min_sites),
+       static_cast<size_t>(options_.min_clients)});
   auto opened = members.size() > kMaxSecureSumSites
                     ? Result<SecAggRound>(Status::InvalidArgument("more sites than secure sums take"))
                     : SecAggRound::Open(settings, options_.federation_id, round_,

@@ -48,6 +48,21 @@ const ConfigSchema& NodeConfigSchema() {
                   "Directory of the public key files of the sites this node may aggregate "
                   "securely with; empty = refuse secure aggregation tasks")
             .Path(),
+        IntKey("secagg", "min_clients", 3,
+               "Refuse a secure aggregation task whose min_clients (the smallest roster and "
+               "survivor set) is below this: an update must hide among at least this many")
+            .Min(2)
+            .Max(1000000),
+        IntKey("secagg", "min_threshold", 0,
+               "Refuse a task whose Shamir threshold (explicit, or the default rule for its "
+               "smallest roster) is below this; 0 = the protocol's rule only")
+            .Min(0)
+            .Max(254),
+        FloatKey("secagg", "min_noise_stddev", 0.0,
+                 "Refuse a task whose distributed-DP noise per node is below this (update "
+                 "units)")
+            .Min(0)
+            .Max(1e6),
         StringKey("gossip", "allow", "allow",
                   "Directory of the public key files of every site in the federation "
                   "(fedmesh-keys); only these peers are admitted")
@@ -243,6 +258,9 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.seeds = v.GetStringList("gossip", "seeds");
   g.allow_dir = v.GetString("gossip", "allow");
   c.secagg_allow_dir = v.GetString("secagg", "allow");
+  c.secagg_floors.min_clients = static_cast<size_t>(v.GetInt("secagg", "min_clients"));
+  c.secagg_floors.min_threshold = static_cast<uint32_t>(v.GetInt("secagg", "min_threshold"));
+  c.secagg_floors.min_noise_stddev = v.GetFloat("secagg", "min_noise_stddev");
   c.share_local_model = v.GetBool("eval", "share_local_model");
   c.stats_policy.allow = v.GetBool("stats", "allow");
   c.stats_policy.min_count = static_cast<uint64_t>(v.GetInt("stats", "min_count"));

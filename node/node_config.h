@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "config/config_schema.h"
 #include "node/local_training.h"
+#include "node/secagg_participant.h"
 
 namespace fedmesh {
 
@@ -63,6 +64,9 @@ struct NodeConfig {
   // (the aggregator relays the keys and must not be able to swap them). Empty (the
   // default): this node refuses secure aggregation tasks.
   std::string secagg_allow_dir;
+  // [secagg] min_clients / min_threshold / min_noise_stddev: this site's floors on the
+  // settings a secure aggregation task may ask for (node/secagg_participant.h).
+  SecAggFloors secagg_floors;
   // [model] expect_sha256: the only graph hash this site trains (lower-case hex); empty =
   // whatever the aggregator sends.
   std::string expect_model_sha256;

@@ -19,23 +19,47 @@
 
 namespace fedmesh {
 
+// A node's own floors on the secure aggregation a FitTask asks for ([secagg] min_clients,
+// min_threshold, min_noise_stddev). The aggregator chooses the settings, so without them an
+// honest-but-curious aggregator that turns malicious could shrink the crowd an update hides
+// in (a roster of 2), the Shamir threshold, or the distributed-DP noise.
+struct SecAggFloors {
+  // The task's min_clients (the roster and survivor floor the protocol enforces) must be
+  // at least this. Default: 3. >= 2.
+  size_t min_clients = 3;
+  // The lowest Shamir threshold the task allows (its explicit threshold, or the protocol's
+  // default rule for its smallest roster) must be at least this. Default: 0 (no floor
+  // beyond the protocol's).
+  uint32_t min_threshold = 0;
+  // The task's noise_stddev (distributed DP) must be at least this. Default: 0.
+  double min_noise_stddev = 0.0;
+};
+
+// OK when `options` (from a FitTask) meet `floors`; FailedPrecondition naming the setting,
+// both values and the [secagg] key otherwise.
+Status CheckSecAggFloors(const SecAggOptions& options, const SecAggFloors& floors);
+
 class SecAggParticipant {
  public:
   // Starts this node's part in the secure aggregation `task` asks for, with `update` (the
   // node's change to the global model). `allowlist`: the sites whose signed keys this node
   // accepts in the roster. InvalidArgument / FailedPrecondition for settings the protocol
   // refuses or a task without secure aggregation.
+  // The task is refused (FailedPrecondition) when its settings fall below `floors`.
   static Result<SecAggParticipant> Start(const wire::Header& header, const wire::FitTask& task,
                                          const Identity& identity,
                                          std::span<const PublicIdentity> allowlist,
-                                         std::vector<float> update);
+                                         std::vector<float> update,
+                                         const SecAggFloors& floors = {});
 
   // As Start, for an input already encoded in Z_2^32 (federated statistics' exact sums,
-  // core/stats/secure_sums.h): `words` must have the task's vector size.
+  // core/stats/secure_sums.h): `words` must have the task's vector size. floors.min_noise_stddev
+  // does not apply: the sums are exact by design.
   static Result<SecAggParticipant> StartEncoded(const wire::Header& header, const wire::FitTask& task,
                                                 const Identity& identity,
                                                 std::span<const PublicIdentity> allowlist,
-                                                std::vector<uint32_t> words);
+                                                std::vector<uint32_t> words,
+                                                const SecAggFloors& floors = {});
 
   uint64_t round() const { return round_; }
   // Stage 0: the signed keys to send first.
@@ -46,6 +70,8 @@ class SecAggParticipant {
   Result<wire::Body> OnMessage(const wire::Body& body);
   // The node has sent its last message for the round.
   bool finished() const { return finished_; }
+  // Whether this participant sums a statistics encoding (StartEncoded), not a model change.
+  bool encoded() const { return encoded_input_; }
 
  private:
   SecAggParticipant(SecAggClient client, uint64_t round, std::vector<float> update)
@@ -55,6 +81,7 @@ class SecAggParticipant {
   uint64_t round_;
   std::vector<float> update_;     // wiped once masked
   std::vector<uint32_t> encoded_;  // StartEncoded's input instead of update_; wiped once masked
+  bool encoded_input_ = false;
   bool finished_ = false;
 };
 

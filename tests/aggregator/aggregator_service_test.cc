@@ -472,5 +472,24 @@ TEST_F(AggregatorServiceTest, ClaimedExamplesAreBoundedByRegistrationAndCap) {
   }
 }
 
+// Issue 26 item 8: a Register costs a store transaction and a reply; a node flooding them
+// used to get every one answered. Now a burst of 5, then one every 2 s, is served.
+TEST_F(AggregatorServiceTest, RegisterFloodIsRateLimitedPerNode) {
+  auto service = StartService();  // waits for three nodes: only one comes
+  ASSERT_NE(service, nullptr);
+  FakeNode& n = nodes_[0];
+  n.delta.assign(15, 0.0f);
+  n.Connect(service->endpoint(), agg_.public_identity());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(n.Register().ok());
+  const auto until = Clock::now() + std::chrono::milliseconds(1500);
+  while (Clock::now() < until) {
+    ASSERT_TRUE(service->Step(5).ok());
+    n.Pump();
+  }
+  EXPECT_GE(n.messages_seen, 5);  // the burst was answered
+  EXPECT_LE(n.messages_seen, 7);  // 5 + at most one refill per 2 s, with slack
+  EXPECT_TRUE(service->engine().connected("site-a"));
+}
+
 }  // namespace
 }  // namespace fedmesh

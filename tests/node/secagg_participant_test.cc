@@ -78,5 +78,41 @@ TEST(SecAggParticipant, BadMessagesAreRefusedAndAGoodRosterStillTaken) {
   EXPECT_FALSE(p[1].finished());
 }
 
+// Issue 26 item 5: the node sets its own floors. Without them a task with min_clients 2,
+// a weak threshold or less noise than the site agreed to was taken as the aggregator said.
+TEST(SecAggParticipant, TasksBelowTheSitesFloorsAreRefused) {
+  Fixture f;
+  SecAggFloors floors;
+  floors.min_clients = 3;
+  floors.min_threshold = 2;
+  floors.min_noise_stddev = 0.5;
+  wire::FitTask ok = f.task;
+  ok.secagg->noise_stddev = 0.5;
+  ASSERT_TRUE(SecAggParticipant::Start(f.header, ok, f.ids[0], f.allow, std::vector<float>(8), floors)
+                  .ok());
+
+  wire::FitTask two = ok;
+  two.secagg->min_clients = 2;
+  auto small = SecAggParticipant::Start(f.header, two, f.ids[0], f.allow, std::vector<float>(8), floors);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(small.status().message(), HasSubstr("[secagg] min_clients (3)"));
+  // The default floors refuse it too: a roster of two shows each its partner's update.
+  EXPECT_FALSE(SecAggParticipant::Start(f.header, two, f.ids[0], f.allow, std::vector<float>(8)).ok());
+
+  wire::FitTask quiet = ok;
+  quiet.secagg->noise_stddev = 0.1;
+  auto noise = SecAggParticipant::Start(f.header, quiet, f.ids[0], f.allow, std::vector<float>(8), floors);
+  ASSERT_FALSE(noise.ok());
+  EXPECT_THAT(noise.status().message(), HasSubstr("[secagg] min_noise_stddev"));
+
+  // A roster of 3 has degree 2 and the default threshold 2; a floor of 3 refuses it.
+  floors.min_threshold = 3;
+  auto weak = SecAggParticipant::Start(f.header, ok, f.ids[0], f.allow, std::vector<float>(8), floors);
+  ASSERT_FALSE(weak.ok());
+  EXPECT_THAT(weak.status().message(), HasSubstr("[secagg] min_threshold (3)"));
+  EXPECT_THAT(weak.status().message(), HasSubstr("is 2"));
+}
+
 }  // namespace
 }  // namespace fedmesh

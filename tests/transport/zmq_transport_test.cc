@@ -571,5 +571,19 @@ TEST(ZmqTransport, PollReadsABoundedNumberOfMessages) {
   EXPECT_LE(most_queued, 3u);  // 4 read, 1 returned
 }
 
+// Item 8: each key keeps one connection; a second connection with the same key closes the
+// first, so an enrolled peer cannot hold many (connections are capped by the allowlist).
+TEST(ZmqTransport, SecondConnectionWithTheSameKeyClosesTheFirst) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  Server s = StartServer(agg, {node.public_identity()});
+  auto first = StartClient(&node, s, agg);
+  const std::string peer = RoundTrip(*first, *s.server, "site-a");
+  auto second = StartClient(&node, s, agg);
+  EXPECT_EQ(RoundTrip(*second, *s.server, "site-a"), peer);
+  EXPECT_GE(s.server->duplicate_connections_closed(), 1u);
+  EXPECT_EQ(s.server->peer_count(), 1u);
+}
+
 }  // namespace
 }  // namespace fedmesh

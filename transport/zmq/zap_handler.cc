@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kStopCheckMs = 50;  // how often the thread looks at stop_
 constexpr auto kLogEvery = std::chrono::seconds(10);
+constexpr int kMaxLinesPerWindow = 20;  // refusal lines per kLogEvery over all keys
 
 std::shared_ptr<const std::set<CurveKey>> MakeKeySet(const std::vector<PublicIdentity>& list) {
   auto keys = std::make_shared<std::set<CurveKey>>();
@@ -67,6 +68,11 @@ std::shared_ptr<const ZapHandler::KeySet> ZapHandler::allowlist() const {
 
 void ZapHandler::Run() {
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> last_logged;
+  // A flood of handshakes from ever new keys is logged in bounded volume: at most
+  // kMaxLinesPerWindow lines per window, then one line counting the rest.
+  auto window_start = std::chrono::steady_clock::now();
+  int lines = 0;
+  uint64_t suppressed = 0;
   while (!stop_.load()) {
     try {
       zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
@@ -100,11 +106,26 @@ void ZapHandler::Run() {
         const std::string who = z85.empty() ? "mechanism " + mechanism : "key " + z85;
         auto now = std::chrono::steady_clock::now();
         auto it = last_logged.find(who);
+        if (now - window_start >= kLogEvery) {
+          if (suppressed > 0) {
+            spdlog::warn("ZAP: {} more refused handshakes in the last {} s were not logged one "
+                         "by one", suppressed,
+                         std::chrono::duration_cast<std::chrono::seconds>(now - window_start).count());
+          }
+          window_start = now;
+          lines = 0;
+          suppressed = 0;
+        }
         if (it == last_logged.end() || now - it->second >= kLogEvery) {
           if (last_logged.size() >= 4096) last_logged.clear();  // bounded under a key flood
           last_logged[who] = now;
-          spdlog::warn("ZAP: refused connection from {} with {}: not in the allowlist", address,
-                       who);
+          if (lines < kMaxLinesPerWindow) {
+            ++lines;
+            spdlog::warn("ZAP: refused connection from {} with {}: not in the allowlist",
+                         address, who);
+          } else {
+            ++suppressed;
+          }
         }
       }
       const std::string status = admit ? "200" : "400";

@@ -1,5 +1,6 @@
 #include "transport/zmq/zmq_server.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -17,6 +18,23 @@ namespace {
 // CURVE wraps each frame in a MESSAGE command (flags, nonce, MAC: about 40 bytes), and
 // ZMQ_MAXMSGSIZE applies to the wrapped size; this slack keeps a maximal legal frame in.
 constexpr int64_t kCurveFrameOverhead = 256;
+
+// The remote address of socket `fd` as raw bytes ("" when it has none): with the fd it names
+// one live connection, so a descriptor number reused by another connection is not taken
+// for the one recorded.
+std::string RemoteOf(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {};
+  return std::string(reinterpret_cast<const char*>(&addr), len);
+}
+
+// Ends the connection on `fd` if it is still the one to `remote`. shutdown, not close:
+// libzmq owns the descriptor; its I/O thread sees the connection end and closes it.
+bool ShutdownConnection(int fd, const std::string& remote) {
+  if (fd < 0 || remote.empty() || RemoteOf(fd) != remote) return false;
+  return ::shutdown(fd, SHUT_RDWR) == 0;
+}
 
 std::string Hex(const zmq::message_t& m) {
   static const char* kDigits = "0123456789abcdef";
@@ -67,6 +85,7 @@ Result<std::unique_ptr<ZmqServer>> ZmqServer::Create(
     socket.set(zmq::sockopt::router_mandatory, 1);
     socket.set(zmq::sockopt::sndtimeo, 0);  // Send never blocks: see FlushOutboxes
     socket.set(zmq::sockopt::rcvhwm, options.recv_hwm);
+    socket.set(zmq::sockopt::handshake_ivl, options.handshake_timeout_ms);
     socket.set(zmq::sockopt::sndhwm, options.send_hwm);
     int64_t max_msg = static_cast<int64_t>(wire::MaxFrameBytes(options.limits)) +
                       (options.curve ? kCurveFrameOverhead : 0);
@@ -109,9 +128,7 @@ uint64_t ZmqServer::admitted_count() const { return zap_ ? zap_->admitted_count(
 bool ZmqServer::Disconnect(const std::string& peer) {
   auto it = peers_.find(peer);
   if (it == peers_.end()) return false;
-  // shutdown, not close: libzmq owns the descriptor; its I/O thread sees the connection end
-  // and closes it, so the number cannot be reused under it.
-  if (it->second.fd >= 0) ::shutdown(it->second.fd, SHUT_RDWR);
+  ShutdownConnection(it->second.fd, it->second.remote);
   peers_.erase(it);
   std::erase_if(events_, [&](const ServerEvent& e) {
     return std::visit([&](const auto& ev) { return ev.peer == peer; }, e);
@@ -219,7 +236,12 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
              .first;
   } else if (it->second.routing_id != rid) {
     // A new connection from the same key: whatever the old one had half-sent can never
-    // complete, so start from a clean Reassembler and answer on the new connection.
+    // complete, so start from a clean Reassembler and answer on the new connection. The
+    // old connection is closed: one connection per key.
+    if (it->second.fd != parts[1].get(ZMQ_SRCFD) &&
+        ShutdownConnection(it->second.fd, it->second.remote)) {
+      ++duplicates_closed_;
+    }
     it->second.routing_id = rid;
     it->second.reassembler = wire::Reassembler(options_.limits, nullptr, &upload_budget_);
     it->second.outbox.clear();
@@ -227,7 +249,10 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
   }
   Peer& p = it->second;
   p.last_seen = Clock::now();
-  p.fd = parts[1].get(ZMQ_SRCFD);
+  if (const int fd = parts[1].get(ZMQ_SRCFD); fd != p.fd) {
+    p.fd = fd;
+    p.remote = RemoteOf(fd);
+  }
   for (size_t i = 1; i < parts.size(); ++i) bytes_received_ += parts[i].size();
   for (size_t i = 1; i < parts.size(); ++i) {
     auto added = p.reassembler.Add(

@@ -69,6 +69,9 @@ struct ZmqServerOptions {
   uint64_t max_pending_upload_bytes = uint64_t{2} << 30;
   // A partial upload that received no chunk for this long is dropped. Default: 60,000 ms.
   int upload_idle_timeout_ms = 60000;
+  // A TCP connection that has not completed its ZMTP/CURVE handshake within this is closed
+  // (ZMQ_HANDSHAKE_IVL), so idle half-open connections cannot pile up. Default: 10,000 ms.
+  int handshake_timeout_ms = 10000;
   // Also return heartbeats from Poll. The aggregator sets it: its round engine answers a
   // heartbeat from a node it does not know (e.g. after an aggregator restart) with a
   // Reject, and the node registers again at once instead of after a long silence.
@@ -99,6 +102,9 @@ class ZmqServer final : public ServerTransport {
   // as stalled or over the budget, since Create.
   uint64_t slow_peers_dropped() const { return slow_peers_dropped_; }
   uint64_t uploads_dropped() const { return uploads_dropped_; }
+  // Older connections closed because the same key connected again: each key keeps one
+  // connection, so an enrolled peer cannot open many.
+  uint64_t duplicate_connections_closed() const { return duplicates_closed_; }
   const wire::PendingBudget& upload_budget() const { return upload_budget_; }
   // Handshakes the ZAP handler refused / admitted. 0 with curve off. Thread-safe.
   uint64_t refused_count() const;
@@ -118,7 +124,8 @@ class ZmqServer final : public ServerTransport {
     std::string routing_id;
     wire::Reassembler reassembler;
     std::chrono::steady_clock::time_point last_seen{};
-    int fd = -1;  // the connection's socket (ZMQ_SRCFD of its latest message)
+    int fd = -1;         // the connection's socket (ZMQ_SRCFD of its latest message)
+    std::string remote;  // its remote address when fd was recorded (getpeername bytes)
     std::deque<zmq::message_t> outbox;  // frames waiting for room in libzmq's queue
     uint64_t outbox_bytes = 0;
   };
@@ -145,6 +152,7 @@ class ZmqServer final : public ServerTransport {
   uint64_t bytes_received_ = 0;
   uint64_t slow_peers_dropped_ = 0;
   uint64_t uploads_dropped_ = 0;
+  uint64_t duplicates_closed_ = 0;
   std::chrono::steady_clock::time_point next_stall_check_{};
 };
 
