@@ -27,6 +27,7 @@
 #include "core/model_zoo.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/key_files.h"
+#include "crypto/update_signature.h"
 
 namespace fedmesh {
 namespace {
@@ -298,7 +299,11 @@ Status AggregatorService::InitEngine() {
 
 void AggregatorService::SetAllowlist(const std::vector<PublicIdentity>& allowlist) {
   name_of_key_.clear();
-  for (const PublicIdentity& p : allowlist) name_of_key_[p.curve_public_z85()] = p.name;
+  identity_of_key_.clear();
+  for (const PublicIdentity& p : allowlist) {
+    name_of_key_[p.curve_public_z85()] = p.name;
+    identity_of_key_.emplace(p.curve_public_z85(), p);
+  }
 }
 
 std::optional<std::string> AggregatorService::SiteOfKey(const std::string& key_z85) const {
@@ -404,6 +409,26 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
               }
               return Status::OK();
             }
+            if (auto* fit = std::get_if<wire::FitResult>(&r.message.body);
+                fit != nullptr && !fit->evaluation && !fit->statistics) {
+              // An update is checked against the site's enrolled Ed25519 key before the
+              // engine sees it, and its signature kept to be stored with it.
+              const PublicIdentity& who = identity_of_key_.at(r.peer);
+              const uint64_t version = r.message.header.model_version;
+              if (Status v = VerifyUpdate(who, config_.federation_id, version, *fit); !v.ok()) {
+                ++bad_signatures_;
+                (void)reject_limiter_.Allow(*name, now);
+                spdlog::warn("refused an update from {}: {} ({} refused in all)", *name,
+                             v.message(), bad_signatures_);
+                return Status::OK();
+              }
+              const Sha256Digest digest = fit->update.sha256 ? *fit->update.sha256
+                                                             : Sha256::Hash(fit->update.bytes);
+              verified_[*name] = UpdateSignatureRecord{
+                  fit->round, *name,
+                  UpdateSigningBytes(config_.federation_id, *name, version, *fit, digest),
+                  fit->signature};
+            }
             key_of_name_[*name] = r.peer;
             if (is_register) {
               Status s = store_->UpsertNode(*name, r.peer, env_->NowSeconds());
@@ -473,8 +498,11 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               return Status::OK();
             },
             [&](RoundEngine::UpdateAccepted& a) -> Status {
-              Status st =
-                  store_->AcceptUpdate(a.round, a.node_id, a.num_examples, a.params, a.train_loss);
+              auto sig = verified_.find(a.node_id);
+              Status st = store_->AcceptUpdate(a.round, a.node_id, a.num_examples, a.params,
+                                               a.train_loss,
+                                               sig != verified_.end() ? &sig->second : nullptr);
+              if (sig != verified_.end()) verified_.erase(sig);
               if (!st.ok()) {
                 return st.WithContext("persisting the update of " + a.node_id + " for round " +
                                       std::to_string(a.round));

@@ -140,6 +140,10 @@ class AggregatorService {
   std::string endpoint_;
 
   std::map<std::string, std::string> name_of_key_;  // Z85 curve key -> site name
+  std::map<std::string, PublicIdentity> identity_of_key_;  // Z85 curve key -> enrolled identity
+  // The verified signature of each node's latest update, stored with it when accepted.
+  std::map<std::string, UpdateSignatureRecord> verified_;
+  uint64_t bad_signatures_ = 0;
   std::map<std::string, std::string> key_of_name_;  // site name -> Z85 key last heard from
 
   PeerRateLimiter register_limiter_, reject_limiter_;

@@ -2,13 +2,18 @@
 // parameters to the aggregator over ZeroMQ on loopback (CurveZMQ on vs plain TCP, same
 // run), and the aggregator decodes them and computes the FedAvg average. Also the
 // aggregation kernel alone (WeightedAverage over 10 updates) against a plain memcpy of
-// the same bytes. Prints one JSON line per measurement.
+// the same bytes. Prints one JSON line per measurement. The baseline runs in the same
+// process: raw cppzmq DEALER -> ROUTER moving the same bytes in the same 8 MiB frames
+// (CurveZMQ on and off, no fedmesh framing, hashing or decoding), and each fedmesh line
+// reports its ratio to it.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include <zmq.hpp>
 
 #include "aggregator/weighted_average.h"
 #include "core/json_line.h"
@@ -52,6 +57,64 @@ void BenchAggregation(size_t n, int clients, int reps) {
       .Add("fedavg_gb_s", bytes / best_avg / 1e9).Add("memcpy_gb_s", bytes / best_copy / 1e9)
       .Add("ratio", best_copy / best_avg).Add("out0", double(out[0]) + sink[0] * 0.0);
   std::printf("%s\n", j.str().c_str());
+}
+
+// Raw ZeroMQ: `clients` DEALERs (one thread each) send n * 4 bytes in 8 MiB frames to one
+// ROUTER, which receives every frame. Returns MB/s from the first send to the last frame.
+double RawZmqMbPerS(size_t n, int clients, bool curve) {
+  constexpr size_t kFrame = size_t{8} << 20;
+  const size_t bytes = n * sizeof(float);
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  char server_public[41], server_secret[41];
+  if (curve) {
+    zmq_curve_keypair(server_public, server_secret);
+    router.set(zmq::sockopt::curve_server, 1);
+    router.set(zmq::sockopt::curve_secretkey, std::string(server_secret));
+  }
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  std::vector<zmq::socket_t> dealers;
+  for (int c = 0; c < clients; ++c) {
+    zmq::socket_t d(ctx, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 0);
+    if (curve) {
+      char pub[41], sec[41];
+      zmq_curve_keypair(pub, sec);
+      d.set(zmq::sockopt::curve_serverkey, std::string(server_public));
+      d.set(zmq::sockopt::curve_publickey, std::string(pub));
+      d.set(zmq::sockopt::curve_secretkey, std::string(sec));
+    }
+    d.connect(endpoint);
+    d.send(zmq::str_buffer("hello"), zmq::send_flags::none);
+    dealers.push_back(std::move(d));
+  }
+  for (int got = 0; got < clients; ++got) {  // every connection is up
+    zmq::message_t id, body;
+    (void)router.recv(id);
+    (void)router.recv(body);
+  }
+  std::vector<uint8_t> payload(bytes, 7);
+  const size_t frames = (bytes + kFrame - 1) / kFrame;
+  const auto t0 = Clock::now();
+  std::vector<std::thread> senders;
+  for (int c = 0; c < clients; ++c) {
+    senders.emplace_back([&, c] {
+      for (size_t f = 0; f < frames; ++f) {
+        const size_t off = f * kFrame, len = std::min(kFrame, bytes - off);
+        (void)dealers[c].send(zmq::buffer(payload.data() + off, len), zmq::send_flags::none);
+      }
+    });
+  }
+  for (size_t got = 0; got < frames * clients; ++got) {
+    zmq::message_t id, body;
+    (void)router.recv(id);
+    (void)router.recv(body);
+  }
+  const double s = Since(t0);
+  for (auto& t : senders) t.join();
+  return double(clients) * bytes / s / 1e6;
 }
 
 // Seconds from "every node starts sending" to "aggregator has decoded all updates and
@@ -138,10 +201,12 @@ void BenchRound(size_t n, int clients, bool curve) {
   if (!s.ok()) Die(s, "average");
   const double total_s = Since(t0);
   for (auto& t : senders) t.join();
+  const double raw = RawZmqMbPerS(n, clients, curve);
+  const double mb_s = double(clients) * n * 4 / ship_s / 1e6;
   fedmesh::JsonLine j;
   j.Add("bench", "round").Add("params", int64_t(n)).Add("clients", clients).Add("curve", curve)
       .Add("ship_s", ship_s).Add("ship_and_aggregate_s", total_s)
-      .Add("mb_per_s", double(clients) * n * 4 / ship_s / 1e6);
+      .Add("mb_per_s", mb_s).Add("raw_zmq_mb_per_s", raw).Add("ratio_to_raw", mb_s / raw);
   std::printf("%s\n", j.str().c_str());
   std::fflush(stdout);
 }

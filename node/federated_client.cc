@@ -23,6 +23,7 @@
 #include "core/trainer.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/key_files.h"
+#include "crypto/update_signature.h"
 #include "crypto/secagg/secure_random.h"
 #include "node/fit_task_runner.h"
 #include "node/site_model.h"
@@ -641,7 +642,11 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     bytes_sent = 0;  // the masked input goes later, in its own message
     fit.chain_name = "secure aggregation";
   } else {
-    wire::Message out{OutHeader(task.round), std::move(r)};
+    // Signed, so the aggregator can check and keep who sent it (crypto/update_signature.h).
+    wire::Header header = OutHeader(task.round);
+    FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r)
+                           .WithContext("signing the update of " + round));
+    wire::Message out{std::move(header), std::move(r)};
     if (Status s = transport_->Send(out); !s.ok()) {
       Log("sending the FitResult for " + round + " failed: " + s.message());
       return Status::OK();  // the aggregator re-sends the task when we register again

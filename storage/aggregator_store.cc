@@ -111,6 +111,18 @@ CREATE TABLE site_eval (
   PRIMARY KEY (round, site)
 ) WITHOUT ROWID;
 )sql",
+      // v6: each accepted update's signature (crypto/update_signature.h), kept for
+      // attribution after the round closes and its parameters are dropped.
+      R"sql(
+CREATE TABLE update_signatures (
+  id           INTEGER PRIMARY KEY,
+  round        INTEGER NOT NULL,
+  node         TEXT NOT NULL,
+  signed_bytes BLOB NOT NULL,
+  signature    BLOB NOT NULL
+);
+CREATE INDEX update_signatures_round ON update_signatures (round, node);
+)sql",
   };
   return kSteps;
 }
@@ -362,8 +374,28 @@ Status AggregatorStore::OpenRound(uint64_t round, uint32_t attempt,
   });
 }
 
+Result<std::vector<UpdateSignatureRecord>> AggregatorStore::UpdateSignatures(uint64_t round) {
+  FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT node, signed_bytes, signature FROM "
+                                                "update_signatures WHERE round = ? ORDER BY id"));
+  FM_RETURN_IF_ERROR(q.BindAll(round));
+  std::vector<UpdateSignatureRecord> out;
+  for (;;) {
+    FM_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    UpdateSignatureRecord r;
+    r.round = round;
+    r.node = std::string(q.ColumnText(0));
+    const auto bytes = q.ColumnBlob(1), sig = q.ColumnBlob(2);
+    r.signed_bytes.assign(bytes.begin(), bytes.end());
+    r.signature.assign(sig.begin(), sig.end());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 Status AggregatorStore::AcceptUpdate(uint64_t round, const std::string& node, uint64_t num_examples,
-                                     std::span<const float> params, double train_loss) {
+                                     std::span<const float> params, double train_loss,
+                                     const UpdateSignatureRecord* signature) {
   return db_->WithTransaction([&]() -> Status {
     FM_RETURN_IF_ERROR(RequireOpenRound(round, "accept an update from " + node + " for"));
     {
@@ -397,7 +429,14 @@ Status AggregatorStore::AcceptUpdate(uint64_t round, const std::string& node, ui
     FM_RETURN_IF_ERROR(insert.BindAll(round, node, num_examples, train_loss, params.size(), digest,
                                       params.size_bytes()));
     FM_RETURN_IF_ERROR(insert.Run());
-    return WriteFloatBlob(*db_, "updates", "params", db_->LastInsertRowId(), params);
+    FM_RETURN_IF_ERROR(WriteFloatBlob(*db_, "updates", "params", db_->LastInsertRowId(), params));
+    if (signature == nullptr) return Status::OK();
+    FM_ASSIGN_OR_RETURN(Statement sig,
+                        db_->Prepare("INSERT INTO update_signatures (round, node, signed_bytes, "
+                                     "signature) VALUES (?, ?, ?, ?)"));
+    FM_RETURN_IF_ERROR(sig.BindAll(round, node, std::span<const uint8_t>(signature->signed_bytes),
+                                   std::span<const uint8_t>(signature->signature)));
+    return sig.Run();
   });
 }
 

@@ -37,6 +37,16 @@ struct AcceptedUpdate {
   std::vector<float> params;
 };
 
+// What a site signed for an accepted update (crypto/update_signature.h): the exact signed
+// bytes and the Ed25519 signature, so anyone holding the site's enrolled key can verify
+// later which site sent the update. Kept after the round closes.
+struct UpdateSignatureRecord {
+  uint64_t round = 0;
+  std::string node;
+  std::vector<uint8_t> signed_bytes;
+  std::vector<uint8_t> signature;
+};
+
 // The round in progress, as a restarted aggregator needs it to carry on.
 struct OpenRoundState {
   uint64_t round = 0;
@@ -134,8 +144,12 @@ class AggregatorStore {
   // `round` is not the open round or `node` is not in its selection; AlreadyExists (and
   // nothing changes) when the node already has an accepted update in this attempt.
   // The store does not check shapes or values: the round engine validates before this.
+  // `signature`, when given, is stored in the same transaction (table update_signatures).
   Status AcceptUpdate(uint64_t round, const std::string& node, uint64_t num_examples,
-                      std::span<const float> params, double train_loss);
+                      std::span<const float> params, double train_loss,
+                      const UpdateSignatureRecord* signature = nullptr);
+  // The signatures of the updates accepted in `round` (every attempt), by node.
+  Result<std::vector<UpdateSignatureRecord>> UpdateSignatures(uint64_t round);
   // The open round with its accepted updates (params verified), or nullopt when none is open.
   Result<std::optional<OpenRoundState>> LoadOpenRound();
   // Closes the open round `round`: stores the new model as `new_model_version` (see

@@ -263,6 +263,9 @@ struct FitResult {
   // An evaluation answering collect_local_models: `update` holds the site's local-only
   // model's weights (codec "none", finite), shared for cross-evaluation.
   bool local_model = false;
+  // The site's Ed25519 signature (crypto/update_signature.h); empty = unsigned. 0 or 64
+  // bytes.
+  std::vector<uint8_t> signature;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };

@@ -629,6 +629,10 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     FM_RETURN_IF_ERROR(
         CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
+    if (!m->signature.empty() && m->signature.size() != 64) {
+      return Status::InvalidArgument(StrCat("FitResult signature is ", m->signature.size(),
+                                            " bytes; an Ed25519 signature is 64"));
+    }
     if (m->round != h.round) {
       return Status::InvalidArgument(
           StrCat("FitResult round ", m->round, " differs from header round ", h.round));

@@ -176,6 +176,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     for (const auto& [name, value] : m->metrics) (*o->mutable_metrics())[name] = value;
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     o->set_local_model(m->local_model);
+    o->set_signature(m->signature.data(), m->signature.size());
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -346,6 +347,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       for (const auto& [name, value] : i.metrics()) m.metrics[name] = value;
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       m.local_model = i.local_model();
+      m.signature.assign(i.signature().begin(), i.signature().end());
       *body = std::move(m);
       return Status::OK();
     }

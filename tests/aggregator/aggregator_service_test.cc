@@ -22,6 +22,7 @@
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
+#include "crypto/update_signature.h"
 #include "aggregator/aggregator_service.h"
 #include "transport/zmq/zmq_client.h"
 
@@ -78,6 +79,7 @@ struct FakeNode {
   uint64_t num_examples = 0;
   uint64_t claim_examples = 0;  // what FitResults claim; 0: num_examples, as registered
   bool answer = true;  // answer FitTasks as they arrive
+  bool sign = true;    // sign updates (crypto/update_signature.h), as a real node does
   uint64_t next_id = 1;
   int fit_tasks_seen = 0;
   int messages_seen = 0;
@@ -109,6 +111,7 @@ struct FakeNode {
     r.update = wire::FloatPayload(delta);  // the change to the global model
     r.bytes_before_codec = delta.size() * 4;
     r.bytes_after_codec = r.update.bytes.size();
+    if (sign) ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r).ok());
     wire::Message m{{kFed, name, task_msg.header.round, task_msg.header.model_version, next_id++},
                     std::move(r)};
     ASSERT_TRUE(client->Send(m).ok());
@@ -489,6 +492,38 @@ TEST_F(AggregatorServiceTest, RegisterFloodIsRateLimitedPerNode) {
   EXPECT_GE(n.messages_seen, 5);  // the burst was answered
   EXPECT_LE(n.messages_seen, 7);  // 5 + at most one refill per 2 s, with slack
   EXPECT_TRUE(service->engine().connected("site-a"));
+}
+
+// Issue 26 item 7: updates were accepted unsigned although docs/security.md said they were
+// signed. Now an unsigned update is refused before the engine sees it, and every accepted
+// update's signature is stored and verifies against its site's enrolled key.
+TEST_F(AggregatorServiceTest, UnsignedUpdateIsRefusedAndSignaturesAreStored) {
+  config_.rounds.total_rounds = 1;
+  config_.rounds.min_clients = 2;
+  config_.rounds.timeout_s = 1.0;
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  auto v0 = service->store().LoadModel(0);
+  ASSERT_TRUE(v0.ok());
+  nodes_[2].sign = false;
+  ConnectNodes(service->endpoint(), v0->size());
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->finished(); }));
+  ASSERT_TRUE(service->finish_status().ok()) << service->finish_status().ToString();
+  auto metrics = service->store().Metrics();
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 1u);
+  EXPECT_EQ((*metrics)[0].received, 2u);  // site-c's unsigned update never counted
+
+  auto sigs = service->store().UpdateSignatures(1);
+  ASSERT_TRUE(sigs.ok()) << sigs.status().ToString();
+  ASSERT_EQ(sigs->size(), 2u);
+  for (const UpdateSignatureRecord& rec : *sigs) {
+    const FakeNode& n = rec.node == "site-a" ? nodes_[0] : nodes_[1];
+    ASSERT_EQ(rec.node, n.name);
+    EXPECT_TRUE(VerifySignature(n.identity.public_identity(), rec.signed_bytes, rec.signature));
+    EXPECT_FALSE(VerifySignature(nodes_[2].identity.public_identity(), rec.signed_bytes,
+                                 rec.signature));
+  }
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 5);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 6);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -644,12 +644,12 @@ TEST_F(AggregatorStoreTest, SiteEvalRowsRoundTrip) {
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(6).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(7).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 6);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 7);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {

@@ -1,0 +1,67 @@
+#include "crypto/update_signature.h"
+
+#include <bit>
+#include <string>
+
+namespace fedmesh {
+namespace {
+
+constexpr std::string_view kDomain = "fedmesh/update/v1";
+
+void PutU64(std::vector<uint8_t>* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+void PutString(std::vector<uint8_t>* out, std::string_view s) {
+  PutU64(out, s.size());
+  out->insert(out->end(), s.begin(), s.end());
+}
+
+}  // namespace
+
+std::vector<uint8_t> UpdateSigningBytes(std::string_view federation, std::string_view node,
+                                        uint64_t model_version, const wire::FitResult& r,
+                                        const Sha256Digest& payload_sha256) {
+  std::vector<uint8_t> out;
+  out.reserve(192 + federation.size() + node.size() + r.update.codec.size());
+  PutString(&out, kDomain);
+  PutString(&out, federation);
+  PutString(&out, node);
+  PutU64(&out, r.round);
+  PutU64(&out, model_version);
+  PutU64(&out, r.num_examples);
+  PutU64(&out, std::bit_cast<uint64_t>(r.train_loss));
+  PutU64(&out, r.applied_prediction ? 1 : 0);
+  PutString(&out, r.update.codec);
+  PutU64(&out, r.update.element_count);
+  PutU64(&out, r.update.shapes.size());
+  for (const auto& dims : r.update.shapes) {
+    PutU64(&out, dims.size());
+    for (uint64_t d : dims) PutU64(&out, d);
+  }
+  out.insert(out.end(), payload_sha256.begin(), payload_sha256.end());
+  return out;
+}
+
+Status SignUpdate(const Identity& signer, std::string_view federation, uint64_t model_version,
+                  wire::FitResult* r) {
+  const Sha256Digest digest = Sha256::Hash(r->update.bytes);
+  auto sig = signer.Sign(UpdateSigningBytes(federation, signer.name(), model_version, *r, digest));
+  if (!sig.ok()) return sig.status();
+  r->signature.assign(sig->begin(), sig->end());
+  return Status::OK();
+}
+
+Status VerifyUpdate(const PublicIdentity& signer, std::string_view federation,
+                    uint64_t model_version, const wire::FitResult& r) {
+  const std::string what = "the update of " + signer.name + " for round " + std::to_string(r.round);
+  if (r.signature.empty()) return Status::PermissionDenied(what + " is unsigned");
+  const Sha256Digest digest = r.update.sha256 ? *r.update.sha256 : Sha256::Hash(r.update.bytes);
+  if (!VerifySignature(signer, UpdateSigningBytes(federation, signer.name, model_version, r, digest),
+                       r.signature)) {
+    return Status::PermissionDenied(what + " has a bad signature");
+  }
+  return Status::OK();
+}
+
+}  // namespace fedmesh

@@ -1,0 +1,62 @@
+// Issue 26 item 7: updates in aggregator mode are signed by their site.
+#include "crypto/update_signature.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/wire/wire_codec.h"
+
+namespace fedmesh {
+namespace {
+
+wire::FitResult Update() {
+  wire::FitResult r;
+  r.round = 4;
+  r.num_examples = 120;
+  r.train_loss = 0.25;
+  r.update = wire::FloatPayload(std::vector<float>{0.5f, -1.0f, 2.0f});
+  r.bytes_before_codec = r.bytes_after_codec = r.update.bytes.size();
+  return r;
+}
+
+TEST(UpdateSignature, SignedUpdateVerifiesAndAnyChangeBreaksIt) {
+  Identity site = Identity::Generate("site-a").value();
+  Identity other = Identity::Generate("site-b").value();
+  wire::FitResult r = Update();
+  EXPECT_EQ(VerifyUpdate(site.public_identity(), "fed", 3, r).code(),
+            StatusCode::kPermissionDenied);  // unsigned
+  ASSERT_TRUE(SignUpdate(site, "fed", 3, &r).ok());
+  ASSERT_EQ(r.signature.size(), 64u);
+  EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 3, r).ok());
+
+  // Another site's key, federation, model version, weight or byte: refused.
+  EXPECT_FALSE(VerifyUpdate(other.public_identity(), "fed", 3, r).ok());
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed-2", 3, r).ok());
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 4, r).ok());
+  wire::FitResult heavier = r;
+  heavier.num_examples = 1000000000;
+  auto weight = VerifyUpdate(site.public_identity(), "fed", 3, heavier);
+  EXPECT_EQ(weight.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(weight.message().find("bad signature"), std::string::npos) << weight.ToString();
+  wire::FitResult flipped = r;
+  flipped.update.bytes[0] ^= 1;
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 3, flipped).ok());
+  // A relay that re-signs with its own key cannot pass as the site.
+  wire::FitResult resigned = heavier;
+  ASSERT_TRUE(SignUpdate(other, "fed", 3, &resigned).ok());
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 3, resigned).ok());
+}
+
+TEST(UpdateSignature, TheReceiversVerifiedDigestIsUsed) {
+  Identity site = Identity::Generate("site-a").value();
+  wire::FitResult r = Update();
+  ASSERT_TRUE(SignUpdate(site, "fed", 0, &r).ok());
+  r.update.sha256 = Sha256::Hash(r.update.bytes);  // as the Reassembler sets it
+  EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 0, r).ok());
+  r.update.sha256->at(0) ^= 1;
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 0, r).ok());
+}
+
+}  // namespace
+}  // namespace fedmesh
