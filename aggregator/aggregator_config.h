@@ -27,6 +27,9 @@ struct AggregatorConfig {
   std::string allow_dir;     // enrolled node public keys, one file each
   std::string db_path;       // the aggregator's SQLite store
   std::string metrics_path;  // per-round JSON lines; empty = none
+  // [storage] keep_models: model versions kept (AggregatorStore::PruneModels after every
+  // round: the newest this many, the best and the latest). Default 0: keep all.
+  uint64_t keep_models = 0;
   // [rounds], [train], [aggregator] id/heartbeat_ms, plus federation_id.
   RoundEngineOptions rounds;
   // [rounds] strategy / prox_mu
