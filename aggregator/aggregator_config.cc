@@ -31,6 +31,12 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "Directory of enrolled node public keys; only these may connect")
             .Path(),
         StringKey("aggregator", "db", "aggregator.db", "The aggregator's SQLite store").Path(),
+        IntKey("storage", "keep_models", 0,
+               "Model versions the store keeps: the newest this many, plus the best (highest "
+               "test accuracy, else best federated evaluation) and the latest; older ones are "
+               "pruned after each round (docs/storage.md). With [eval] federated, more than "
+               "[eval] every. 0 = keep all")
+            .Min(0),
         StringKey("aggregator", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
         IntKey("aggregator", "max_pending_upload_mb", 0,
                "MiB that all nodes' partial uploads may hold together (a header frame that "
@@ -204,6 +210,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.upload_idle_timeout_s = v.GetFloat("aggregator", "upload_idle_timeout_s");
   c.db_path = v.GetString("aggregator", "db");
   c.metrics_path = v.GetString("aggregator", "metrics");
+  c.keep_models = static_cast<uint64_t>(v.GetInt("storage", "keep_models"));
 
   RoundEngineOptions& r = c.rounds;
   r.federation_id = c.federation_id;
@@ -261,6 +268,16 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.federated_eval.finetune_epochs = static_cast<uint32_t>(v.GetInt("eval", "finetune_epochs"));
   r.federated_eval.local_only_epochs = static_cast<uint32_t>(v.GetInt("eval", "local_only_epochs"));
   r.federated_eval.cross_eval = v.GetBool("eval", "cross_eval");
+  // A round's federated evaluation may close as late as when round + every closes; its model
+  // must still be stored then, or the best by that evaluation could be pruned unjudged.
+  if (r.federated_eval.enabled && c.keep_models > 0 && c.keep_models <= r.federated_eval.every) {
+    return AttributeToKey(
+        Status::InvalidArgument("keep_models = " + std::to_string(c.keep_models) +
+                                " with [eval] federated = true must be 0 or more than [eval] "
+                                "every (" + std::to_string(r.federated_eval.every) +
+                                "), so that a model is still stored when its evaluation closes"),
+        v, {{"", "storage", "keep_models"}});
+  }
   if (r.federated_eval.cross_eval && !r.federated_eval.enabled) {
     return AttributeToKey(Status::InvalidArgument("cross_eval scores models at the sites: set "
                                                   "[eval] federated = true"),

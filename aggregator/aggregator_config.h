@@ -31,6 +31,9 @@ struct AggregatorConfig {
   // largest update the model allows (aggregator/upload_limits.h).
   uint64_t max_pending_upload_bytes = 0;
   double upload_idle_timeout_s = 60.0;  // a partial upload idle this long is dropped
+  // [storage] keep_models: model versions kept (AggregatorStore::PruneModels after every
+  // round: the newest this many, the best and the latest). Default 0: keep all.
+  uint64_t keep_models = 0;
   // [rounds], [train], [aggregator] id/heartbeat_ms, plus federation_id.
   RoundEngineOptions rounds;
   // [rounds] strategy / prox_mu

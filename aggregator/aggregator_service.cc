@@ -552,6 +552,13 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               Status st = store_->CloseRound(c.round, c.model_version, c.global, m, c.strategy_state);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
               open_round_.reset();
+              // Retention is housekeeping: on failure the versions wait for the next round's call.
+              if (auto pruned = store_->PruneModels(config_.keep_models); !pruned.ok()) {
+                spdlog::error("[storage] keep_models: {}", pruned.status().ToString());
+              } else if (!pruned->empty()) {
+                spdlog::info("pruned {} old model version(s) ([storage] keep_models = {})",
+                             pruned->size(), config_.keep_models);
+              }
               spdlog::info(
                   "round {} closed: model version {}, {}/{} updates, test accuracy {:.4f}, "
                   "test loss {:.4f}, {:.2f} s",

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 namespace fedmesh {
 namespace {
@@ -183,27 +184,146 @@ Status WriteNewFile(const std::string& path, std::string_view bytes, mode_t mode
 
 }  // namespace
 
-Status CheckSecretFilePermissions(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    if (err == ENOENT) return Status::NotFound("secret file " + path + " does not exist");
-    return ErrnoStatus(err, "cannot stat secret file " + path);
+CheckedFile::CheckedFile(CheckedFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), st_(other.st_), path_(std::move(other.path_)) {}
+
+CheckedFile& CheckedFile::operator=(CheckedFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    st_ = other.st_;
+    path_ = std::move(other.path_);
   }
+  return *this;
+}
+
+CheckedFile::~CheckedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+
+// Who may own a file fedmesh trusts: the user it runs as, or root (as for ssh).
+Status CheckOwner(const struct stat& st, const std::string& what, const std::string& path) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid == me || st.st_uid == 0) return Status::OK();
+  return Status::PermissionDenied(what + path + " is owned by uid " + std::to_string(st.st_uid) +
+                                  ", not by this process's uid " + std::to_string(me) +
+                                  " or root, so that user could change what it holds; run: chown " +
+                                  std::to_string(me) + " " + path);
+}
+
+Status CheckNotWritableByOthers(const struct stat& st, const std::string& what,
+                                const std::string& path) {
+  if ((st.st_mode & 022) == 0) return Status::OK();
+  return Status::PermissionDenied(what + path + " is writable by group or others (mode " +
+                                  OctalMode(st.st_mode) +
+                                  "), so another user could change what it holds; run: "
+                                  "chmod go-w " +
+                                  path);
+}
+
+Status CheckRule(const struct stat& st, const std::string& path, KeyFileRule rule) {
   if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + " is not a regular file; a secret file must be one");
+    return Status::InvalidArgument(path + " is not a regular file, so it cannot be a key file");
   }
-  const mode_t mode = st.st_mode;
-  if ((mode & 077) != 0) {
-    // Say what the exposure actually is: a group-writable key is as bad as a readable one
-    // (it can be replaced) but "readable" would send the operator looking for the wrong bit.
-    const char* access = (mode & 044) != 0   ? "readable"
-                         : (mode & 022) != 0 ? "writable"
-                                             : "executable";
-    return Status::PermissionDenied(path + " is " + access + " by group or others (mode " +
-                                    OctalMode(mode) + "); run: chmod 600 " + path);
+  switch (rule) {
+    case KeyFileRule::kSecret:
+      if ((st.st_mode & 077) != 0) {
+        // Say what the exposure actually is: a group-writable key is as bad as a readable
+        // one (it can be replaced) but "readable" would send the operator looking for the
+        // wrong bit.
+        const char* access = (st.st_mode & 044) != 0   ? "readable"
+                             : (st.st_mode & 022) != 0 ? "writable"
+                                                       : "executable";
+        return Status::PermissionDenied(path + " is " + access + " by group or others (mode " +
+                                        OctalMode(st.st_mode) + "); run: chmod 600 " + path);
+      }
+      return Status::OK();
+    case KeyFileRule::kPublic:
+      FM_RETURN_IF_ERROR(CheckNotWritableByOthers(st, "", path));
+      return CheckOwner(st, "", path);
+    case KeyFileRule::kAny:
+      return Status::OK();
   }
   return Status::OK();
+}
+
+// openat(dir_fd, name) without following a final symbolic link, then the rule on its fstat.
+// `shown` is the path in messages.
+Result<CheckedFile> OpenAt(int dir_fd, const std::string& name, const std::string& shown,
+                           KeyFileRule rule) {
+  const int raw_fd =
+      ::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (raw_fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) {
+      // O_NOFOLLOW: the last component is a link. Its target, or the link itself, may be
+      // changed by whoever controls the directory it points into, after any check.
+      return Status::PermissionDenied(
+          shown +
+          " is a symbolic link; key files are not read through links (the target "
+          "could be swapped after it was checked): replace it with the file itself, "
+          "e.g. cp --remove-destination \"$(readlink -f " +
+          shown + ")\" " + shown);
+    }
+    if (err == ENOENT || err == ENOTDIR) {
+      return Status::NotFound("key file " + shown + " does not exist");
+    }
+    return ErrnoStatus(err, "cannot open key file " + shown);
+  }
+  struct stat st;
+  if (::fstat(raw_fd, &st) != 0) {
+    const int err = errno;
+    ::close(raw_fd);
+    return ErrnoStatus(err, "cannot stat key file " + shown);
+  }
+  CheckedFile file(raw_fd, st, shown);
+  FM_RETURN_IF_ERROR(CheckRule(st, shown, rule));
+  return file;
+}
+
+}  // namespace
+
+Result<CheckedFile> OpenKeyFile(const std::string& path, KeyFileRule rule) {
+  return OpenAt(AT_FDCWD, path, path, rule);
+}
+
+Result<CheckedFile> OpenKeyFileIn(const CheckedFile& dir, const std::string& name,
+                                  KeyFileRule rule) {
+  return OpenAt(dir.fd(), name, (std::filesystem::path(dir.path()) / name).string(), rule);
+}
+
+Result<CheckedFile> OpenAllowlistDirectory(const std::string& path) {
+  const std::string what = "allowlist directory ";
+  const int raw_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (raw_fd < 0) {
+    const int err = errno;
+    struct stat st;
+    if (err == ENOTDIR && ::stat(path.c_str(), &st) == 0) {
+      return Status::InvalidArgument(path +
+                                     " is not a directory; the allowlist is a directory of "
+                                     ".pub files");
+    }
+    if (err == ENOENT || err == ENOTDIR) {
+      return Status::NotFound(what + path + " does not exist");
+    }
+    return ErrnoStatus(err, "cannot open " + what + path);
+  }
+  struct stat st;
+  if (::fstat(raw_fd, &st) != 0) {
+    const int err = errno;
+    ::close(raw_fd);
+    return ErrnoStatus(err, "cannot stat " + what + path);
+  }
+  CheckedFile dir(raw_fd, st, path);
+  FM_RETURN_IF_ERROR(CheckNotWritableByOthers(st, what, path));
+  FM_RETURN_IF_ERROR(CheckOwner(st, what, path));
+  return dir;
+}
+
+Status CheckSecretFilePermissions(const std::string& path) {
+  return OpenKeyFile(path, KeyFileRule::kSecret).status();
 }
 
 Status WriteSecretFile(const std::string& path, std::string_view bytes) {

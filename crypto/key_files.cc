@@ -1,5 +1,6 @@
 #include "crypto/key_files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <system_error>
 #include <utility>
@@ -36,20 +38,6 @@ constexpr std::array<std::string_view, 5> kSecretFields = {kName, kCurvePublic, 
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // A key file's bytes, in secure memory whatever the file: a .key passed where a .pub was
 // expected must not leave its secrets in ordinary heap memory.
 struct FileText {
@@ -58,29 +46,11 @@ struct FileText {
   std::string_view view() const { return {reinterpret_cast<const char*>(buffer.data()), size}; }
 };
 
-// Reads at most `limit` bytes of `path`, refusing anything but a regular file of at most
-// kMaxKeyFileSize bytes. O_NONBLOCK so that a FIFO named like a key cannot hang the reader.
-Result<FileText> ReadKeyFile(const std::string& path, size_t limit = kMaxKeyFileSize) {
-  const int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (raw_fd < 0) {
-    const int err = errno;
-    if (err == ENOENT || err == ENOTDIR) {
-      return Status::NotFound("key file " + path + " does not exist");
-    }
-    if (err == EACCES || err == EPERM) {
-      return Status::PermissionDenied("cannot read key file " + path + ": " + ErrnoText(err));
-    }
-    return Status::IOError("cannot open key file " + path + ": " + ErrnoText(err));
-  }
-  ScopedFd fd(raw_fd);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) {
-    return Status::IOError("cannot stat key file " + path + ": " + ErrnoText(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + " is not a regular file, so it cannot be a key file");
-  }
-  const auto file_size = static_cast<size_t>(st.st_size);
+// Reads at most `limit` bytes of an opened, checked key file, refusing one larger than
+// kMaxKeyFileSize. The size comes from the same fstat that the checks used.
+Result<FileText> ReadKeyFile(const CheckedFile& file, size_t limit = kMaxKeyFileSize) {
+  const std::string& path = file.path();
+  const auto file_size = static_cast<size_t>(file.file_stat().st_size);
   if (file_size > kMaxKeyFileSize) {
     return Status::Corruption(path + " is " + std::to_string(file_size) +
                               " bytes, too large for a key file (at most " +
@@ -90,7 +60,7 @@ Result<FileText> ReadKeyFile(const std::string& path, size_t limit = kMaxKeyFile
   FM_ASSIGN_OR_RETURN(text.buffer, SecureBuffer::Create(std::min(file_size, limit)));
   char* dst = reinterpret_cast<char*>(text.buffer.data());
   while (text.size < text.buffer.size()) {
-    const ssize_t n = ::read(fd.get(), dst + text.size, text.buffer.size() - text.size);
+    const ssize_t n = ::read(file.fd(), dst + text.size, text.buffer.size() - text.size);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::IOError("cannot read key file " + path + ": " + ErrnoText(errno));
@@ -329,8 +299,8 @@ Status WriteIdentity(const std::string& out_prefix, const Identity& id) {
 }
 
 Result<Identity> ReadIdentity(const std::string& key_path) {
-  FM_RETURN_IF_ERROR(CheckSecretFilePermissions(key_path));
-  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(key_path));
+  FM_ASSIGN_OR_RETURN(const CheckedFile file, OpenKeyFile(key_path, KeyFileRule::kSecret));
+  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(file));
   std::array<Field, kSecretFields.size()> fields;
   FM_RETURN_IF_ERROR(
       ParseFields(text.view(), key_path, kSecretKeyFileHeader, kSecretFields, fields));
@@ -357,8 +327,11 @@ Result<Identity> ReadIdentity(const std::string& key_path) {
   return id;
 }
 
-Result<PublicIdentity> ReadPublicIdentity(const std::string& pub_path) {
-  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(pub_path));
+namespace {
+
+Result<PublicIdentity> ParsePublicIdentity(const CheckedFile& file) {
+  const std::string& pub_path = file.path();
+  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(file));
   std::array<Field, kPublicFields.size()> fields;
   FM_RETURN_IF_ERROR(
       ParseFields(text.view(), pub_path, kPublicKeyFileHeader, kPublicFields, fields));
@@ -367,9 +340,17 @@ Result<PublicIdentity> ReadPublicIdentity(const std::string& pub_path) {
   return pub;
 }
 
+}  // namespace
+
+Result<PublicIdentity> ReadPublicIdentity(const std::string& pub_path) {
+  FM_ASSIGN_OR_RETURN(const CheckedFile file, OpenKeyFile(pub_path, KeyFileRule::kPublic));
+  return ParsePublicIdentity(file);
+}
+
 Result<KeyFileKind> DetectKeyFileKind(const std::string& path) {
   // Only the first line matters; a hand-edited file might put anything after it.
-  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(path, 64));
+  FM_ASSIGN_OR_RETURN(const CheckedFile file, OpenKeyFile(path, KeyFileRule::kAny));
+  FM_ASSIGN_OR_RETURN(const FileText text, ReadKeyFile(file, 64));
   if (text.size == 0) {
     return Status::Corruption(path + " is empty; a fedmesh key file starts with '" +
                               std::string(kSecretKeyFileHeader) + "' or '" +
@@ -383,53 +364,56 @@ Result<KeyFileKind> DetectKeyFileKind(const std::string& path) {
 }
 
 Result<std::vector<PublicIdentity>> ReadAllowlist(const std::string& dir) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  if (ec || !fs::exists(st)) {
-    if (!fs::exists(st)) {
-      return Status::NotFound("allowlist directory " + dir + " does not exist");
+  // Everything below goes through this descriptor: the directory checked is the one listed,
+  // and every .pub is opened in it.
+  FM_ASSIGN_OR_RETURN(const CheckedFile checked_dir, OpenAllowlistDirectory(dir));
+  std::vector<std::string> names;
+  {
+    // fdopendir takes ownership of the descriptor it is given, so give it a duplicate.
+    const int list_fd = ::fcntl(checked_dir.fd(), F_DUPFD_CLOEXEC, 0);
+    DIR* listing = list_fd < 0 ? nullptr : ::fdopendir(list_fd);
+    if (listing == nullptr) {
+      const int err = errno;
+      if (list_fd >= 0) ::close(list_fd);
+      return Status::IOError("cannot list allowlist directory " + dir + ": " + ErrnoText(err));
     }
-    return Status::IOError("cannot stat allowlist directory " + dir + ": " + ec.message());
+    std::unique_ptr<DIR, int (*)(DIR*)> guard(listing, ::closedir);
+    for (;;) {
+      errno = 0;
+      const dirent* entry = ::readdir(listing);
+      if (entry == nullptr) {
+        if (errno != 0) {
+          return Status::IOError("cannot list allowlist directory " + dir + ": " +
+                                 ErrnoText(errno));
+        }
+        break;
+      }
+      const std::string name = entry->d_name;
+      // Hidden names include WritePublicFile's temporaries; they are never enrollments.
+      if (name.empty() || name.front() == '.' || fs::path(name).extension() != ".pub") continue;
+      names.push_back(name);
+    }
   }
-  if (!fs::is_directory(st)) {
-    return Status::InvalidArgument(dir +
-                                   " is not a directory; the allowlist is a directory of "
-                                   ".pub files");
-  }
-  std::vector<fs::path> files;
-  fs::directory_iterator it(dir, ec);
-  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    // Hidden names include WritePublicFile's temporaries; they are never enrollments.
-    if (name.empty() || name.front() == '.' || it->path().extension() != ".pub") continue;
-    files.push_back(it->path());
-  }
-  if (ec) {
-    const Status s =
-        ec == std::errc::permission_denied
-            ? Status::PermissionDenied("cannot list allowlist directory " + dir + ": " +
-                                       ec.message())
-            : Status::IOError("cannot list allowlist directory " + dir + ": " + ec.message());
-    return s;
-  }
-  std::sort(files.begin(), files.end());
+  std::sort(names.begin(), names.end());
 
   std::vector<PublicIdentity> ids;
   std::vector<std::string> origin;  // origin[i]: the file ids[i] came from
-  for (const fs::path& file : files) {
-    FM_ASSIGN_OR_RETURN(PublicIdentity id, ReadPublicIdentity(file.string()));
+  for (const std::string& name : names) {
+    FM_ASSIGN_OR_RETURN(const CheckedFile file,
+                        OpenKeyFileIn(checked_dir, name, KeyFileRule::kPublic));
+    FM_ASSIGN_OR_RETURN(PublicIdentity id, ParsePublicIdentity(file));
     for (size_t i = 0; i < ids.size(); ++i) {
       const char* same = ids[i].curve_public == id.curve_public ? "curve public key"
                          : ids[i].sign_public == id.sign_public ? "signing public key"
                          : ids[i].name == id.name               ? "site name"
                                                                 : nullptr;
       if (same != nullptr) {
-        return Status::InvalidArgument(origin[i] + " and " + file.string() + " have the same " +
+        return Status::InvalidArgument(origin[i] + " and " + file.path() + " have the same " +
                                        same + "; remove one of them from the allowlist");
       }
     }
     ids.push_back(std::move(id));
-    origin.push_back(file.string());
+    origin.push_back(file.path());
   }
   return ids;
 }

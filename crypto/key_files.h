@@ -49,25 +49,33 @@ std::string FormatPublicIdentity(const PublicIdentity& id);
 // was, the .key is removed again so that the call can be retried.
 Status WriteIdentity(const std::string& out_prefix, const Identity& id);
 
-// Reads a .key file. First CheckSecretFilePermissions (NotFound; PermissionDenied with the
-// `chmod 600` fix when group or others have access), then the strict parse above.
+// Reads a .key file: OpenKeyFile with KeyFileRule::kSecret (NotFound; PermissionDenied for
+// a symbolic link, or with the `chmod 600` fix when group or others have access), then the
+// strict parse above.
 Result<Identity> ReadIdentity(const std::string& key_path);
 
-// Reads a .pub file. NotFound when missing, Corruption when malformed; a .key given here is
-// Corruption too (read it with ReadIdentity, which checks its permissions).
+// Reads a .pub file: OpenKeyFile with KeyFileRule::kPublic (PermissionDenied for a symbolic
+// link, a file group or others can write, or one owned by another user than this process's
+// or root), then the strict parse. NotFound when missing, Corruption when malformed; a .key
+// given here is Corruption too (read it with ReadIdentity, which checks its permissions).
 Result<PublicIdentity> ReadPublicIdentity(const std::string& pub_path);
 
 enum class KeyFileKind { kSecret, kPublic };
 
 // Which kind of key file `path` is, from its header line alone: reads at most 64 bytes,
 // into secure memory, and looks only at the first line, which holds no secret. Corruption
-// when the header is neither (NotFound, InvalidArgument as for the readers).
+// when the header is neither (NotFound, InvalidArgument, and PermissionDenied for a
+// symbolic link, as for the readers; the mode and owner are left to the reader).
 Result<KeyFileKind> DetectKeyFileKind(const std::string& path);
 
 // Every *.pub in `dir` (not descending into subdirectories, ignoring hidden files and every
 // other name), sorted by file name: the sites an aggregator admits. An empty directory
 // gives an empty list. NotFound when `dir` is missing, InvalidArgument when it is not a
-// directory; a malformed .pub fails the whole read with that file's error, and two files
+// directory; PermissionDenied naming the path and the fix when the directory or a .pub in
+// it breaks the rules of OpenAllowlistDirectory / KeyFileRule::kPublic (writable by group or
+// others, another user's, a .pub that is a symbolic link); each .pub is opened relative to
+// the checked directory's descriptor. A malformed .pub fails the whole read with that
+// file's error, and two files
 // with the same name, curve key or signing key are InvalidArgument naming both, because
 // either one would make "who sent this" ambiguous.
 Result<std::vector<PublicIdentity>> ReadAllowlist(const std::string& dir);

@@ -40,7 +40,7 @@ rounds=${DEMO_ROUNDS:-10}
 # DEMO_CODEC='topk:0.01|int8|zstd'; "none" sends raw float32.
 codec=${DEMO_CODEC:-none}
 cd "$run"
-mkdir -p keys/allow run
+mkdir -p run && mkdir -p -m 755 keys/allow  # the aggregator refuses a group-writable allowlist
 for who in aggregator site-1 site-2 site-3 site-4; do "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null; done
 cp keys/site-*.pub keys/allow/
 cp "$root"/examples/fashion-mnist/*.toml .

@@ -24,7 +24,8 @@ wait_for_endpoint() {
 gen_site_keys() {
   local bin=$1 coordinator=$2
   shift 2
-  mkdir -p keys/allow
+  # Not group-writable whatever the umask: the aggregator refuses an allowlist others can write.
+  mkdir -p -m 755 keys/allow
   "$bin/fedmesh-keys" gen --out "keys/$coordinator" >/dev/null
   for who in "$@"; do
     "$bin/fedmesh-keys" gen --out "keys/$who" >/dev/null

@@ -1,5 +1,6 @@
 #include "storage/aggregator_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 #include <utility>
@@ -111,7 +112,15 @@ CREATE TABLE site_eval (
   PRIMARY KEY (round, site)
 ) WITHOUT ROWID;
 )sql",
-      // v6: each accepted update's signature (crypto/update_signature.h), kept for
+      // v6: retention ([storage] keep_models): the versions whose parameters PruneModels
+      // freed. Their models row stays, with an empty blob: rounds refer to it, and it still
+      // records the version's size and hash.
+      R"sql(
+CREATE TABLE pruned_models (
+  version INTEGER PRIMARY KEY REFERENCES models (version)
+);
+)sql",
+      // v7: each accepted update's signature (crypto/update_signature.h), kept for
       // attribution after the round closes and its parameters are dropped.
       R"sql(
 CREATE TABLE update_signatures (
@@ -193,10 +202,18 @@ Status AggregatorStore::InsertModel(uint64_t version, std::span<const float> par
 
 Result<std::vector<float>> AggregatorStore::ReadModel(uint64_t version) {
   FM_ASSIGN_OR_RETURN(Statement stmt,
-                      db_->Prepare("SELECT num_params, sha256 FROM models WHERE version = ?"));
+                      db_->Prepare("SELECT m.num_params, m.sha256, p.version IS NOT NULL "
+                                   "FROM models m LEFT JOIN pruned_models p USING (version) "
+                                   "WHERE m.version = ?"));
   FM_RETURN_IF_ERROR(stmt.BindAll(version));
   FM_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) return Status::NotFound(path() + ": model version " + Str(version) + " is not stored");
+  if (stmt.ColumnInt64(2) != 0) {
+    return Status::NotFound(path() + ": model version " + Str(version) +
+                            " was pruned by [storage] keep_models (only the newest versions, the "
+                            "best and the latest are kept); raise keep_models, or 0 to keep all, "
+                            "before a run whose models you will need");
+  }
   const auto num_params = static_cast<uint64_t>(stmt.ColumnInt64(0));
   const std::span<const uint8_t> stored_sha = stmt.ColumnBlob(1);
   const std::vector<uint8_t> sha(stored_sha.begin(), stored_sha.end());
@@ -314,6 +331,79 @@ Result<std::vector<float>> AggregatorStore::LoadModel(uint64_t version) {
   });
   FM_RETURN_IF_ERROR(s);
   return params;
+}
+
+Result<std::optional<uint64_t>> AggregatorStore::BestVersion() {
+  // Each query: the best row's version, the earliest round among equals. NaN figures are
+  // stored as NULL and never win. The JSON is checked before it is read, so a hand-edited
+  // row cannot make pruning fail.
+  static constexpr const char* kQueries[] = {
+      "SELECT r.model_version FROM round_metrics m JOIN rounds r ON r.round = m.round "
+      "WHERE m.test_accuracy IS NOT NULL AND r.model_version IS NOT NULL "
+      "ORDER BY m.test_accuracy DESC, m.round LIMIT 1",
+      "SELECT model_version FROM (SELECT model_version, round, CASE WHEN json_valid(metrics_json) "
+      "THEN CASE WHEN json_type(metrics_json, '$.accuracy') IN ('integer', 'real') "
+      "THEN json_extract(metrics_json, '$.accuracy') END END AS accuracy "
+      "FROM site_eval WHERE site = '*') WHERE accuracy IS NOT NULL "
+      "ORDER BY accuracy DESC, round LIMIT 1",
+      "SELECT model_version FROM site_eval WHERE site = '*' AND loss IS NOT NULL "
+      "ORDER BY loss, round LIMIT 1",
+  };
+  for (const char* sql : kQueries) {
+    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare(sql));
+    FM_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) return std::optional<uint64_t>(static_cast<uint64_t>(q.ColumnInt64(0)));
+  }
+  return std::optional<uint64_t>();
+}
+
+Result<std::optional<uint64_t>> AggregatorStore::BestModelVersion() {
+  std::optional<uint64_t> best;
+  Status s = db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(best, BestVersion());
+    return Status::OK();
+  });
+  FM_RETURN_IF_ERROR(s);
+  return best;
+}
+
+Result<std::vector<uint64_t>> AggregatorStore::PruneModels(uint64_t keep_last) {
+  std::vector<uint64_t> pruned;
+  if (keep_last == 0) return pruned;
+  Status s = db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(std::optional<uint64_t> best, BestVersion());
+    {
+      // Everything but the newest keep_last versions (the latest among them), not yet pruned.
+      FM_ASSIGN_OR_RETURN(Statement old,
+                          db_->Prepare("SELECT version FROM models WHERE version NOT IN "
+                                       "(SELECT version FROM models ORDER BY version DESC LIMIT ?) "
+                                       "AND version NOT IN (SELECT version FROM pruned_models) "
+                                       "ORDER BY version"));
+      const auto limit =
+          static_cast<int64_t>(std::min<uint64_t>(keep_last, std::numeric_limits<int64_t>::max()));
+      FM_RETURN_IF_ERROR(old.Bind(1, limit));
+      for (;;) {
+        FM_ASSIGN_OR_RETURN(bool row, old.Step());
+        if (!row) break;
+        const auto version = static_cast<uint64_t>(old.ColumnInt64(0));
+        if (version != best) pruned.push_back(version);
+      }
+    }
+    for (uint64_t version : pruned) {
+      // An empty blob, not NULL (the column is NOT NULL): its pages go to SQLite's free list.
+      // The strategy state only matters for resuming from the latest version.
+      for (const char* sql : {"UPDATE models SET params = zeroblob(0) WHERE version = ?",
+                              "DELETE FROM strategy_state WHERE model_version = ?",
+                              "INSERT INTO pruned_models (version) VALUES (?)"}) {
+        FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare(sql));
+        FM_RETURN_IF_ERROR(q.BindAll(version));
+        FM_RETURN_IF_ERROR(q.Run());
+      }
+    }
+    return Status::OK();
+  });
+  if (!s.ok()) return s;
+  return pruned;
 }
 
 // ---------------------------------------------------------------------------------------

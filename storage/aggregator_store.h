@@ -107,7 +107,7 @@ struct SiteEvalRow {
 
 class AggregatorStore {
  public:
-  // Opens or creates the store at `path` and brings its schema to version 5. A file of
+  // Opens or creates the store at `path` and brings its schema to version 6. A file of
   // another kind (a node store, a foreign database) or written by a newer fedmesh is
   // FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<AggregatorStore>> Open(const std::string& path);
@@ -116,7 +116,8 @@ class AggregatorStore {
   AggregatorStore& operator=(const AggregatorStore&) = delete;
 
   // ---- models. Versions only increase: a version at or below the latest stored one is
-  // AlreadyExists (equal) or FailedPrecondition (lower). Every version is kept.
+  // AlreadyExists (equal) or FailedPrecondition (lower). Every version is kept until
+  // PruneModels frees it.
   Status SaveModel(uint64_t version, std::span<const float> params);
   // The architecture of a graph model (its canonical hash and ONNX bytes without weights),
   // one per store, replaced by a later call.
@@ -132,8 +133,27 @@ class AggregatorStore {
   Result<std::vector<SiteEvalRow>> SiteEvalHistory(const std::string& site);
   // The highest version, or nullopt in a new store.
   Result<std::optional<StoredModel>> LatestModel();
-  // NotFound for a version never stored; Corruption when the blob fails its check.
+  // NotFound for a version never stored, or one PruneModels freed (the message says "model
+  // version N was pruned by [storage] keep_models"); Corruption when the blob fails its check.
   Result<std::vector<float>> LoadModel(uint64_t version);
+
+  // ---- retention ([storage] keep_models).
+  // The version PruneModels keeps as the best: the closed round with the highest
+  // test_accuracy (the aggregator's own [eval] dataset); when no round has one, the highest
+  // "accuracy" of a federated evaluation's example-weighted mean (site_eval "*"); when none
+  // has that, the lowest federated loss; nullopt when nothing was evaluated. The earliest
+  // round wins a tie, as with `fedmesh-model export --best`.
+  Result<std::optional<uint64_t>> BestModelVersion();
+  // Frees the parameters (and strategy state) of every model version older than the newest
+  // `keep_last` ones, except BestModelVersion(); 0 keeps everything. The latest version is
+  // always among the newest, and it is also the one an open round trains from and a restart
+  // resumes from, so both keep working. Version 0 (the initial model) gets no exception: it
+  // is rebuilt from [model] seed, and sites keep their own copy. A freed version keeps its
+  // models row (size, hash, the rounds that refer to it); LoadModel says it was pruned.
+  // Returns the versions freed by this call, oldest first: nothing when called again.
+  // The pages go to SQLite's free list, reused by later models and updates; the file does
+  // not shrink (no auto_vacuum, no VACUUM).
+  Result<std::vector<uint64_t>> PruneModels(uint64_t keep_last);
 
   // ---- rounds. At most one round is open. Round numbers only increase.
   // Opens `round` with attempt `attempt`. FailedPrecondition when a round is open or a
@@ -194,6 +214,7 @@ class AggregatorStore {
   // Bodies that run inside a transaction.
   Status InsertModel(uint64_t version, std::span<const float> params);
   Result<std::vector<float>> ReadModel(uint64_t version);
+  Result<std::optional<uint64_t>> BestVersion();
   Result<std::optional<uint64_t>> OpenRoundNumber();
   Status RequireOpenRound(uint64_t round, std::string_view action);
   Status InsertSelection(uint64_t round, const std::vector<std::string>& selected);

@@ -13,7 +13,7 @@ bin="$build/bin"
   FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys" "$root/scripts/build.sh"
 export OMP_WAIT_POLICY=passive
 run=${HOSPITAL_RUN_DIR:-$root/runs/hospital-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$run/keys/allow" "$run/run"
+mkdir -p "$run/run" && mkdir -p -m 755 "$run/keys/allow"  # refused if group-writable
 cd "$run"
 cp "$root"/examples/hospital/*.toml .
 "$bin/fedmesh-keys" gen --out keys/coordinator >/dev/null

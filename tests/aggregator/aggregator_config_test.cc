@@ -117,6 +117,32 @@ TEST(ConfigAggregator, StatisticsNormalizationAndCrossEvalKeysAreChecked) {
   EXPECT_TRUE(ok->rounds.federated_eval.cross_eval);
 }
 
+// Issue 26 item 11: [storage] keep_models defaults to keeping every model version, refuses
+// a negative count, and with federated evaluation must outlast [eval] every rounds.
+TEST(ConfigAggregator, KeepModelsDefaultsToAllAndIsChecked) {
+  TempDir dir;
+  std::string path =
+      dir.Write("agg.toml", "[federation]\nid = \"f\"\n[storage]\nkeep_models = 5\n");
+  auto five = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(five.ok()) << five.status().ToString();
+  EXPECT_EQ(five->keep_models, 5u);
+  std::string plain = dir.Write("plain.toml", "[federation]\nid = \"f\"\n");
+  auto all = LoadAggregatorConfig(plain, {});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->keep_models, 0u);
+
+  auto negative = LoadAggregatorConfig(path, {"storage.keep_models=-1"});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("[storage] keep_models"));
+
+  auto too_few = LoadAggregatorConfig(path, {"eval.federated=true", "eval.every=5"});
+  ASSERT_FALSE(too_few.ok());
+  EXPECT_THAT(too_few.status().message(), HasSubstr(path + ":4:15: [storage] keep_models: "));
+  EXPECT_THAT(too_few.status().message(), HasSubstr("more than [eval] every (5)"));
+  EXPECT_TRUE(LoadAggregatorConfig(path, {"eval.federated=true", "eval.every=4"}).ok());
+  EXPECT_TRUE(LoadAggregatorConfig(plain, {"eval.federated=true", "eval.every=4"}).ok());
+}
+
 TEST(ConfigAggregator, ModelShapeKeys) {
   TempDir dir;
   std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[model]\ninput_shape = [30]\n"

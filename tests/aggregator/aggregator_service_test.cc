@@ -297,6 +297,32 @@ TEST_F(AggregatorServiceTest, AggregatorServiceTwoRoundsFedAvgPersisted) {
   }
 }
 
+// Issue 26 item 11: with [storage] keep_models the service prunes after every round's
+// commit, keeping the newest, the latest and the best by test accuracy.
+TEST_F(AggregatorServiceTest, KeepModelsPrunesAfterEveryRound) {
+  config_.rounds.total_rounds = 3;
+  config_.keep_models = 1;
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  ConnectNodes(service->endpoint(), 15);
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->finished(); }));
+  EXPECT_TRUE(service->finish_status().ok()) << service->finish_status().ToString();
+
+  auto best = service->store().BestModelVersion();
+  ASSERT_TRUE(best.ok()) << best.status().ToString();
+  ASSERT_TRUE(best->has_value()) << "every round has a test accuracy";
+  for (uint64_t v = 0; v <= 3; ++v) {
+    const bool kept = v == 3 || v == **best;
+    auto model = service->store().LoadModel(v);
+    EXPECT_EQ(model.ok(), kept) << "version " << v << ": " << model.status().ToString();
+    if (!kept) {
+      EXPECT_NE(model.status().message().find("was pruned by [storage] keep_models"),
+                std::string::npos)
+          << model.status().ToString();
+    }
+  }
+}
+
 TEST_F(AggregatorServiceTest, AggregatorServiceRestartKeepsAcceptedUpdate) {
   config_.rounds.total_rounds = 1;
   auto service = StartService();

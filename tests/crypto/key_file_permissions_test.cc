@@ -92,6 +92,34 @@ TEST_F(KeyFilePermissionsTest, DirectoryIsNotASecretFile) {
   EXPECT_EQ(CheckSecretFilePermissions(Path("keys")).code(), StatusCode::kInvalidArgument);
 }
 
+// Issue 26 item 9: the check is made on the opened file, and a link is not opened.
+TEST_F(KeyFilePermissionsTest, SymlinkIsRefusedEvenToAnOwnerOnlyFile) {
+  const std::string target = Path("site.key");
+  const std::string link = Path("link.key");
+  WriteWithMode(target, "secret", 0600);
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  Status s = CheckSecretFilePermissions(link);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr(link + " is a symbolic link"));
+  EXPECT_TRUE(CheckSecretFilePermissions(target).ok());
+}
+
+// The descriptor stays the checked file: replacing the name after the open changes nothing
+// for the reader (what a path-based stat-then-open could not promise).
+TEST_F(KeyFilePermissionsTest, OpenKeyFileKeepsTheCheckedFileWhenTheNameIsSwapped) {
+  const std::string path = Path("site.pub");
+  WriteWithMode(path, "checked", 0644);
+  Result<CheckedFile> file = OpenKeyFile(path, KeyFileRule::kPublic);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  WriteWithMode(Path("evil.pub"), "swapped", 0666);
+  ASSERT_EQ(::rename(Path("evil.pub").c_str(), path.c_str()), 0);
+  char buf[16] = {};
+  ASSERT_EQ(::read(file->fd(), buf, sizeof(buf)), 7);
+  EXPECT_EQ(std::string(buf), "checked");
+  EXPECT_EQ(file->file_stat().st_mode & 07777, 0644u);
+  EXPECT_EQ(OpenKeyFile(path, KeyFileRule::kPublic).status().code(), StatusCode::kPermissionDenied);
+}
+
 TEST_F(KeyFilePermissionsTest, WriteSecretFileCreatesMode0600WithExactBytes) {
   // A permissive umask must not leak into the key's mode.
   const mode_t old_umask = ::umask(0);

@@ -218,6 +218,45 @@ TEST_F(KeyFilesTest, WorldReadableKeyIsRefusedWithTheChmodFix) {
   EXPECT_TRUE(ReadIdentity(key).ok());
 }
 
+// Issue 26 item 9: a link is refused, not followed, whatever its target's mode: the target
+// (or the link) could be replaced after the check, and the message says how to fix it.
+TEST_F(KeyFilesTest, SymlinkedKeyAndPubAreRefusedNamingThePath) {
+  GenerateTo("site-a", "site-a");
+  const std::string key_link = Path("link.key");
+  const std::string pub_link = Path("link.pub");
+  ASSERT_EQ(::symlink(Path("site-a.key").c_str(), key_link.c_str()), 0);
+  ASSERT_EQ(::symlink(Path("site-a.pub").c_str(), pub_link.c_str()), 0);
+
+  Result<Identity> id = ReadIdentity(key_link);
+  EXPECT_EQ(id.status().code(), StatusCode::kPermissionDenied) << id.status().ToString();
+  EXPECT_THAT(id.status().message(), HasSubstr(key_link + " is a symbolic link"));
+  EXPECT_THAT(id.status().message(), HasSubstr("replace it with the file itself"));
+
+  Result<PublicIdentity> pub = ReadPublicIdentity(pub_link);
+  EXPECT_EQ(pub.status().code(), StatusCode::kPermissionDenied) << pub.status().ToString();
+  EXPECT_THAT(pub.status().message(), HasSubstr(pub_link + " is a symbolic link"));
+
+  EXPECT_EQ(DetectKeyFileKind(key_link).status().code(), StatusCode::kPermissionDenied);
+  // The files themselves are fine.
+  EXPECT_TRUE(ReadIdentity(Path("site-a.key")).ok());
+  EXPECT_TRUE(ReadPublicIdentity(Path("site-a.pub")).ok());
+}
+
+// Issue 26 item 9: a .pub anyone else can rewrite lets them swap in their own key.
+TEST_F(KeyFilesTest, WritablePubIsRefusedWithTheChmodFix) {
+  GenerateTo("site-a", "site-a");
+  const std::string pub = Path("site-a.pub");
+  for (mode_t mode : {mode_t{0646}, mode_t{0664}}) {
+    ASSERT_EQ(::chmod(pub.c_str(), mode), 0);
+    Result<PublicIdentity> read = ReadPublicIdentity(pub);
+    EXPECT_EQ(read.status().code(), StatusCode::kPermissionDenied) << std::oct << mode;
+    EXPECT_THAT(read.status().message(), HasSubstr(pub + " is writable by group or others"));
+    EXPECT_THAT(read.status().message(), HasSubstr("run: chmod go-w " + pub));
+  }
+  ASSERT_EQ(::chmod(pub.c_str(), 0644), 0);  // readable by everyone is the point of a .pub
+  EXPECT_TRUE(ReadPublicIdentity(pub).ok());
+}
+
 TEST_F(KeyFilesTest, MissingFilesAreNotFound) {
   EXPECT_EQ(ReadIdentity(Path("absent.key")).status().code(), StatusCode::kNotFound);
   Result<PublicIdentity> pub = ReadPublicIdentity(Path("absent.pub"));
@@ -383,7 +422,13 @@ class AllowlistTest : public KeyFilesTest {
   void SetUp() override {
     KeyFilesTest::SetUp();
     fs::create_directory(dir_ / "allow");
+    // Explicit, so that the tests do not depend on the umask (002 would make it
+    // group-writable, which ReadAllowlist refuses).
+    ASSERT_EQ(::chmod(Allow().c_str(), 0755), 0);
   }
+  // Only root can chown a file to another user.
+  static bool IsRoot() { return ::geteuid() == 0; }
+  static constexpr uid_t kNobody = 65534;
   // Generates a site and puts only its .pub into allow/.
   PublicIdentity Enroll(const std::string& file, const std::string& name) {
     Identity id = GenerateTo(name + "-keys", name);
@@ -474,6 +519,82 @@ TEST_F(AllowlistTest, MissingDirectoryIsNotFoundAndAFileIsNotADirectory) {
   Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow() + "/a.pub");
   EXPECT_EQ(ids.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(ids.status().message(), HasSubstr("is not a directory"));
+}
+
+// Issue 26 item 9: whoever can write the allowlist directory can enroll a site.
+TEST_F(AllowlistTest, GroupOrWorldWritableDirectoryIsRefusedNamingIt) {
+  Enroll("a.pub", "site-a");
+  for (mode_t mode : {mode_t{0775}, mode_t{0757}, mode_t{01777}}) {
+    ASSERT_EQ(::chmod(Allow().c_str(), mode), 0);
+    Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+    EXPECT_EQ(ids.status().code(), StatusCode::kPermissionDenied) << std::oct << mode;
+    EXPECT_THAT(ids.status().message(),
+                HasSubstr("allowlist directory " + Allow() + " is writable by group or others"));
+    EXPECT_THAT(ids.status().message(), HasSubstr("run: chmod go-w " + Allow()));
+  }
+  ASSERT_EQ(::chmod(Allow().c_str(), 0755), 0);  // the suggested fix works
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(ids->size(), 1u);
+}
+
+TEST_F(AllowlistTest, WorldWritablePubIsRefusedNamingIt) {
+  Enroll("a.pub", "site-a");
+  Enroll("b.pub", "site-b");
+  ASSERT_EQ(::chmod((Allow() + "/b.pub").c_str(), 0666), 0);
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+  EXPECT_EQ(ids.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(ids.status().message(),
+              HasSubstr(Allow() + "/b.pub is writable by group or others (mode 0666)"));
+  EXPECT_THAT(ids.status().message(), HasSubstr("run: chmod go-w " + Allow() + "/b.pub"));
+}
+
+TEST_F(AllowlistTest, SymlinkedPubIsRefusedNamingIt) {
+  Enroll("a.pub", "site-a");
+  GenerateTo("b-keys", "site-b");
+  // What an operator might do instead of copying; the target is a perfectly good .pub.
+  ASSERT_EQ(::symlink(Path("b-keys.pub").c_str(), (Allow() + "/b.pub").c_str()), 0);
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+  EXPECT_EQ(ids.status().code(), StatusCode::kPermissionDenied) << ids.status().ToString();
+  EXPECT_THAT(ids.status().message(), HasSubstr(Allow() + "/b.pub is a symbolic link"));
+}
+
+TEST_F(AllowlistTest, PubOwnedByAnotherUserIsRefusedNamingIt) {
+  if (!IsRoot()) GTEST_SKIP() << "needs root to chown a file to uid 65534";
+  Enroll("a.pub", "site-a");
+  const std::string pub = Allow() + "/a.pub";
+  ASSERT_EQ(::chown(pub.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+  EXPECT_EQ(ids.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(ids.status().message(), HasSubstr(pub + " is owned by uid 65534"));
+  EXPECT_THAT(ids.status().message(), HasSubstr("run: chown 0 " + pub));
+  EXPECT_EQ(ReadPublicIdentity(pub).status().code(), StatusCode::kPermissionDenied);
+  ASSERT_EQ(::chown(pub.c_str(), 0, static_cast<gid_t>(-1)), 0);  // root-owned is fine
+  EXPECT_TRUE(ReadAllowlist(Allow()).ok());
+}
+
+TEST_F(AllowlistTest, DirectoryOwnedByAnotherUserIsRefusedNamingIt) {
+  if (!IsRoot()) GTEST_SKIP() << "needs root to chown a directory to uid 65534";
+  Enroll("a.pub", "site-a");
+  ASSERT_EQ(::chown(Allow().c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(Allow());
+  EXPECT_EQ(ids.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(ids.status().message(),
+              HasSubstr("allowlist directory " + Allow() + " is owned by uid 65534"));
+}
+
+// The directory's own path may be a link (e.g. /etc/fedmesh/allow -> a versioned folder):
+// the directory it reaches is the one checked and read.
+TEST_F(AllowlistTest, LinkToTheDirectoryIsFollowedAndTheTargetChecked) {
+  const PublicIdentity a = Enroll("a.pub", "site-a");
+  const std::string link = Path("allow-link");
+  ASSERT_EQ(::symlink(Allow().c_str(), link.c_str()), 0);
+  Result<std::vector<PublicIdentity>> ids = ReadAllowlist(link);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  ASSERT_EQ(ids->size(), 1u);
+  EXPECT_EQ((*ids)[0], a);
+  ASSERT_EQ(::chmod(Allow().c_str(), 0775), 0);
+  EXPECT_EQ(ReadAllowlist(link).status().code(), StatusCode::kPermissionDenied);
 }
 
 }  // namespace

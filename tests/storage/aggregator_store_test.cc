@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 6);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 7);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -640,16 +640,141 @@ TEST_F(AggregatorStoreTest, SiteEvalRowsRoundTrip) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Retention (issue 26 item 11)
+
+class PruneModelsTest : public AggregatorStoreTest {
+ protected:
+  // Version 0, then rounds 1..n each closing with version r; round r's test accuracy is
+  // accuracy(r) (NaN: not evaluated), and each version carries a strategy state.
+  void RunRounds(AggregatorStore& store, uint64_t n, double (*accuracy)(uint64_t)) {
+    ASSERT_TRUE(store.SaveModel(0, Params(0, 64)).ok());
+    for (uint64_t r = 1; r <= n; ++r) {
+      ASSERT_TRUE(store.OpenRound(r, 1, {"a"}, 0.0).ok());
+      ASSERT_TRUE(store.AcceptUpdate(r, "a", 10, Params(1000 + r, 64), 0.5).ok());
+      RoundMetrics m;
+      m.test_accuracy = accuracy(r);
+      const auto v = static_cast<uint32_t>(r);
+      ASSERT_TRUE(store.CloseRound(r, r, Params(v, 64), m, Params(500 + v, 8)).ok());
+    }
+  }
+  static double NoAccuracy(uint64_t) { return std::numeric_limits<double>::quiet_NaN(); }
+  // Best at round 3, and a tie at round 7 that the earlier round wins.
+  static double PeakAtThree(uint64_t r) { return r == 3 || r == 7 ? 0.9 : 0.1 * r / 10; }
+
+  // Which of versions 0..n still load, as a string ("0123" = all of 0..3).
+  static std::string Loadable(AggregatorStore& store, uint64_t n) {
+    std::string out;
+    for (uint64_t v = 0; v <= n; ++v) {
+      if (store.LoadModel(v).ok()) out += std::to_string(v);
+    }
+    return out;
+  }
+};
+
+TEST_F(PruneModelsTest, KeepsTheNewestTheBestAndTheLatest) {
+  auto store = Open();
+  RunRounds(*store, 10, PeakAtThree);
+  ASSERT_EQ(*store->BestModelVersion(), std::optional<uint64_t>(3));
+
+  auto pruned = store->PruneModels(2);
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_THAT(*pruned, ElementsAre(0u, 1u, 2u, 4u, 5u, 6u, 7u, 8u));
+  EXPECT_EQ(Loadable(*store, 10), "3910");
+  // What is kept is bit-exact, and the latest carries its strategy state for a restart.
+  EXPECT_TRUE(SameBits(*store->LoadModel(3), Params(3, 64)));
+  EXPECT_TRUE(SameBits(*store->LoadModel(9), Params(9, 64)));
+  EXPECT_TRUE(SameBits(*store->StrategyState(10), Params(510, 8)));
+  EXPECT_TRUE(store->StrategyState(5)->empty()) << "a pruned version's state is freed too";
+  // The rows stay, with empty blobs: the rounds still name their model.
+  EXPECT_EQ(QueryInt("SELECT count(*) FROM models"), 11);
+  EXPECT_EQ(QueryInt("SELECT count(*) FROM models WHERE length(params) = 0"), 8);
+  EXPECT_EQ(store->Metrics()->size(), 10u);
+}
+
+TEST_F(PruneModelsTest, PrunedVersionLoadsWithAClearErrorAfterAReopen) {
+  {
+    auto store = Open();
+    RunRounds(*store, 5, NoAccuracy);
+    ASSERT_TRUE(store->PruneModels(1).ok());
+  }
+  auto store = Open();  // as a restarted aggregator or fedmesh-model export would
+  auto pruned = store->LoadModel(2);
+  EXPECT_EQ(pruned.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(pruned.status().message(),
+              HasSubstr(path_ + ": model version 2 was pruned by [storage] keep_models"));
+  // Never stored is still told apart from pruned.
+  EXPECT_THAT(store->LoadModel(99).status().message(), HasSubstr("is not stored"));
+  // A restart resumes from the latest version, which is always kept.
+  auto latest = store->LatestModel();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->version, 5u);
+  EXPECT_TRUE(SameBits((*latest)->params, Params(5, 64)));
+  EXPECT_TRUE(SameBits(*store->StrategyState(5), Params(505, 8)));
+  // The next round commits as usual after a prune.
+  ASSERT_TRUE(store->OpenRound(6, 1, {"a"}, 0.0).ok());
+  ASSERT_TRUE(store->CloseRound(6, 6, Params(6, 64), RoundMetrics{}).ok());
+  EXPECT_EQ(Loadable(*store, 6), "56");
+}
+
+TEST_F(PruneModelsTest, PruningTwiceIsIdempotent) {
+  auto store = Open();
+  RunRounds(*store, 6, PeakAtThree);
+  auto first = store->PruneModels(2);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_THAT(*first, ElementsAre(0u, 1u, 2u, 4u));
+  auto second = store->PruneModels(2);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(second->empty());
+  EXPECT_EQ(Loadable(*store, 6), "356");
+  EXPECT_EQ(QueryInt("SELECT count(*) FROM pruned_models"), 4);
+}
+
+TEST_F(PruneModelsTest, ZeroKeepsEveryVersion) {
+  auto store = Open();
+  RunRounds(*store, 4, NoAccuracy);
+  auto pruned = store->PruneModels(0);
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_TRUE(pruned->empty());
+  EXPECT_EQ(Loadable(*store, 4), "01234");
+  EXPECT_TRUE(store->PruneModels(100)->empty()) << "more than stored keeps all too";
+  EXPECT_EQ(Loadable(*store, 4), "01234");
+}
+
+// Without the aggregator's own test accuracy the best is the federated evaluation's:
+// its "accuracy" when reported, else its loss.
+TEST_F(PruneModelsTest, BestFallsBackToFederatedAccuracyThenFederatedLoss) {
+  auto store = Open();
+  RunRounds(*store, 6, NoAccuracy);
+  EXPECT_FALSE(store->BestModelVersion()->has_value());
+  auto eval = [&](uint64_t round, double loss, const std::string& json) {
+    const std::vector<SiteEvalRow> rows = {{round, round, "*", 10, loss, json},
+                                           {round, round, "site-a", 10, 0.0, "{\"accuracy\":1}"}};
+    ASSERT_TRUE(store->SaveSiteEval(round, round, rows).ok());
+  };
+  eval(1, 0.9, "{}");
+  eval(2, 0.2, "{\"mse\":3}");
+  EXPECT_EQ(*store->BestModelVersion(), std::optional<uint64_t>(2)) << "lowest loss";
+  eval(3, 0.5, "{\"accuracy\":0.8,\"finetuned_accuracy\":0.99}");
+  eval(4, 0.4, "{\"accuracy\":0.7}");
+  eval(5, 0.1, "not json");  // a damaged row is skipped, not an error
+  EXPECT_EQ(*store->BestModelVersion(), std::optional<uint64_t>(3)) << "highest accuracy";
+  auto pruned = store->PruneModels(1);
+  ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
+  EXPECT_EQ(Loadable(*store, 6), "36");
+}
+
+// ---------------------------------------------------------------------------------------
 // Schema
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(7).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(8).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 7);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 8);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {
