@@ -17,6 +17,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "core/allocator_tuning.h"
 #include "core/env.h"
 #include "aggregator/aggregator_service.h"
 #include "aggregator/aggregator_config.h"
@@ -68,6 +69,7 @@ bool IsConfigError(fedmesh::StatusCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedmesh::KeepLargeBuffersInHeap();  // before any thread starts (core/allocator_tuning.h)
   StartSignalThread();
   SetLogger("aggregator");
   CLI::App app{

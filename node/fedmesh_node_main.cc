@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/allocator_tuning.h"
 #include "core/env.h"
 #include "node/node_config.h"
 #include "node/federated_client.h"
@@ -110,6 +111,7 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
 }  // namespace
 
 int main(int argc, char** argv) {
+  fedmesh::KeepLargeBuffersInHeap();  // before any thread starts (core/allocator_tuning.h)
   fedmesh::LocalTrainingOptions o;
   bool local_only = false;
   std::string hidden = "256";

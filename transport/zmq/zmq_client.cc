@@ -133,14 +133,19 @@ void ZmqClient::HeartbeatLoop() {
   }
 }
 
-Status ZmqClient::SendFramesLocked(const std::vector<wire::Frame>& frames) {
+Status ZmqClient::SendFramesLocked(std::vector<wire::Frame>& frames) {
   if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
   try {
-    for (const wire::Frame& frame : frames) {
-      if (!socket_.send(zmq::message_t(frame.data(), frame.size()), zmq::send_flags::none)) {
+    for (wire::Frame& frame : frames) {
+      const size_t size = frame.size();
+      auto* owned = new wire::Frame(std::move(frame));
+      zmq::message_t msg(
+          owned->data(), size, [](void*, void* hint) { delete static_cast<wire::Frame*>(hint); },
+          owned);
+      if (!socket_.send(std::move(msg), zmq::send_flags::none)) {
         return Status::Unavailable("ZmqClient: send queue full past the send timeout");
       }
-      bytes_sent_ += frame.size();
+      bytes_sent_ += size;
     }
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "ZmqClient::Send");
@@ -171,9 +176,15 @@ Status ZmqClient::Reconnect() {
   return Status::OK();
 }
 
+Status ZmqClient::SendEncoded(std::vector<wire::Frame> frames) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendFramesLocked(frames);
+}
+
 Status ZmqClient::SendRawFrameForTesting(const std::vector<uint8_t>& frame) {
   std::lock_guard<std::mutex> lock(mu_);
-  return SendFramesLocked({frame});
+  std::vector<wire::Frame> frames{frame};
+  return SendFramesLocked(frames);
 }
 
 void ZmqClient::StopHeartbeatsForTesting() {

@@ -92,6 +92,10 @@ class ZmqClient final : public ClientTransport {
   // Frame bytes handed to the socket (queued or sent), heartbeats included.
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
 
+  // Sends frames already made by wire::Encode (e.g. one encoding sent again), moving them
+  // into ZeroMQ without a copy.
+  Status SendEncoded(std::vector<wire::Frame> frames);
+
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
   // Stops the heartbeat thread: for dead-peer tests only.
@@ -100,7 +104,8 @@ class ZmqClient final : public ClientTransport {
  private:
   explicit ZmqClient(const ZmqClientOptions& options);
   void HeartbeatLoop();
-  Status SendFramesLocked(const std::vector<wire::Frame>& frames);
+  // Moves each frame into its ZeroMQ message (no copy); `frames` is left empty.
+  Status SendFramesLocked(std::vector<wire::Frame>& frames);
 
   ZmqClientOptions options_;
   zmq::context_t context_;
