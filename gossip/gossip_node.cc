@@ -188,6 +188,7 @@ Status GossipNode::RestoreFrom(const NodeCheckpoint& cp) {
 
 void GossipNode::StartRunning() {
   running_ = true;
+  averager_->CancelPulls();  // a late answer would replace the model it now trains
   next_tick_at_ = env_.NowSeconds() + options_.period_s;
 }
 
@@ -283,13 +284,20 @@ Status GossipNode::OnModel(const std::string& from, const wire::GossipModel& mod
     return Status::AlreadyExists("gossip model " + std::to_string(model.sequence) + " from " +
                                  from + " was seen before (replay)");
   }
+  // A reply replaces the model outright: only the peers asked may send one, and only while
+  // this node still waits (StartRunning forgets the requests).
+  if (model.kind == wire::GossipKind::kPullReply && !averager_->PullOutstanding(from)) {
+    ++drops_.unsolicited;
+    return Status::FailedPrecondition("PullReply from " + from +
+                                      ", which this node did not ask for its model (or no "
+                                      "longer waits for)");
+  }
   // While joining, only the pull exchange matters: mixing pushes into a model that is about
   // to be replaced by a neighbour's would be wasted (and a restarted peer's stale push
   // would be adopted as if current).
   const bool pull = model.kind == wire::GossipKind::kPullRequest ||
                     model.kind == wire::GossipKind::kPullReply;
   if (!running_ && !pull) return Status::OK();
-  if (running_ && model.kind == wire::GossipKind::kPullReply) return Status::OK();
   auto replies = averager_->OnModel(from, model, membership_->LiveIds());
   if (!replies.ok()) {
     ++drops_.malformed;
