@@ -103,6 +103,10 @@ Status Validate(const AveragingOptions& options) {
     return Status::InvalidArgument("choco_gamma is " + std::to_string(options.choco_gamma) +
                                    "; it must be in (0, 1] (try 0.5, smaller for coarser codecs)");
   }
+  if (!(std::isfinite(options.max_push_weight) && options.max_push_weight >= 0.0)) {
+    return Status::InvalidArgument("max_push_weight is " + std::to_string(options.max_push_weight) +
+                                   "; it must be finite and >= 0 (0: the view's size)");
+  }
   if (!(std::isfinite(options.exchange_timeout_s) && options.exchange_timeout_s > 0.0)) {
     return Status::InvalidArgument("exchange_timeout_s is " +
                                    std::to_string(options.exchange_timeout_s) +
@@ -169,6 +173,11 @@ Result<std::vector<ModelSend>> Averager::OnModel(const std::string& from,
                                                  const wire::GossipModel& message,
                                                  std::span<const std::string> view) {
   using wire::GossipKind;
+  if (message.step > kMaxGossipStep) {
+    return Status::InvalidArgument("GossipModel " + KindName(message.kind) + " from " + from +
+                                   " has step " + std::to_string(message.step) +
+                                   "; the largest is 2^53");
+  }
   if (message.kind == GossipKind::kPullRequest) {
     // Choco's chain compresses differences, useless for a whole model: send it raw.
     const codec::Chain& chain = HasPublicCopy() ? codec::Chain() : chain_;
@@ -178,15 +187,22 @@ Result<std::vector<ModelSend>> Averager::OnModel(const std::string& from,
     return reply;
   }
   if (message.kind == GossipKind::kPullReply) {
+    // Adopting a model replaces ours outright: only an answer to our own request may.
+    if (!PullOutstanding(from)) {
+      return Status::FailedPrecondition("PullReply from " + from +
+                                        ", which this node did not ask for its model");
+    }
     FM_ASSIGN_OR_RETURN(std::vector<float> values, DecodeModel(from, message.model));
     x_ = std::move(values);
     step_ = std::max(step_, message.step);
+    pulls_.clear();
     return std::vector<ModelSend>{};
   }
   return Receive(from, message, view);
 }
 
-ModelSend Averager::PullRequest(std::string to) const {
+ModelSend Averager::PullRequest(std::string to) {
+  pulls_.insert(to);
   return Make(std::move(to), wire::GossipKind::kPullRequest, step_,
               codec::MakePayload(codec::Chain(), 0, {}));
 }
@@ -225,6 +241,7 @@ Status Averager::Restore(State state) {
   step_ = state.step;
   RestoreExtra(state);
   ForgetPeers();
+  pulls_.clear();
   return Status::OK();
 }
 

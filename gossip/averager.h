@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,11 @@
 namespace fedmesh {
 
 enum class GossipProtocol { kPushPull, kDpsgd, kChoco, kPushSum };
+
+// The largest step a GossipModel may carry: 2^53, far beyond any run (285,000 years at a
+// thousand steps a second), exact as a double in metrics, and far enough below 2^64 that
+// adopting a pulled step and counting on can never wrap.
+inline constexpr uint64_t kMaxGossipStep = uint64_t{1} << 53;
 
 // "pushpull", "dpsgd", "choco", "pushsum". InvalidArgument listing them.
 Result<GossipProtocol> ParseGossipProtocol(std::string_view name);
@@ -59,11 +65,20 @@ struct AveragingOptions {
   // pushpull: an Exchange unanswered after this many seconds is abandoned; choco: a
   // kSyncRequest unanswered after this long is sent again. > 0. Default: 2.
   double exchange_timeout_s = 2.0;
+  // pushsum: the largest weight one message may carry; larger ones are refused, as are
+  // non-finite and non-positive ones. 0 means the number of members in the receiver's view
+  // (self included): the mass a federation of that size starts with (every node starts at
+  // weight 1 and push-sum never creates mass), which an honest share (at most half its
+  // sender's weight) exceeds only after over half the federation left having passed its
+  // mass on. Without a cap one share of weight 1e30 made its receiver adopt the sender's
+  // model outright and spread it. Finite and >= 0. Default: 0.
+  double max_push_weight = 0.0;
 };
 
 // InvalidArgument naming the field: an unknown protocol or topology, a codec chain that does
-// not parse, choco_gamma outside (0, 1], exchange_timeout_s <= 0, fanout 0, dpsgd or choco
-// on the random topology, choco on one_peer_exponential.
+// not parse, choco_gamma outside (0, 1], exchange_timeout_s <= 0, fanout 0, max_push_weight
+// negative or not finite, dpsgd or choco on the random topology, choco on
+// one_peer_exponential.
 Status Validate(const AveragingOptions& options);
 
 // A message to send: kind, step, weight and model are set; the caller fills sequence and
@@ -133,22 +148,29 @@ class Averager {
 
   // Handles a message already authenticated and de-duplicated by the caller; returns the
   // replies to send. A payload that does not decode, has the wrong element count or
-  // non-finite values, a negative or non-finite push-sum weight, or a kind this protocol
-  // does not use -> error Status and the state is unchanged. Any protocol answers
-  // kPullRequest with kPullReply (x, step; choco: uncompressed) and adopts the x of a
-  // kPullReply (a joining node), taking step = max(step, its step); a push-sum node keeps
+  // non-finite values, a step above kMaxGossipStep, a push-sum weight outside
+  // (0, max_push_weight], or a kind this protocol does not use -> InvalidArgument and the
+  // state is unchanged. Any protocol answers kPullRequest with kPullReply (x, step; choco:
+  // uncompressed). A kPullReply is adopted only from a peer this node sent a PullRequest to
+  // since it last adopted one (FailedPrecondition otherwise, state unchanged): it takes that
+  // x and step = max(step, its step), and forgets the other requests; a push-sum node keeps
   // its weight (no mass moves). A kExchangeReply echoes its Exchange's step, which is how
   // the initiator matches it; a late one for an abandoned Exchange is ignored.
   Result<std::vector<ModelSend>> OnModel(const std::string& from, const wire::GossipModel& message,
                                          std::span<const std::string> view);
 
-  // A kPullRequest to `to`: what a joining or restarted node sends to a live neighbour.
-  ModelSend PullRequest(std::string to) const;
+  // A kPullRequest to `to`: what a joining or restarted node sends to a live neighbour. `to`
+  // is remembered as asked until a PullReply is adopted or CancelPulls.
+  ModelSend PullRequest(std::string to);
+  // Whether a PullReply from `from` would be adopted.
+  bool PullOutstanding(const std::string& from) const { return pulls_.contains(from); }
+  // Forgets the PullRequests sent (the node gave up waiting and started on its own).
+  void CancelPulls() { pulls_.clear(); }
 
   State Snapshot() const;
   // Restores a Snapshot and forgets everything learned about peers (outstanding Exchange,
-  // received models, CHOCO copies, which resynchronise). InvalidArgument when x (or choco's
-  // x_hat) has the wrong size or non-finite values, or the weight is not finite and > 0.
+  // PullRequests, received models, CHOCO copies, which resynchronise). InvalidArgument when x (or
+  // choco's x_hat) has the wrong size or non-finite values, or the weight is not finite and > 0.
   Status Restore(State state);
 
  protected:
@@ -202,6 +224,7 @@ class Averager {
 
  private:
   Env& env_;
+  std::set<std::string> pulls_;  // peers sent a PullRequest since the last adopted reply
 };
 
 }  // namespace fedmesh

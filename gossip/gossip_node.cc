@@ -4,10 +4,12 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <sstream>
 #include <utility>
 
 #include "crypto/z85.h"
+#include "gossip/signed_member.h"
 #include "gossip/signed_model.h"
 
 namespace fedmesh {
@@ -30,13 +32,42 @@ bool ParseU64(const std::string& text, uint64_t* out) {
   return true;
 }
 
-// One member per line: id endpoint curve-z85 sign-z85 incarnation state.
+std::string Hex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+bool FromHex(const std::string& text, std::vector<uint8_t>* out) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  if (text.size() % 2 != 0) return false;
+  out->clear();
+  for (size_t i = 0; i < text.size(); i += 2) {
+    const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<uint8_t>(hi << 4 | lo));
+  }
+  return true;
+}
+
+// One member per line: id endpoint curve-z85 sign-z85 incarnation state signature-hex (the
+// member's own signature, gossip/signed_member.h; lines written before records were signed
+// lack it, and Membership::Restore skips those members).
 std::string EncodeMembers(const std::vector<wire::MemberUpdate>& members) {
   std::ostringstream os;
   for (const auto& m : members) {
     os << m.id << ' ' << m.endpoint << ' ' << Z85Encode(m.curve_public) << ' '
-       << Z85Encode(m.sign_public) << ' ' << m.incarnation << ' '
-       << static_cast<uint32_t>(m.state) << '\n';
+       << Z85Encode(m.sign_public) << ' ' << m.incarnation << ' ' << static_cast<uint32_t>(m.state)
+       << ' ' << Hex(m.signature) << '\n';
   }
   return os.str();
 }
@@ -48,13 +79,13 @@ Result<std::vector<wire::MemberUpdate>> DecodeMembers(const std::string& text) {
   for (int n = 1; std::getline(is, line); ++n) {
     std::istringstream ls(line);
     wire::MemberUpdate m;
-    std::string curve, sign;
+    std::string curve, sign, signature;
     uint32_t state = 0;
     if (!(ls >> m.id >> m.endpoint >> curve >> sign >> m.incarnation >> state) ||
         !Z85Decode(curve, m.curve_public) || !Z85Decode(sign, m.sign_public) || state < 1 ||
-        state > 3) {
+        state > 3 || ((ls >> signature) && !FromHex(signature, &m.signature))) {
       return Status::Corruption("checkpoint attribute gossip/members line " + std::to_string(n) +
-                                " is not 'id endpoint curve sign incarnation state'");
+                                " is not 'id endpoint curve sign incarnation state [signature]'");
     }
     m.state = static_cast<wire::MemberState>(state);
     out.push_back(std::move(m));
@@ -96,21 +127,19 @@ Result<std::unique_ptr<GossipNode>> GossipNode::Create(
     return Status::InvalidArgument("gossip node " + node->id_ +
                                    " is not in the allowlist with its own keys");
   }
-  wire::MemberUpdate self;
-  self.id = node->id_;
-  self.endpoint = std::move(endpoint);
-  self.curve_public = identity.public_identity().curve_public;
-  self.sign_public = identity.public_identity().sign_public;
+  uint64_t incarnation = 0;
   if (restored != nullptr) {
     if (auto it = restored->attributes.find(kIncarnation); it != restored->attributes.end()) {
-      if (!ParseU64(it->second, &self.incarnation)) {
-        return Status::Corruption("checkpoint attribute gossip/incarnation is not a number");
+      if (!ParseU64(it->second, &incarnation) || incarnation > kMaxIncarnation) {
+        return Status::Corruption("checkpoint attribute gossip/incarnation is not a number up to " +
+                                  std::to_string(kMaxIncarnation));
       }
     }
   }
-  FM_ASSIGN_OR_RETURN(node->membership_,
-                      Membership::Create(options.membership, std::move(self), std::move(allowlist),
-                                         std::move(seeds), env));
+  FM_ASSIGN_OR_RETURN(
+      node->membership_,
+      Membership::Create(options.membership, identity, options.federation_id, std::move(endpoint),
+                         incarnation, std::move(allowlist), std::move(seeds), env));
   FM_ASSIGN_OR_RETURN(node->averager_, Averager::Create(options.averaging, node->id_,
                                                         std::move(initial_model), env));
   node->started_at_ = env.NowSeconds();
@@ -159,6 +188,7 @@ Status GossipNode::RestoreFrom(const NodeCheckpoint& cp) {
 
 void GossipNode::StartRunning() {
   running_ = true;
+  averager_->CancelPulls();  // a late answer would replace the model it now trains
   next_tick_at_ = env_.NowSeconds() + options_.period_s;
 }
 
@@ -254,13 +284,20 @@ Status GossipNode::OnModel(const std::string& from, const wire::GossipModel& mod
     return Status::AlreadyExists("gossip model " + std::to_string(model.sequence) + " from " +
                                  from + " was seen before (replay)");
   }
+  // A reply replaces the model outright: only the peers asked may send one, and only while
+  // this node still waits (StartRunning forgets the requests).
+  if (model.kind == wire::GossipKind::kPullReply && !averager_->PullOutstanding(from)) {
+    ++drops_.unsolicited;
+    return Status::FailedPrecondition("PullReply from " + from +
+                                      ", which this node did not ask for its model (or no "
+                                      "longer waits for)");
+  }
   // While joining, only the pull exchange matters: mixing pushes into a model that is about
   // to be replaced by a neighbour's would be wasted (and a restarted peer's stale push
   // would be adopted as if current).
   const bool pull = model.kind == wire::GossipKind::kPullRequest ||
                     model.kind == wire::GossipKind::kPullReply;
   if (!running_ && !pull) return Status::OK();
-  if (running_ && model.kind == wire::GossipKind::kPullReply) return Status::OK();
   auto replies = averager_->OnModel(from, model, membership_->LiveIds());
   if (!replies.ok()) {
     ++drops_.malformed;

@@ -5,6 +5,7 @@
 //   joining   membership joins through the seeds; a node with no checkpoint pulls the
 //             current model from a live neighbour before it trains (or, when nobody answers
 //             within join_pull_timeout_s, starts from its own initial model: the first node);
+//             only a neighbour it asked can answer, and only until it adopts an answer;
 //   running   every period_s the driver trains on params() and calls Tick(), which mixes
 //             with neighbours' models by the configured protocol.
 // Every GossipModel it sends is signed and numbered; every one it receives must come from
@@ -65,9 +66,11 @@ struct GossipDrops {
   uint64_t replayed = 0;          // sequence number seen before (or older than the window)
   uint64_t malformed = 0;         // undecodable or misshapen payload, unexpected type
   uint64_t wrong_model = 0;       // the sender runs another model graph (model_sha256)
+  uint64_t unsolicited = 0;       // a PullReply this node did not ask that peer for, or no
+                                  // longer waits for (it adopted another or started alone)
   uint64_t total() const {
     return wrong_federation + spoofed_sender + not_allowlisted + unsigned_model + bad_signature +
-           replayed + malformed + wrong_model;
+           replayed + malformed + wrong_model + unsolicited;
   }
 };
 

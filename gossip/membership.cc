@@ -71,15 +71,28 @@ Status Validate(const MembershipOptions& o) {
 // ---- Construction ------------------------------------------------------------------------
 
 Result<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& options,
-                                                       MemberUpdate self,
+                                                       const Identity& identity,
+                                                       std::string federation_id,
+                                                       std::string endpoint, uint64_t incarnation,
                                                        std::vector<PublicIdentity> allowlist,
                                                        std::vector<Seed> seeds, Env& env) {
   FM_RETURN_IF_ERROR(Validate(options));
-  if (self.id.empty() || self.endpoint.empty()) {
-    return Status::InvalidArgument(
-        "self needs an id and an endpoint (where its gossip socket "
-        "listens)");
+  if (federation_id.empty()) {
+    return Status::InvalidArgument("the federation id is empty; member records are signed for one");
   }
+  if (endpoint.empty()) {
+    return Status::InvalidArgument("self needs an endpoint (where its gossip socket listens)");
+  }
+  if (incarnation > kMaxIncarnation) {
+    return Status::InvalidArgument("incarnation " + Str(incarnation) + " is above the largest, " +
+                                   Str(kMaxIncarnation) + "; is the checkpoint damaged?");
+  }
+  MemberUpdate self;
+  self.id = identity.name();
+  self.endpoint = std::move(endpoint);
+  self.curve_public = identity.public_identity().curve_public;
+  self.sign_public = identity.public_identity().sign_public;
+  self.incarnation = incarnation;
   std::map<std::string, PublicIdentity> list;
   for (auto& p : allowlist) {
     const std::string name = p.name;
@@ -95,15 +108,20 @@ Result<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& 
                                    ") is not in the allowlist with its own keys; enroll it");
   }
   self.state = MemberState::kAlive;
+  FM_RETURN_IF_ERROR(SignMember(identity, federation_id, &self));
   std::erase_if(seeds, [&](const Seed& s) { return s.id == self.id; });
-  return std::unique_ptr<Membership>(
-      new Membership(options, std::move(self), std::move(list), std::move(seeds), env));
+  return std::unique_ptr<Membership>(new Membership(options, identity, std::move(federation_id),
+                                                    std::move(self), std::move(list),
+                                                    std::move(seeds), env));
 }
 
-Membership::Membership(const MembershipOptions& options, MemberUpdate self,
+Membership::Membership(const MembershipOptions& options, const Identity& identity,
+                       std::string federation_id, MemberUpdate self,
                        std::map<std::string, PublicIdentity> allowlist, std::vector<Seed> seeds,
                        Env& env)
     : options_(options),
+      identity_(identity),
+      federation_id_(std::move(federation_id)),
       env_(env),
       self_(std::move(self)),
       allowlist_(std::move(allowlist)),
@@ -127,6 +145,30 @@ bool Membership::Admissible(const MemberUpdate& u) {
   if (KeysMatch(u)) return true;
   ++refused_count_;
   return false;
+}
+
+bool Membership::Authentic(const MemberUpdate& u) {
+  if (u.incarnation > kMaxIncarnation) {
+    ++refused_count_;
+    return false;
+  }
+  // The same signed content as a record already held (and checked when it arrived): only
+  // the state differs, which is not signed.
+  const MemberUpdate* held = nullptr;
+  if (u.id == self_.id) {
+    held = &self_;
+  } else if (auto it = members_.find(u.id); it != members_.end()) {
+    held = &it->second.info;
+  }
+  if (held != nullptr && held->incarnation == u.incarnation && held->endpoint == u.endpoint &&
+      held->signature == u.signature) {
+    return true;
+  }
+  if (!VerifyMember(allowlist_.at(u.id), federation_id_, u).ok()) {
+    ++refused_count_;
+    return false;
+  }
+  return true;
 }
 
 bool Membership::HasUsableSeed() const {
@@ -225,7 +267,7 @@ std::optional<MemberUpdate> Membership::ApplySenderRecord(const std::string& fro
                                                           const wire::Membership& m) {
   if (m.updates.empty() || m.updates[0].id != from || from == self_.id) return std::nullopt;
   MemberUpdate u = m.updates[0];
-  if (!Admissible(u)) return std::nullopt;
+  if (!Admissible(u) || !Authentic(u)) return std::nullopt;
   u.state = MemberState::kAlive;  // it is evidently running, whatever it claims
   auto it = members_.find(from);
   if (it == members_.end()) {
@@ -238,7 +280,12 @@ std::optional<MemberUpdate> Membership::ApplySenderRecord(const std::string& fro
     Enqueue(u);
     return std::nullopt;
   }
-  r.info.endpoint = u.endpoint;  // first-hand: where it listens now
+  // First-hand, signed at the incarnation held: where it listens now. (Signed lower, it is
+  // a restart that lost its checkpoint; it refutes above ours once it hears it.)
+  if (u.incarnation == r.info.incarnation) {
+    r.info.endpoint = u.endpoint;
+    r.info.signature = u.signature;
+  }
   if (r.info.state != MemberState::kDead) return std::nullopt;
   // Revive without gossiping: others hold the same tombstone, which beats "alive" at this
   // incarnation; the member's own refutation will override it everywhere.
@@ -256,6 +303,9 @@ void Membership::ApplyUpdate(const MemberUpdate& u) {
     return;
   }
   auto it = members_.find(u.id);
+  // Stale news changes nothing: no need to check its signature.
+  if (it != members_.end() && !Overrides(u, it->second.info)) return;
+  if (!Authentic(u)) return;
   if (it == members_.end()) {
     // A tombstone of a member never seen blocks stale "alive" gossip but is not news.
     members_.emplace(u.id, Record{u, env_.NowSeconds()});
@@ -264,7 +314,6 @@ void Membership::ApplyUpdate(const MemberUpdate& u) {
     Enqueue(u);
     return;
   }
-  if (!Overrides(u, it->second.info)) return;
   SetRecord(it->second, u);
   Enqueue(u);
 }
@@ -272,13 +321,21 @@ void Membership::ApplyUpdate(const MemberUpdate& u) {
 void Membership::ApplyAboutSelf(const MemberUpdate& u) {
   // Suspected or declared dead at our incarnation, or someone saw a later incarnation of
   // us (a previous run of this node): outbid it.
+  // Only a record this node signed (now or in a previous run) can make it refute.
   const bool accused = u.state != MemberState::kAlive && u.incarnation >= self_.incarnation;
-  if (accused || u.incarnation > self_.incarnation) Refute(u.incarnation);
+  if ((accused || u.incarnation > self_.incarnation) && Authentic(u)) Refute(u.incarnation);
 }
 
 void Membership::Refute(uint64_t above) {
+  // Unreachable unless this node signed kMaxIncarnation itself: stay put rather than sign a
+  // record every receiver refuses.
+  if (above >= kMaxIncarnation) return;
+  MemberUpdate next = self_;
+  next.incarnation = above + 1;
+  // Signing fails only if libsodium cannot start, and Create has signed already.
+  if (!SignMember(identity_, federation_id_, &next).ok()) return;
   // No broadcast entry is needed: every message this node sends starts with its own record.
-  self_.incarnation = above + 1;
+  self_ = std::move(next);
 }
 
 void Membership::SetRecord(Record& r, const MemberUpdate& u) {
@@ -559,7 +616,8 @@ void Membership::Restore(const std::vector<MemberUpdate>& members) {
   bool changed = false;
   for (MemberUpdate u : members) {
     if (u.id == self_.id || u.state == MemberState::kDead || !KeysMatch(u) ||
-        members_.contains(u.id)) {
+        members_.contains(u.id) || u.incarnation > kMaxIncarnation ||
+        !VerifyMember(allowlist_.at(u.id), federation_id_, u).ok()) {
       continue;
     }
     u.state = MemberState::kAlive;

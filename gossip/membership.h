@@ -10,12 +10,19 @@
 // through configured seeds and get the seed's whole view back as a Sync.
 //
 // Security: only ids in the allowlist, with exactly its keys, ever enter the view; a message
-// from an id the transport did not map to the allowlist is refused (PermissionDenied).
+// from an id the transport did not map to the allowlist is refused (PermissionDenied). Every
+// record is signed by the member it describes (gossip/signed_member.h) and refused unless
+// that signature verifies against the allowlist: a member may spread, suspect or declare
+// dead another member's record, but cannot move it to another endpoint or raise its
+// incarnation. Incarnations above kMaxIncarnation are refused, so a refutation never wraps.
+// A signature is checked only when the record would change something here, and not again
+// for a record this node already holds, so a steady-state Sync costs no verification.
 //
 // Wire conventions of this implementation (core/wire/messages.h, wire::Membership):
 //  - every message's updates[0] is the sender's own record (kJoin requires it). Since the
 //    transport authenticated the sender, that record is first-hand evidence that it runs:
-//    it revives a dead tombstone (a restarted node) and gives the receiver its endpoint.
+//    it revives a dead tombstone (a restarted node) and, signed at the incarnation the
+//    receiver holds, gives the receiver its current endpoint.
 //    The piggybacked updates (at most max_piggyback) follow it.
 //  - kAck.target is the member that answered the Ping (relays keep it unchanged).
 //  - kSync with probe_id != 0 is a periodic push-pull request: the receiver answers with
@@ -41,6 +48,7 @@
 #include "core/status.h"
 #include "core/wire/messages.h"
 #include "crypto/identity.h"
+#include "gossip/signed_member.h"
 
 namespace fedmesh {
 
@@ -92,20 +100,26 @@ struct Address {
 
 class Membership {
  public:
-  // `self`: own id, endpoint, keys and incarnation (the driver restores the incarnation from
-  // its checkpoint; the state is taken as alive). `allowlist`: only these ids, with exactly
-  // these keys, are ever admitted to the view. Seeds not in the allowlist, and self, are
-  // ignored. InvalidArgument for bad options, an empty endpoint, an id listed twice in the
-  // allowlist, or self not in the allowlist with its keys. REQUIRES: env outlives the object.
+  // `identity`: this node's id and keys; it signs the node's own record, for
+  // `federation_id`, at `endpoint` and `incarnation` (the driver restores the incarnation
+  // from its checkpoint). `allowlist`: only these ids, with exactly these keys, are ever
+  // admitted to the view, and their sign keys check every record. Seeds not in the
+  // allowlist, and self, are ignored. InvalidArgument for bad options, an empty federation
+  // or endpoint, an incarnation above kMaxIncarnation, an id listed twice in the allowlist,
+  // or self not in the allowlist with its keys. REQUIRES: identity and env outlive the
+  // object.
   static Result<std::unique_ptr<Membership>> Create(const MembershipOptions& options,
-                                                    wire::MemberUpdate self,
+                                                    const Identity& identity,
+                                                    std::string federation_id, std::string endpoint,
+                                                    uint64_t incarnation,
                                                     std::vector<PublicIdentity> allowlist,
                                                     std::vector<Seed> seeds, Env& env);
 
   // A message from `from`, the id the transport authenticated. PermissionDenied (and
   // refused_count() + 1) when `from` is not allowlisted. Updates about ids outside the
-  // allowlist, or with other keys, are skipped and each adds 1 to refused_count(); the rest
-  // of the message is still used. InvalidArgument, with nothing applied, for content no
+  // allowlist, with other keys, above kMaxIncarnation, or without their member's valid
+  // signature are skipped and each adds 1 to refused_count(); the rest of the message is
+  // still used. InvalidArgument, with nothing applied, for content no
   // correct peer sends: a Join whose updates[0] is not the sender, a PingReq naming the
   // sender or nobody, an Ack naming nobody. Races a correct peer can cause (an Ack for a probe
   // already given up, a PingReq for a member not in this view) are ignored and return OK.
@@ -128,7 +142,8 @@ class Membership {
   uint64_t view_version() const { return view_version_; }
   // Own incarnation, raised to refute a suspicion or a death notice about self.
   uint64_t incarnation() const { return self_.incarnation; }
-  // Messages and updates refused for failing the allowlist.
+  // Messages and updates refused: failing the allowlist, unsigned or badly signed, or above
+  // kMaxIncarnation.
   uint64_t refused_count() const { return refused_count_; }
   // True once a message from an allowlisted member arrived (a Sync, usually).
   bool joined() const { return joined_; }
@@ -141,12 +156,13 @@ class Membership {
   // Self stays in the view regardless.
   void SetAllowlist(std::vector<PublicIdentity> allowlist);
 
-  // Every known member, self first then by id, with its state and incarnation (for the
-  // node's checkpoint).
+  // Every known member, self first then by id, with its state, incarnation and signature
+  // (for the node's checkpoint).
   std::vector<wire::MemberUpdate> Snapshot() const;
   // Adds checkpointed members to the view as alive, to be probed normally (a member that is
   // gone is then suspected and removed as usual). Self, dead entries, entries failing the
-  // allowlist and members already known are skipped. Does not mark the node joined.
+  // allowlist or their signature (a checkpoint written before records were signed) and
+  // members already known are skipped. Does not mark the node joined.
   void Restore(const std::vector<wire::MemberUpdate>& members);
 
  private:
@@ -179,12 +195,17 @@ class Membership {
     double expires_at = 0;
   };
 
-  Membership(const MembershipOptions& options, wire::MemberUpdate self,
-             std::map<std::string, PublicIdentity> allowlist, std::vector<Seed> seeds, Env& env);
+  Membership(const MembershipOptions& options, const Identity& identity, std::string federation_id,
+             wire::MemberUpdate self, std::map<std::string, PublicIdentity> allowlist,
+             std::vector<Seed> seeds, Env& env);
 
   // Allowlist checks; Admissible counts a refusal.
   bool KeysMatch(const wire::MemberUpdate& u) const;
   bool Admissible(const wire::MemberUpdate& u);
+  // Whether `u` is its member's own word: incarnation at most kMaxIncarnation and a valid
+  // signature (not checked again when this node holds the same signed record). Counts a
+  // refusal. REQUIRES: KeysMatch(u).
+  bool Authentic(const wire::MemberUpdate& u);
   bool HasUsableSeed() const;
   Status CheckStructure(const std::string& from, const wire::Membership& m) const;
 
@@ -225,8 +246,10 @@ class Membership {
   std::string NextProbeTarget();
 
   MembershipOptions options_;
+  const Identity& identity_;
+  std::string federation_id_;
   Env& env_;
-  wire::MemberUpdate self_;
+  wire::MemberUpdate self_;  // signed by identity_
   std::map<std::string, PublicIdentity> allowlist_;
   std::vector<Seed> seeds_;
   std::map<std::string, Record> members_;  // everyone but self, tombstones included

@@ -2,7 +2,11 @@
 // Each step it picks k = fanout of its out-neighbours, keeps the share 1/(k+1) and pushes
 // (x, w/(k+1)) to each; a receiver adds the mass, x = (w x + w_m x_m) / (w + w_m). The sums
 // of w x and of w over all nodes never change except for what is sent to a crashed node,
-// and links need not be symmetric, so any topology works, random included.
+// and links need not be symmetric, so any topology works, random included. A share's weight
+// must be in (0, max_push_weight] (averager.h): the cap keeps one forged share from taking
+// a node over. It does not make push-sum robust to an enrolled peer that sends capped
+// weights every step; dpsgd and pushpull, whose mixing weights the receiver sets, are.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -53,16 +57,19 @@ class PushSumAverager final : public Averager {
   }
 
   Result<std::vector<ModelSend>> Receive(const std::string& from, const wire::GossipModel& message,
-                                         std::span<const std::string> /*view*/) override {
+                                         std::span<const std::string> view) override {
     if (message.kind != GossipKind::kPush) return Unexpected(from, message.kind);
-    if (!(std::isfinite(message.weight) && message.weight >= 0.0)) {
+    const double cap = options_.max_push_weight > 0.0
+                           ? options_.max_push_weight
+                           : static_cast<double>(std::max<size_t>(view.size(), 1));
+    // Written so that NaN fails too.
+    if (!(message.weight > 0.0 && message.weight <= cap)) {
       return Status::InvalidArgument("GossipModel from " + from + " has push-sum weight " +
-                                     std::to_string(message.weight) +
-                                     "; it must be finite and >= 0");
+                                     std::to_string(message.weight) + "; it must be in (0, " +
+                                     std::to_string(cap) + "] (max_push_weight)");
     }
     FM_ASSIGN_OR_RETURN(std::vector<float> xm, DecodeModel(from, message.model));
     const double total = w_ + message.weight;
-    if (message.weight == 0.0) return std::vector<ModelSend>{};  // no mass, nothing to add
     for (size_t i = 0; i < x_.size(); ++i) {
       x_[i] = static_cast<float>((w_ * x_[i] + message.weight * xm[i]) / total);
     }

@@ -315,6 +315,9 @@ struct MemberUpdate {
   std::array<uint8_t, 32> sign_public{};   // Ed25519 key (model signatures)
   uint64_t incarnation = 0;  // only the member itself raises it, to refute a suspicion
   MemberState state = MemberState::kAlive;
+  // The member's own Ed25519 signature over everything above but `state`
+  // (gossip/signed_member.h): 64 bytes, or empty (unsigned, refused by every receiver).
+  std::vector<uint8_t> signature;
 
   friend bool operator==(const MemberUpdate&, const MemberUpdate&) = default;
 };
@@ -357,7 +360,7 @@ struct GossipModel {
   GossipKind kind = GossipKind::kPush;
   uint64_t sequence = 0;  // strictly increasing per sender, across restarts
   uint64_t step = 0;      // sender's gossip step (local SGD steps for training runs)
-  double weight = 1.0;    // push-sum weight share, finite, >= 0; other protocols send 1
+  double weight = 1.0;    // push-sum weight share, in (0, max_push_weight]; others send 1
   TensorPayload model;    // element_count 0 (no payload) for kPullRequest
   std::vector<uint8_t> signature;  // 64 bytes of Ed25519; empty = unsigned (dropped)
   // The graph hash (core/graph) of the sender's model, 64 hex digits; empty for built-in

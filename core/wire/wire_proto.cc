@@ -192,6 +192,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
       ou->set_sign_public(u.sign_public.data(), u.sign_public.size());
       ou->set_incarnation(u.incarnation);
       ou->set_state(static_cast<pb::MemberState>(u.state));
+      ou->set_signature(u.signature.data(), u.signature.size());
     }
   } else if (const auto* m = std::get_if<GossipModel>(&body)) {
     auto* o = env->mutable_gossip_model();
@@ -391,6 +392,12 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
         std::memcpy(u.sign_public.data(), iu.sign_public().data(), u.sign_public.size());
         u.incarnation = iu.incarnation();
         u.state = static_cast<MemberState>(iu.state());
+        if (!iu.signature().empty() && iu.signature().size() != 64) {
+          return Status::InvalidArgument(StrCat("Membership update ", k, " has a signature of ",
+                                                iu.signature().size(),
+                                                " bytes; it must be 64 (Ed25519) or empty"));
+        }
+        u.signature.assign(iu.signature().begin(), iu.signature().end());
         m.updates.push_back(std::move(u));
       }
       *body = std::move(m);

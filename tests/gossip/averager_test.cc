@@ -2,7 +2,9 @@
 // errors name their field, hostile payloads change nothing, push-pull pairs end exactly at
 // their mean, push-sum conserves mass, D-PSGD mixes with Metropolis-Hastings weights and
 // gives a silent neighbour's weight to self, pull requests serve a joining node, CHOCO
-// resynchronises a copy after a gap, and Snapshot/Restore round-trips.
+// resynchronises a copy after a gap, and Snapshot/Restore round-trips. Issue 26 item 4:
+// push-sum weights outside (0, max_push_weight], steps above kMaxGossipStep and PullReplies
+// nobody asked for are refused and change nothing.
 #include "gossip/averager.h"
 
 #include <gtest/gtest.h>
@@ -96,6 +98,8 @@ TEST(Averager, ValidateNamesTheField) {
   ExpectInvalid(Validated([](auto& o) { o.choco_gamma = std::nan(""); }), "choco_gamma");
   ExpectInvalid(Validated([](auto& o) { o.fanout = 0; }), "fanout");
   ExpectInvalid(Validated([](auto& o) { o.exchange_timeout_s = 0; }), "exchange_timeout_s");
+  ExpectInvalid(Validated([](auto& o) { o.max_push_weight = -1; }), "max_push_weight");
+  ExpectInvalid(Validated([](auto& o) { o.max_push_weight = std::nan(""); }), "max_push_weight");
   for (GossipProtocol p : {GossipProtocol::kDpsgd, GossipProtocol::kChoco}) {
     AveragingOptions o;
     o.protocol = p;
@@ -189,6 +193,111 @@ TEST(Averager, WrongKindsAndPushSumWeightsAreRefused) {
   }
 }
 
+// Issue 26 item 4: one share of weight 1e30 made its receiver adopt the sender's model
+// outright (x = (w x + w_m x_m) / (w + w_m)) and push it on. NaN and negative weights were
+// refused before; 1e30 and 0 were not.
+TEST(Averager, Issue26PushSumWeightIsCappedByTheView) {
+  TestEnv env(3);
+  const std::vector<std::string> view = {"a", "b", "c", "d"};
+  wire::GossipModel m;
+  m.kind = GossipKind::kPush;
+  m.model = wire::FloatPayload(std::vector<float>{1000.0f});
+  for (double w :
+       {1e30, 4.0 + 1e-9, 0.0, -1.0, -0.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto a = Make(GossipProtocol::kPushSum, "a", {1.0f}, env);
+    m.weight = w;
+    ExpectInvalid(a->OnModel("b", m, view).status(), "max_push_weight");
+    EXPECT_EQ(Values(*a), std::vector<float>{1.0f}) << w;
+    EXPECT_EQ(a->weight(), 1.0) << w;
+  }
+  // The default cap is the view's size (self included): 4 here, the mass 4 nodes start with.
+  auto a = Make(GossipProtocol::kPushSum, "a", {1.0f}, env);
+  m.weight = 4.0;
+  ASSERT_TRUE(a->OnModel("b", m, view).ok());
+  EXPECT_EQ(a->weight(), 5.0);
+  EXPECT_FLOAT_EQ(a->params()[0], (1.0f + 4.0f * 1000.0f) / 5.0f);
+  // An explicit cap replaces it.
+  AveragingOptions o;
+  o.protocol = GossipProtocol::kPushSum;
+  o.max_push_weight = 0.5;
+  auto capped = Averager::Create(o, "a", {1.0f}, env).value();
+  m.weight = 0.75;
+  ExpectInvalid(capped->OnModel("b", m, view).status(), "max_push_weight");
+  m.weight = 0.5;
+  EXPECT_TRUE(capped->OnModel("b", m, view).ok());
+  EXPECT_EQ(capped->weight(), 1.5);
+}
+
+// Issue 26 item 4: a PullReply replaces the receiver's model outright; any peer could send
+// one (the old code adopted it unasked, from anyone, while joining).
+TEST(Averager, Issue26PullReplyOnlyFromThePeerAskedWhileItIsOutstanding) {
+  TestEnv env(4);
+  const std::vector<std::string> view = {"a", "b", "c"};
+  wire::GossipModel reply;
+  reply.kind = GossipKind::kPullReply;
+  reply.step = 7;
+  reply.model = wire::FloatPayload(std::vector<float>{1000.0f});
+  for (GossipProtocol p : {GossipProtocol::kPushPull, GossipProtocol::kDpsgd,
+                           GossipProtocol::kChoco, GossipProtocol::kPushSum}) {
+    SCOPED_TRACE(GossipProtocolName(p));
+    auto a = Make(p, "a", {1.0f}, env);
+    // Unsolicited.
+    Status s = a->OnModel("b", reply, view).status();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_EQ(Values(*a), std::vector<float>{1.0f});
+    EXPECT_EQ(a->step(), 0u);
+    // From a peer other than the one asked.
+    (void)a->PullRequest("c");
+    EXPECT_TRUE(a->PullOutstanding("c"));
+    EXPECT_FALSE(a->PullOutstanding("b"));
+    EXPECT_EQ(a->OnModel("b", reply, view).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(Values(*a), std::vector<float>{1.0f});
+    // The one asked: adopted, and every request is then answered.
+    (void)a->PullRequest("b");
+    ASSERT_TRUE(a->OnModel("c", reply, view).ok());
+    EXPECT_EQ(Values(*a), std::vector<float>{1000.0f});
+    EXPECT_EQ(a->step(), 7u);
+    EXPECT_FALSE(a->PullOutstanding("b"));
+    reply.model = wire::FloatPayload(std::vector<float>{-5.0f});
+    EXPECT_EQ(a->OnModel("b", reply, view).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(Values(*a), std::vector<float>{1000.0f});
+    // Given up on (the node started on its own): a late answer is refused too.
+    (void)a->PullRequest("b");
+    a->CancelPulls();
+    EXPECT_EQ(a->OnModel("b", reply, view).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(Values(*a), std::vector<float>{1000.0f});
+    reply.model = wire::FloatPayload(std::vector<float>{1000.0f});
+  }
+}
+
+// Issue 26 item 4: a PullReply's step is adopted (step = max(step, its step)), so one of
+// 2^64 - 1 made the next tick wrap the step counter to 0.
+TEST(Averager, Issue26StepsAboveTheBoundAreRefused) {
+  TestEnv env(5);
+  const std::vector<std::string> view = {"a", "b"};
+  auto a = Make(GossipProtocol::kPushSum, "a", {1.0f}, env);
+  (void)a->PullRequest("b");
+  wire::GossipModel m;
+  m.kind = GossipKind::kPullReply;
+  m.model = wire::FloatPayload(std::vector<float>{2.0f});
+  for (uint64_t step : {std::numeric_limits<uint64_t>::max(), kMaxGossipStep + 1}) {
+    m.step = step;
+    ExpectInvalid(a->OnModel("b", m, view).status(), "step");
+    EXPECT_EQ(a->step(), 0u);
+    EXPECT_EQ(Values(*a), std::vector<float>{1.0f});
+  }
+  m.kind = GossipKind::kPush;
+  m.weight = 1.0;
+  ExpectInvalid(a->OnModel("b", m, view).status(), "step");
+  EXPECT_EQ(a->weight(), 1.0);
+  m.kind = GossipKind::kPullReply;
+  m.step = kMaxGossipStep;
+  ASSERT_TRUE(a->OnModel("b", m, view).ok());
+  EXPECT_EQ(a->step(), kMaxGossipStep);
+  a->OnTick(view);
+  EXPECT_EQ(a->step(), kMaxGossipStep + 1);
+}
+
 TEST(Averager, PushPullPairAveragesExactly) {
   const std::vector<std::string> view = {"a", "b"};
   TestEnv env(4);
@@ -253,12 +362,13 @@ TEST(Averager, PushSumConservesMass) {
     EXPECT_NEAR(a->params()[i], 0.5 * (xa[i] + xb[i]), 1e-5);
     EXPECT_NEAR(b->params()[i], 0.5 * (xa[i] + xb[i]), 1e-5);
   }
-  // Unequal weights: x = (w x + w_m x_m) / (w + w_m).
+  // Unequal weights: x = (w x + w_m x_m) / (w + w_m). (Up to 3 is a share 3 nodes' mass
+  // allows: the cap is the view's size.)
   auto c = Make(GossipProtocol::kPushSum, "c", {0.0f}, env);
   wire::GossipModel share;
   share.weight = 3.0;
   share.model = wire::FloatPayload(std::vector<float>{4.0f});
-  ASSERT_TRUE(c->OnModel("a", share, view).ok());
+  ASSERT_TRUE(c->OnModel("a", share, std::vector<std::string>{"a", "b", "c"}).ok());
   EXPECT_FLOAT_EQ(c->params()[0], 3.0f);
   EXPECT_DOUBLE_EQ(c->weight(), 4.0);
 }

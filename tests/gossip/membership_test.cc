@@ -1,7 +1,10 @@
 // SWIM membership (gossip/membership.h) on one node fed by hand: joining through seeds, the
 // allowlist, probes and their timeouts in virtual time, suspicion, death, refutation, the
-// precedence rules, piggyback retransmission, options validation and the checkpoint. The
-// many-node behaviour is tests/sim/membership_sim_test.cc.
+// precedence rules, piggyback retransmission, options validation and the checkpoint; and
+// (issue 26 item 4) the self-signed records: a third party can neither raise a member's
+// incarnation to the top nor move it to another endpoint, unsigned records are refused,
+// and no refutation wraps. The many-node behaviour is tests/sim/membership_sim_test.cc and
+// tests/gossip/gossip_attack_test.cc.
 #include "gossip/membership.h"
 
 #include <gtest/gtest.h>
@@ -9,12 +12,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/env.h"
 #include "core/rng.h"
+#include "gossip/signed_member.h"
 
 namespace fedmesh {
 namespace {
@@ -40,21 +46,47 @@ class VirtualClockEnv final : public Env {
   Rng rng_;
 };
 
+constexpr const char* kFed = "fed";
+constexpr uint64_t kTop = std::numeric_limits<uint64_t>::max();
+
+// One real identity per (name, salt), made once: a salt other than 0 is someone else
+// enrolled under that name (other keys).
+const Identity& Id(const std::string& name, uint8_t salt = 0) {
+  static auto* ids = new std::map<std::pair<std::string, uint8_t>, Identity>();
+  auto it = ids->find({name, salt});
+  if (it == ids->end())
+    it = ids->emplace(std::pair{name, salt}, Identity::Generate(name).value()).first;
+  return it->second;
+}
+
 PublicIdentity Ident(const std::string& name, uint8_t salt = 0) {
-  PublicIdentity p;
-  p.name = name;
-  for (size_t i = 0; i < p.curve_public.size(); ++i) {
-    p.curve_public[i] = static_cast<uint8_t>(name[0] + i + salt);
-    p.sign_public[i] = static_cast<uint8_t>(name[0] * 3 + i + salt);
-  }
-  return p;
+  return Id(name, salt).public_identity();
+}
+
+// `name`'s record at `incarnation` and `endpoint`, signed by `name` itself (Ed25519 is
+// deterministic, so equal records compare equal), then given `state`.
+MemberUpdate Signed(const std::string& name, uint64_t incarnation, MemberState state,
+                    const std::string& endpoint, uint8_t salt = 0) {
+  const PublicIdentity p = Ident(name, salt);
+  MemberUpdate u{name, endpoint, p.curve_public, p.sign_public, incarnation, MemberState::kAlive,
+                 {}};
+  EXPECT_TRUE(SignMember(Id(name, salt), kFed, &u).ok());
+  u.state = state;
+  return u;
 }
 
 MemberUpdate Rec(const std::string& name, uint64_t incarnation = 0,
                  MemberState state = MemberState::kAlive, uint8_t salt = 0) {
-  const PublicIdentity p = Ident(name, salt);
-  return MemberUpdate{name, "tcp://" + name + ":7000", p.curve_public, p.sign_public, incarnation,
-                      state};
+  return Signed(name, incarnation, state, "tcp://" + name + ":7000", salt);
+}
+
+Result<std::unique_ptr<Membership>> CreateAs(const std::string& self, Env& env,
+                                             std::vector<PublicIdentity> allowlist,
+                                             std::vector<Seed> seeds = {},
+                                             MembershipOptions options = {},
+                                             uint64_t incarnation = 0, uint8_t salt = 0) {
+  return Membership::Create(options, Id(self, salt), kFed, "tcp://" + self + ":7000", incarnation,
+                            std::move(allowlist), std::move(seeds), env);
 }
 
 wire::Membership Msg(MembershipKind kind, std::vector<MemberUpdate> updates, uint64_t probe_id = 0,
@@ -80,7 +112,7 @@ class Harness {
                    std::vector<PublicIdentity> allowlist = Allow({"a", "b", "c", "d"}),
                    std::vector<Seed> seeds = {{"b", "tcp://b:7000"}})
       : env_(7) {
-    auto m = Membership::Create(options, Rec("a"), std::move(allowlist), std::move(seeds), env_);
+    auto m = CreateAs("a", env_, std::move(allowlist), std::move(seeds), options);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     m_ = std::move(*m);
   }
@@ -161,10 +193,9 @@ std::vector<MembershipSend> OfKind(const std::vector<MembershipSend>& sends, Mem
 
 TEST(MembershipTest, JoinGoesToAllowlistedSeedsUntilASyncArrives) {
   VirtualClockEnv env(1);
-  auto created = Membership::Create(
-      {}, Rec("a"), Allow({"a", "b", "c"}),
-      {{"a", "tcp://a:7000"}, {"b", "tcp://b:7000"}, {"c", "tcp://c:7000"}, {"x", "tcp://x:1"}},
-      env);
+  auto created = CreateAs(
+      "a", env, Allow({"a", "b", "c"}),
+      {{"a", "tcp://a:7000"}, {"b", "tcp://b:7000"}, {"c", "tcp://c:7000"}, {"x", "tcp://x:1"}});
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   Membership& m = **created;
   EXPECT_FALSE(m.joined());
@@ -465,6 +496,151 @@ TEST(MembershipTest, ADirectMessageRevivesADeadMemberAndTellsItSo) {
   EXPECT_EQ(sends[0].message.kind, MembershipKind::kAck);
 }
 
+// ---- Self-signed records (issue 26 item 4) -----------------------------------------------
+
+// `name`'s record with `endpoint` and `incarnation` but the signature of `signer` over it
+// (anyone can compute the bytes; only `name`'s key makes them verify).
+MemberUpdate SignedBy(const std::string& signer, const std::string& name, uint64_t incarnation,
+                      const std::string& endpoint, MemberState state = MemberState::kAlive) {
+  MemberUpdate u = Rec(name, incarnation, state);
+  u.endpoint = endpoint;
+  auto sig = Id(signer).Sign(MemberSigningBytes(kFed, u));
+  EXPECT_TRUE(sig.ok());
+  u.signature.assign(sig->begin(), sig->end());
+  return u;
+}
+
+// The old code took any allowlisted member's word for a third party's incarnation: b
+// pushed c at 2^64 - 2, and every view held it until c's refutations wrapped to 0.
+TEST(MembershipTest, Issue26AThirdPartyCannotRaiseAnIncarnationToTheTop) {
+  Harness h;
+  h.JoinWith({Rec("b"), Rec("c")});
+  const uint64_t refused = h.m().refused_count();
+  const uint64_t version = h.m().view_version();
+  auto from_b = [&](MemberUpdate u) {
+    ASSERT_TRUE(h.m().OnMessage("b", Msg(MembershipKind::kSync, {Rec("b"), u})).ok());
+    h.m().TakeSends();
+  };
+  MemberUpdate stale = Rec("c");  // c's real signature, of incarnation 0
+  stale.incarnation = kTop - 1;
+  from_b(stale);
+  from_b(SignedBy("b", "c", kTop - 1, "tcp://c:7000"));  // b's own signature
+  from_b(SignedBy("b", "c", kTop - 1, "tcp://c:7000", MemberState::kDead));
+  // Even c's own signature (a compromised key, a replayed record) cannot go past the cap.
+  from_b(Rec("c", kMaxIncarnation + 1));
+  from_b(Rec("c", kTop - 1, MemberState::kDead));
+  EXPECT_EQ(*h.m().Find("c"), Rec("c"));
+  EXPECT_EQ(h.m().refused_count(), refused + 5);
+  EXPECT_EQ(h.m().view_version(), version);
+  // Up to the cap, c's own word is taken.
+  from_b(Rec("c", kMaxIncarnation));
+  EXPECT_EQ(h.m().Find("c")->incarnation, kMaxIncarnation);
+}
+
+// The old code refuted any accusation with incarnation + 1: one at 2^64 - 1 wrapped it to
+// 0, below every record the others held, so the node could never refute again.
+TEST(MembershipTest, Issue26NoRefutationWrapsAround) {
+  VirtualClockEnv env(1);
+  auto m = CreateAs("a", env, Allow({"a", "b"}), {}, {}, /*incarnation=*/3).value();
+  auto accuse = [&](MemberUpdate u) {
+    ASSERT_TRUE(m->OnMessage("b", Msg(MembershipKind::kSync, {Rec("b"), u})).ok());
+    m->TakeSends();
+  };
+  accuse(Rec("a", kTop, MemberState::kSuspect));  // signed by a, but above the cap
+  accuse(SignedBy("b", "a", kTop, "tcp://a:7000", MemberState::kSuspect));
+  MemberUpdate unsigned_accusation = Rec("a", kTop - 1, MemberState::kDead);
+  unsigned_accusation.signature.clear();
+  accuse(unsigned_accusation);
+  EXPECT_EQ(m->incarnation(), 3u);
+  // Its own records up to the cap are refuted, and the refutation is signed.
+  accuse(Rec("a", kMaxIncarnation - 1, MemberState::kSuspect));
+  EXPECT_EQ(m->incarnation(), kMaxIncarnation);
+  EXPECT_EQ(*m->Find("a"), Rec("a", kMaxIncarnation));
+  accuse(Rec("a", kMaxIncarnation, MemberState::kDead));  // no higher record to sign
+  EXPECT_EQ(m->incarnation(), kMaxIncarnation);
+}
+
+// The old code took a rewritten endpoint from any member at a higher incarnation (and the
+// sender's own at any): b could point everyone's traffic for c at itself.
+TEST(MembershipTest, Issue26AnEndpointIsTakenOnlyFromItsMembersSignature) {
+  Harness h;
+  h.JoinWith({Rec("b"), Rec("c")});
+  const uint64_t refused = h.m().refused_count();
+  auto from = [&](const std::string& sender, MemberUpdate u) {
+    std::vector<MemberUpdate> updates = {Rec(sender)};
+    if (u.id == sender) updates.clear();
+    updates.push_back(u);
+    ASSERT_TRUE(h.m().OnMessage(sender, Msg(MembershipKind::kPing, updates, 9)).ok());
+    h.m().TakeSends();
+  };
+  MemberUpdate moved = Rec("c", 1);
+  moved.endpoint = "tcp://b:6666";  // c's signature of incarnation 1 at its real endpoint
+  from("b", moved);
+  from("b", SignedBy("b", "c", 1, "tcp://b:6666"));
+  from("b", SignedBy("b", "c", 0, "tcp://b:6666"));  // no news from a third party: ignored
+  EXPECT_EQ(h.m().AddressOf("c")->endpoint, "tcp://c:7000");
+  EXPECT_EQ(*h.m().Find("c"), Rec("c"));
+  EXPECT_EQ(h.m().refused_count(), refused + 2);
+  // c's own word, relayed by b, is taken: c moved.
+  from("b", Signed("c", 1, MemberState::kAlive, "tcp://c:7100"));
+  EXPECT_EQ(h.m().AddressOf("c")->endpoint, "tcp://c:7100");
+  // First-hand from c at the incarnation held: taken when c signed it, not otherwise.
+  MemberUpdate first_hand = Signed("c", 1, MemberState::kAlive, "tcp://c:7200");
+  from("c", first_hand);
+  EXPECT_EQ(h.m().AddressOf("c")->endpoint, "tcp://c:7200");
+  first_hand.endpoint = "tcp://b:6666";
+  from("c", first_hand);
+  EXPECT_EQ(h.m().AddressOf("c")->endpoint, "tcp://c:7200");
+  EXPECT_EQ(h.m().refused_count(), refused + 3);
+}
+
+// The old code had no signatures at all: any allowlisted member could introduce any other
+// with any endpoint.
+TEST(MembershipTest, Issue26UnsignedAndMisdirectedRecordsAreRefused) {
+  Harness h;
+  h.JoinWith({Rec("b")});
+  const uint64_t refused = h.m().refused_count();
+  MemberUpdate bare = Rec("d");
+  bare.signature.clear();
+  MemberUpdate truncated = Rec("c");
+  truncated.signature.resize(63);
+  MemberUpdate other_federation = Rec("c");
+  other_federation.signature.clear();
+  ASSERT_TRUE(SignMember(Id("c"), "another-fed", &other_federation).ok());
+  ASSERT_TRUE(
+      h.m()
+          .OnMessage("b", Msg(MembershipKind::kSync, {Rec("b"), bare, truncated, other_federation}))
+          .ok());
+  EXPECT_EQ(h.m().LiveIds(), Ids({"a", "b"}));
+  EXPECT_EQ(h.m().refused_count(), refused + 3);
+  // A sender's own record unsigned: not admitted either, though the rest of its message is.
+  MemberUpdate d_bare = Rec("d");
+  d_bare.signature.clear();
+  ASSERT_TRUE(h.m().OnMessage("d", Msg(MembershipKind::kPing, {d_bare, Rec("c")}, 5)).ok());
+  EXPECT_EQ(h.m().LiveIds(), Ids({"a", "b", "c"}));
+  EXPECT_EQ(h.m().refused_count(), refused + 4);
+  EXPECT_FALSE(SignMember(Id("b"), kFed, &bare).ok());  // b cannot sign d's record
+}
+
+// The state is the one field anyone may change, and only on a record its member signed.
+TEST(MembershipTest, Issue26SuspicionAndDeathRideOnTheMembersOwnRecord) {
+  Harness h;
+  h.JoinWith({Rec("b"), Rec("c", 2)});
+  const uint64_t refused = h.m().refused_count();
+  auto from_b = [&](MemberUpdate u) {
+    ASSERT_TRUE(h.m().OnMessage("b", Msg(MembershipKind::kSync, {Rec("b"), u})).ok());
+    h.m().TakeSends();
+  };
+  from_b(SignedBy("b", "c", 3, "tcp://c:7000", MemberState::kDead));  // past what c signed
+  EXPECT_EQ(*h.m().Find("c"), Rec("c", 2));
+  EXPECT_EQ(h.m().refused_count(), refused + 1);
+  from_b(Rec("c", 2, MemberState::kSuspect));  // c's record, marked suspect by b
+  EXPECT_EQ(*h.m().Find("c"), Rec("c", 2, MemberState::kSuspect));
+  from_b(Rec("c", 2, MemberState::kDead));
+  EXPECT_EQ(h.m().LiveIds(), Ids({"a", "b"}));
+  EXPECT_EQ(h.m().refused_count(), refused + 1);
+}
+
 // ---- Dissemination and anti-entropy ------------------------------------------------------
 
 TEST(MembershipTest, AnUpdateIsPiggybackedRetransmitMultTimesLogN) {
@@ -570,18 +746,25 @@ TEST(MembershipTest, CreateRefusesBadOptionsAndSelfOutsideTheAllowlist) {
   VirtualClockEnv env(1);
   MembershipOptions bad;
   bad.probe_timeout_s = 2.0;
-  auto r = Membership::Create(bad, Rec("a"), Allow({"a"}), {}, env);
+  auto r = CreateAs("a", env, Allow({"a"}), {}, bad);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("probe_timeout_s"), std::string::npos);
-  r = Membership::Create({}, Rec("a"), Allow({"b"}), {}, env);
+  r = CreateAs("a", env, Allow({"b"}));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  r = Membership::Create({}, Rec("a", 0, MemberState::kAlive, 1), Allow({"a"}), {}, env);
+  r = CreateAs("a", env, Allow({"a"}), {}, {}, 0, /*salt=*/1);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);  // self with other keys
-  r = Membership::Create({}, Rec("a"), Allow({"a", "b", "b"}), {}, env);
+  r = CreateAs("a", env, Allow({"a", "b", "b"}));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  r = Membership::Create({}, Rec("a", 4), Allow({"a"}), {}, env);
+  r = Membership::Create({}, Id("a"), "", "tcp://a:7000", 0, Allow({"a"}), {}, env);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);  // no federation to sign for
+  r = Membership::Create({}, Id("a"), kFed, "", 0, Allow({"a"}), {}, env);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);  // no endpoint
+  r = CreateAs("a", env, Allow({"a"}), {}, {}, kMaxIncarnation + 1);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);  // a damaged checkpoint
+  r = CreateAs("a", env, Allow({"a"}), {}, {}, 4);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ((*r)->incarnation(), 4u);  // restored by the driver from its checkpoint
+  EXPECT_EQ(*(*r)->Find("a"), Rec("a", 4));  // signed by itself
 }
 
 // ---- Checkpoint --------------------------------------------------------------------------
@@ -599,6 +782,10 @@ TEST(MembershipTest, SnapshotRestoreRoundTrip) {
   auto with_stranger = snapshot;
   with_stranger.push_back(Rec("zed"));
   restored.m().Restore(with_stranger);
+  // A checkpoint from before records were signed: its members are skipped.
+  MemberUpdate unsigned_d = Rec("d", 4);
+  unsigned_d.signature.clear();
+  restored.m().Restore({unsigned_d});
   EXPECT_EQ(restored.m().LiveIds(), Ids({"a", "b", "c"}));
   EXPECT_EQ(*restored.m().Find("b"), Rec("b", 2));
   EXPECT_EQ(*restored.m().Find("c"), Rec("c", 1));  // restored members enter as alive

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "crypto/identity.h"
 #include "gossip/membership.h"
 #include "sim/in_process_network.h"
 #include "sim/virtual_clock_env.h"
@@ -33,15 +34,16 @@ std::string NodeId(int i) {
   return buf;
 }
 
-PublicIdentity MakeIdentity(const std::string& name, uint8_t salt) {
-  PublicIdentity p;
-  p.name = name;
-  for (size_t i = 0; i < p.curve_public.size(); ++i) {
-    p.curve_public[i] = static_cast<uint8_t>(salt * 7 + i);
-    p.sign_public[i] = static_cast<uint8_t>(salt * 13 + i + 1);
-  }
-  return p;
+// Real key pairs, one per name: every member record is signed by its member
+// (gossip/signed_member.h).
+const Identity& Keys(const std::string& name) {
+  static auto* keys = new std::map<std::string, Identity>();
+  auto it = keys->find(name);
+  if (it == keys->end()) it = keys->emplace(name, Identity::Generate(name).value()).first;
+  return it->second;
 }
+
+PublicIdentity MakeIdentity(const std::string& name) { return Keys(name).public_identity(); }
 
 // ceil(log2(n)): rounds of infection-style dissemination to reach n members.
 double Log2Ceil(int n) { return std::ceil(std::log2(static_cast<double>(n))); }
@@ -59,7 +61,7 @@ class MembershipSim : public ::testing::Test {
   MembershipSim() : env_(2024), net_(env_, LinkModel{0.001, 0, 0}, 99) {
     for (int i = 0; i < kNodes; ++i) {
       ids_.push_back(NodeId(i));
-      allowlist_.push_back(MakeIdentity(ids_.back(), static_cast<uint8_t>(i)));
+      allowlist_.push_back(MakeIdentity(ids_.back()));
     }
     for (int i = 0; i < 3; ++i) seeds_.push_back({ids_[i], "sim://" + ids_[i]});
     net_.SetHandler([this](const std::string& from, const std::string& to, wire::Message msg) {
@@ -70,13 +72,8 @@ class MembershipSim : public ::testing::Test {
   // Starts (or restarts, with incarnation 0) node `id` with identity `identity`, whose own
   // allowlist is `allowlist`.
   void Start(const PublicIdentity& identity, const std::vector<PublicIdentity>& allowlist) {
-    wire::MemberUpdate self{identity.name,
-                            "sim://" + identity.name,
-                            identity.curve_public,
-                            identity.sign_public,
-                            0,
-                            wire::MemberState::kAlive};
-    auto m = Membership::Create(options_, self, allowlist, seeds_, env_);
+    auto m = Membership::Create(options_, Keys(identity.name), "fedmesh-sim",
+                                "sim://" + identity.name, 0, allowlist, seeds_, env_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     Node& node = nodes_[identity.name];
     node.identity = identity;
@@ -273,7 +270,7 @@ TEST_F(MembershipSim, ThirtyTwoNodesJoinDetectACrashAndReadmitTheRestartedNode) 
 TEST_F(MembershipSim, ANodeWithAKeyOutsideTheAllowlistNeverEntersAnyView) {
   StartAll();
   // The intruder enrolls itself in its own allowlist; nobody else lists it.
-  const PublicIdentity intruder = MakeIdentity("intruder", 200);
+  const PublicIdentity intruder = MakeIdentity("intruder");
   std::vector<PublicIdentity> its_list = allowlist_;
   its_list.push_back(intruder);
   Start(intruder, its_list);
