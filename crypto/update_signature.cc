@@ -3,19 +3,15 @@
 #include <bit>
 #include <string>
 
+#include "crypto/signing_bytes.h"
+
 namespace fedmesh {
 namespace {
 
 constexpr std::string_view kDomain = "fedmesh/update/v1";
 
-void PutU64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-void PutString(std::vector<uint8_t>* out, std::string_view s) {
-  PutU64(out, s.size());
-  out->insert(out->end(), s.begin(), s.end());
-}
+using signing::PutString;
+using signing::PutU64;
 
 }  // namespace
 

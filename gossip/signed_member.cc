@@ -3,23 +3,16 @@
 #include <span>
 #include <string>
 
+#include "crypto/signing_bytes.h"
+
 namespace fedmesh {
 namespace {
 
 constexpr std::string_view kDomain = "fedmesh/gossip-member/v1";
 
-void PutU64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-void PutBytes(std::vector<uint8_t>* out, std::span<const uint8_t> b) {
-  PutU64(out, b.size());
-  out->insert(out->end(), b.begin(), b.end());
-}
-
-void PutString(std::vector<uint8_t>* out, std::string_view s) {
-  PutBytes(out, {reinterpret_cast<const uint8_t*>(s.data()), s.size()});
-}
+using signing::PutBytes;
+using signing::PutString;
+using signing::PutU64;
 
 bool About(const PublicIdentity& who, const wire::MemberUpdate& u) {
   return u.id == who.name && u.curve_public == who.curve_public && u.sign_public == who.sign_public;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "crypto/signing_bytes.h"
+
 #include "core/sha256.h"
 
 namespace fedmesh {
@@ -11,14 +13,8 @@ namespace {
 
 constexpr std::string_view kDomain = "fedmesh/gossip-model/v1";
 
-void PutU64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-void PutString(std::vector<uint8_t>* out, std::string_view s) {
-  PutU64(out, s.size());
-  out->insert(out->end(), s.begin(), s.end());
-}
+using signing::PutString;
+using signing::PutU64;
 
 }  // namespace
 

@@ -44,7 +44,9 @@ int ExitCodeFor(const fedmesh::Status& s) {
 }
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 extern "C" void OnStopSignal(int) { g_stop.store(true); }
+extern "C" void OnReloadSignal(int) { g_reload.store(true); }
 
 // Serverless mode ([gossip] listen set): run the gossip service until a stop signal or
 // [gossip] max_steps.
@@ -57,7 +59,9 @@ int RunGossip(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
     return ExitCodeFor(service.status());
   }
   spdlog::info("listening on {}", (*service)->bound_endpoint());
-  fedmesh::Status s = (*service)->Run(&g_stop);
+  // SIGHUP re-reads [gossip] allow: a removed peer is revoked at once.
+  std::signal(SIGHUP, OnReloadSignal);
+  fedmesh::Status s = (*service)->Run(&g_stop, &g_reload);
   if (!s.ok()) {
     spdlog::error("{}", s.message());
     return kExitRuntime;

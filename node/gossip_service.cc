@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <utility>
 #include <variant>
 
@@ -102,6 +103,7 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
   ZmqServerOptions server_options;
   server_options.heartbeat_interval_ms = 60000;  // liveness is SWIM's job, not the socket's
   FM_ASSIGN_OR_RETURN(s->server_, ZmqServer::Create(server_options, &s->identity_, allowlist));
+  s->allowlist_ = allowlist;
   FM_ASSIGN_OR_RETURN(s->bound_, s->server_->Bind(config.gossip.listen));
   std::string advertise = config.gossip.advertise.empty() ? s->bound_ : config.gossip.advertise;
   if (advertise.find("0.0.0.0") != std::string::npos) {
@@ -254,10 +256,42 @@ Status GossipService::Evaluate() {
 
 Status GossipService::SaveCheckpoint() { return store_->SaveCheckpoint(node_->Checkpoint()); }
 
-Status GossipService::Run(const std::atomic<bool>* stop) {
+Status GossipService::ReloadAllowlist() {
+  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config_.gossip.allow_dir));
+  std::set<std::string> keys;
+  for (const PublicIdentity& p : allowlist) keys.insert(p.curve_public_z85());
+  // The ids whose keys leave the list, found while the old list still maps them.
+  std::vector<std::pair<std::string, std::string>> revoked;  // (curve key z85, id)
+  for (const PublicIdentity& p : allowlist_) {
+    if (!keys.contains(p.curve_public_z85())) revoked.emplace_back(p.curve_public_z85(), p.name);
+  }
+  server_->Reload(allowlist);
+  node_->SetAllowlist(allowlist);
+  for (const auto& [key, id] : revoked) {
+    const bool was_connected = server_->Disconnect(key);
+    if (auto it = clients_.find(id); it != clients_.end()) {
+      closed_client_bytes_ += it->second.client->bytes_sent();
+      clients_.erase(it);
+    }
+    Log("peer " + id + " revoked: " +
+        (was_connected ? "its connection is closed" : "it was not connected") +
+        ", and it left the view");
+  }
+  allowlist_ = std::move(allowlist);
+  Log("gossip allowlist reloaded from " + config_.gossip.allow_dir + ": " +
+      std::to_string(allowlist_.size()) + " site(s)");
+  return Status::OK();
+}
+
+Status GossipService::Run(const std::atomic<bool>* stop, std::atomic<bool>* reload) {
   started_at_ = env_->NowSeconds();
   const uint64_t max_steps = static_cast<uint64_t>(config_.gossip.max_steps);
   while (!stop->load()) {
+    if (reload != nullptr && reload->exchange(false)) {
+      if (Status s = ReloadAllowlist(); !s.ok()) {
+        Log("gossip allowlist reload failed, keeping the old one: " + s.message());
+      }
+    }
     const bool was_running = node_->running();
     node_->OnTimer();
     if (!was_running && node_->running()) {

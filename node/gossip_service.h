@@ -51,8 +51,16 @@ class GossipService {
   ~GossipService();
 
   // Runs until *stop is set or [gossip] max_steps steps were taken; then evaluates,
-  // checkpoints and returns. A non-OK Status only for a broken transport or store.
-  Status Run(const std::atomic<bool>* stop);
+  // checkpoints and returns. A non-OK Status only for a broken transport or store. When
+  // *reload is true (SIGHUP) it is cleared and the allowlist re-read (ReloadAllowlist); a
+  // failed reload is logged and the old list kept. `reload` may be null.
+  Status Run(const std::atomic<bool>* stop, std::atomic<bool>* reload = nullptr);
+
+  // Re-reads [gossip] allow. A removed peer is revoked at once: its connection to this
+  // node is closed, this node's socket to it dropped, and it leaves the view (nothing more
+  // is sent to it or taken from it); its redial is refused by the ZAP handler. New keys may
+  // join. On error nothing changes.
+  Status ReloadAllowlist();
 
   // The endpoint actually bound (the real port for "tcp://127.0.0.1:*").
   const std::string& bound_endpoint() const { return bound_; }
@@ -93,6 +101,7 @@ class GossipService {
   double started_at_ = 0;
   GossipServiceStats stats_;
   uint64_t refused_inputs_ = 0;  // frames the transport could not decode, unknown keys
+  std::vector<PublicIdentity> allowlist_;  // [gossip] allow as last read
 };
 
 }  // namespace fedmesh

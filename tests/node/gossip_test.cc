@@ -339,4 +339,54 @@ TEST_F(GossipTest, GossipKilledSiteResumesAndLateSiteStartsFromAPulledModel) {
 }
 
 }  // namespace
+// Issue 26 item 1, gossip side: a peer removed from [gossip] allow used to stay in every
+// view (and keep mixing) until the sites restarted. Now SIGHUP revokes it at once: its
+// connection is closed, it leaves the view, and the others go on with each other.
+TEST_F(GossipTest, GossipRevokedPeerLeavesTheViewOnSighup) {
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(GenKey("site-" + std::to_string(i), true));
+  const std::vector<std::string> sets = {"gossip.max_steps=300", "gossip.local_steps=1",
+                                         "gossip.period_ms=50", "gossip.eval_every=10"};
+  std::vector<ChildProcess*> sites(4, nullptr);
+  std::string seeds;
+  for (int i = 1; i <= 3; ++i) {
+    std::string ep;
+    sites[i] = StartSite(i, seeds, sets, &ep);
+    ASSERT_NE(sites[i], nullptr);
+    if (i == 1) seeds = "site-1@" + ep;
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int i = 1; i <= 3; ++i) {
+          auto m = Metrics(i);
+          if (m.empty() || JsonNumber(m.back(), "peers_alive").value_or(0) < 2) return false;
+        }
+        return true;
+      },
+      seconds(120)))
+      << "not every site saw the two others";
+
+  fs::remove(dir_ / "keys" / "allow" / "site-3.pub");
+  sites[1]->Signal(SIGHUP);
+  sites[2]->Signal(SIGHUP);
+  for (int i : {1, 2}) {
+    ASSERT_TRUE(WaitUntil(
+        [&] { return sites[i]->Log().find("peer site-3 revoked") != std::string::npos; },
+        seconds(30)))
+        << sites[i]->Log();
+  }
+  // From the next metrics lines on, site-1 and site-2 see only each other.
+  const size_t n1 = Metrics(1).size(), n2 = Metrics(2).size();
+  ASSERT_TRUE(WaitUntil([&] { return Metrics(1).size() >= n1 + 3 && Metrics(2).size() >= n2 + 3; },
+                        seconds(120)));
+  for (int i : {1, 2}) {
+    const auto lines = Metrics(i);
+    const size_t from = (i == 1 ? n1 : n2) + 1;
+    for (size_t k = from; k < lines.size(); ++k) {
+      EXPECT_EQ(JsonNumber(lines[k], "peers_alive").value_or(-1), 1) << "site-" << i << ": " << lines[k];
+    }
+  }
+  EXPECT_NE(sites[1]->Log().find("gossip allowlist reloaded"), std::string::npos);
+  for (int i = 1; i <= 3; ++i) sites[i]->Signal(SIGTERM);
+}
+
 }  // namespace fedmesh

@@ -221,6 +221,9 @@ Result<std::optional<wire::Message>> ZmqClient::Poll(int timeout_ms) {
           }
         }
       } catch (const zmq::error_t& e) {
+        // A signal (SIGHUP, SIGTERM) interrupted the wait: nothing arrived; the caller looks
+        // at its flags and polls again.
+        if (e.num() == EINTR) return std::optional<wire::Message>();
         return StatusFromZmq(e, "ZmqClient::Poll");
       }
     }

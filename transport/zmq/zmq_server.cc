@@ -331,6 +331,9 @@ Result<std::optional<ServerEvent>> ZmqServer::Poll(int timeout_ms) {
       }
     }
   } catch (const zmq::error_t& e) {
+    // A signal (SIGHUP, SIGTERM) interrupted the wait: no event; the caller looks at its
+    // flags and polls again.
+    if (e.num() == EINTR) return std::optional<ServerEvent>();
     return StatusFromZmq(e, "ZmqServer::Poll");
   }
 }
