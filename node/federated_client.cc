@@ -552,7 +552,8 @@ Status FederatedClient::HandleSecureStatsTask(const wire::Message& m, const wire
   auto words = EncodeSecureSums(*sums, layout);
   if (!words.ok()) return refuse(words.status().message());
   auto participant = SecAggParticipant::StartEncoded(m.header, task, identity_, secagg_allow_,
-                                                     std::move(*words), config_.secagg_floors);
+                                                     std::move(*words), config_.secagg_floors,
+                                                     &masked_rounds_);
   if (!participant.ok()) return refuse(participant.status().message());
   secagg_.emplace(std::move(*participant));
   Log("statistics phase 2: summing " + std::string(sums->rows > 0 ? "this site's" : "zero (withheld)") +
@@ -630,7 +631,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     if (!delta.ok()) return delta.status().WithContext("the update of " + round);
     secagg_input = *delta;
     auto participant = SecAggParticipant::Start(m.header, task, identity_, secagg_allow_,
-                                                std::move(*delta), config_.secagg_floors);
+                                                std::move(*delta), config_.secagg_floors,
+                                                &masked_rounds_);
     if (!participant.ok()) return refuse("secure aggregation: " + participant.status().message());
     secagg_.emplace(std::move(*participant));
     wire::Message out{OutHeader(task.round), secagg_->advertisement()};
@@ -709,16 +711,7 @@ Status FederatedClient::HandleSecAgg(const wire::Message& m) {
       std::raise(SIGKILL);
     }
   }
-  // At most one masked input per round: masking the same change again under another roster
-  // (an aggregator retrying the round without one member) would let the difference of the
-  // two sums reveal that member's update.
-  const std::pair<uint64_t, bool> slot{m.header.round, secagg_->encoded()};
-  if (std::holds_alternative<wire::SecAggForwardedShares>(m.body) && masked_rounds_.contains(slot)) {
-    Log("refused to mask " + round + " again: this site already sent a masked input for it");
-    ++stats_.tasks_refused;
-    secagg_.reset();
-    return Status::OK();
-  }
+  // At most one masked input per round: the participant checks masked_rounds_.
   auto reply = secagg_->OnMessage(m.body);
   if (!reply.ok()) {
     Log("secure aggregation of " + round + " abandoned: " + reply.status().message());
@@ -726,7 +719,6 @@ Status FederatedClient::HandleSecAgg(const wire::Message& m) {
     return Status::OK();
   }
   const bool masked = std::holds_alternative<wire::SecAggMaskedInput>(*reply);
-  if (masked) masked_rounds_.insert(slot);
   if (Status s = transport_->Send(wire::Message{OutHeader(m.header.round), std::move(*reply)}); !s.ok()) {
     Log("sending a secure aggregation message for " + round + " failed: " + s.message());
     secagg_.reset();

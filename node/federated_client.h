@@ -187,8 +187,8 @@ class FederatedClient {
   std::optional<uint64_t> last_round_served_;
   std::vector<PublicIdentity> secagg_allow_;  // [secagg] allow; empty: refuse secure rounds
   std::optional<SecAggParticipant> secagg_;   // the secure round under way
-  // (round, statistics?) for which this site sent a masked input: never a second one.
-  std::set<std::pair<uint64_t, bool>> masked_rounds_;
+  // The rounds this site sent a masked input for: never a second one (MaskLedger).
+  MaskLedger masked_rounds_;
   uint64_t next_message_id_ = 1;
   FederatedClientStats stats_;
 };

@@ -45,7 +45,8 @@ Result<SecAggParticipant> SecAggParticipant::Start(const wire::Header& header,
                                                    const Identity& identity,
                                                    std::span<const PublicIdentity> allowlist,
                                                    std::vector<float> update,
-                                                   const SecAggFloors& floors) {
+                                                   const SecAggFloors& floors,
+                                                   MaskLedger* ledger) {
   FM_ASSIGN_OR_RETURN(SecAggOptions options, FromWire(header, task));
   FM_RETURN_IF_ERROR(CheckSecAggFloors(options, floors));
   if (update.size() != options.vector_size) {
@@ -54,7 +55,7 @@ Result<SecAggParticipant> SecAggParticipant::Start(const wire::Header& header,
                                    std::to_string(options.vector_size));
   }
   FM_ASSIGN_OR_RETURN(SecAggClient client, SecAggClient::Create(options, identity, allowlist));
-  return SecAggParticipant(std::move(client), task.round, std::move(update));
+  return SecAggParticipant(std::move(client), task.round, std::move(update), ledger);
 }
 
 Result<SecAggParticipant> SecAggParticipant::StartEncoded(const wire::Header& header,
@@ -62,7 +63,8 @@ Result<SecAggParticipant> SecAggParticipant::StartEncoded(const wire::Header& he
                                                           const Identity& identity,
                                                           std::span<const PublicIdentity> allowlist,
                                                           std::vector<uint32_t> words,
-                                                          const SecAggFloors& floors) {
+                                                          const SecAggFloors& floors,
+                                                          MaskLedger* ledger) {
   FM_ASSIGN_OR_RETURN(SecAggOptions options, FromWire(header, task));
   // Statistics sums are exact by design (their privacy is the site's [stats] policy): the
   // noise floor is for model updates only.
@@ -74,7 +76,7 @@ Result<SecAggParticipant> SecAggParticipant::StartEncoded(const wire::Header& he
                                    " words but the task sums " + std::to_string(options.vector_size));
   }
   FM_ASSIGN_OR_RETURN(SecAggClient client, SecAggClient::Create(options, identity, allowlist));
-  SecAggParticipant p(std::move(client), task.round, {});
+  SecAggParticipant p(std::move(client), task.round, {}, ledger);
   p.encoded_ = std::move(words);
   p.encoded_input_ = true;
   return p;
@@ -89,12 +91,19 @@ Result<wire::Body> SecAggParticipant::OnMessage(const wire::Body& body) {
     return wire::Body(ToWire(shares));
   }
   if (const auto* m = std::get_if<wire::SecAggForwardedShares>(&body)) {
+    const std::pair<uint64_t, bool> slot{round_, encoded_input_};
+    if (ledger_ != nullptr && ledger_->contains(slot)) {
+      return Status::FailedPrecondition("this site already sent a masked input for round " +
+                                        std::to_string(round_) +
+                                        "; masking another would let two sums be compared");
+    }
     FM_ASSIGN_OR_RETURN(ForwardedShares forwarded, FromWire(*m));
     FM_ASSIGN_OR_RETURN(MaskedInput masked,
                         encoded_.empty() ? client_.OnForwardedShares(forwarded, update_)
                                          : client_.OnForwardedSharesEncoded(forwarded, encoded_));
     std::fill(update_.begin(), update_.end(), 0.0f);
     std::fill(encoded_.begin(), encoded_.end(), 0u);
+    if (ledger_ != nullptr) ledger_->insert(slot);
     return wire::Body(ToWire(masked));
   }
   if (const auto* m = std::get_if<wire::SecAggUnmaskRequest>(&body)) {

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -39,6 +41,12 @@ struct SecAggFloors {
 // both values and the [secagg] key otherwise.
 Status CheckSecAggFloors(const SecAggOptions& options, const SecAggFloors& floors);
 
+// The (round, statistics?) slots this site has sent a masked input for. Masking the same
+// change again under another roster (an aggregator retrying the round without one member)
+// would let the difference of the two sums reveal that member's update, so a participant
+// refuses to mask a second input for a slot it finds here.
+using MaskLedger = std::set<std::pair<uint64_t, bool>>;
+
 class SecAggParticipant {
  public:
   // Starts this node's part in the secure aggregation `task` asks for, with `update` (the
@@ -50,7 +58,8 @@ class SecAggParticipant {
                                          const Identity& identity,
                                          std::span<const PublicIdentity> allowlist,
                                          std::vector<float> update,
-                                         const SecAggFloors& floors = {});
+                                         const SecAggFloors& floors = {},
+                                         MaskLedger* ledger = nullptr);
 
   // As Start, for an input already encoded in Z_2^32 (federated statistics' exact sums,
   // core/stats/secure_sums.h): `words` must have the task's vector size. floors.min_noise_stddev
@@ -59,29 +68,32 @@ class SecAggParticipant {
                                                 const Identity& identity,
                                                 std::span<const PublicIdentity> allowlist,
                                                 std::vector<uint32_t> words,
-                                                const SecAggFloors& floors = {});
+                                                const SecAggFloors& floors = {},
+                                                MaskLedger* ledger = nullptr);
 
   uint64_t round() const { return round_; }
   // Stage 0: the signed keys to send first.
   wire::Body advertisement() const;
   // The aggregator's roster, forwarded shares or unmask request: the reply to send. An
   // error when the message is malformed, out of order or fails a check (a bad signature in
-  // the roster, a box that does not open); the round is then over for this node.
+  // the roster, a box that does not open), or when the ledger (Start) shows this site
+  // already masked an input for the round (FailedPrecondition); the round is then over for
+  // this node.
   Result<wire::Body> OnMessage(const wire::Body& body);
   // The node has sent its last message for the round.
   bool finished() const { return finished_; }
-  // Whether this participant sums a statistics encoding (StartEncoded), not a model change.
-  bool encoded() const { return encoded_input_; }
 
  private:
-  SecAggParticipant(SecAggClient client, uint64_t round, std::vector<float> update)
-      : client_(std::move(client)), round_(round), update_(std::move(update)) {}
+  SecAggParticipant(SecAggClient client, uint64_t round, std::vector<float> update,
+                    MaskLedger* ledger)
+      : client_(std::move(client)), round_(round), update_(std::move(update)), ledger_(ledger) {}
 
   SecAggClient client_;
   uint64_t round_;
   std::vector<float> update_;     // wiped once masked
   std::vector<uint32_t> encoded_;  // StartEncoded's input instead of update_; wiped once masked
   bool encoded_input_ = false;
+  MaskLedger* ledger_ = nullptr;  // not owned; may be null
   bool finished_ = false;
 };
 

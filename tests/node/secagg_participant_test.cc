@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 #include "core/wire/wire_codec.h"
@@ -112,6 +113,65 @@ TEST(SecAggParticipant, TasksBelowTheSitesFloorsAreRefused) {
   ASSERT_FALSE(weak.ok());
   EXPECT_THAT(weak.status().message(), HasSubstr("[secagg] min_threshold (3)"));
   EXPECT_THAT(weak.status().message(), HasSubstr("is 2"));
+}
+
+// Runs stages 0-2 for participants `p` (one per Fixture identity): the masked inputs, or
+// the first error.
+Result<std::vector<wire::SecAggMaskedInput>> MaskAll(std::vector<SecAggParticipant>& p) {
+  wire::SecAggRoster roster{"fed", 3, {}, {}};
+  for (auto& q : p) {
+    auto adv = std::get<wire::SecAggAdvertiseKeys>(q.advertisement());
+    roster.members.push_back({adv.client_id, adv.channel_public_key, adv.masking_public_key, adv.signature});
+  }
+  std::map<std::string, wire::SecAggForwardedShares> forwarded;
+  for (auto& q : p) {
+    FM_ASSIGN_OR_RETURN(wire::Body shares, q.OnMessage(roster));
+    for (auto& box : std::get<wire::SecAggShareKeys>(shares).boxes) {
+      auto& f = forwarded[box.recipient];
+      f.federation_id = "fed";
+      f.round = 3;
+      f.recipient = box.recipient;
+      f.boxes.push_back(box);
+    }
+  }
+  std::vector<wire::SecAggMaskedInput> out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string id = std::string(1, static_cast<char>('a' + i));
+    FM_ASSIGN_OR_RETURN(wire::Body masked, p[i].OnMessage(forwarded[id]));
+    out.push_back(std::get<wire::SecAggMaskedInput>(masked));
+  }
+  return out;
+}
+
+// Issue 26 item 5: a site masks at most one input per round. Before, a second secure
+// aggregation of the same round (an aggregator retrying it without one member) was masked
+// again, and the difference of the two sums would show that member's update.
+TEST(SecAggParticipant, ASiteMasksAtMostOneInputPerRound) {
+  Fixture f;
+  std::vector<MaskLedger> ledgers(3);
+  auto start = [&](size_t i) {
+    return SecAggParticipant::Start(f.header, f.task, f.ids[i], f.allow,
+                                    std::vector<float>(8, 0.1f), {}, &ledgers[i])
+        .value();
+  };
+  std::vector<SecAggParticipant> first;
+  for (size_t i = 0; i < 3; ++i) first.push_back(start(i));
+  auto masked = MaskAll(first);
+  ASSERT_TRUE(masked.ok()) << masked.status().ToString();
+  EXPECT_EQ(masked->size(), 3u);
+  EXPECT_TRUE(ledgers[0].contains({3, false}));
+
+  std::vector<SecAggParticipant> again;  // the same round, a fresh roster
+  for (size_t i = 0; i < 3; ++i) again.push_back(start(i));
+  auto second = MaskAll(again);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("already sent a masked input for round 3"));
+
+  // Without a ledger (as before issue 26) the second masking went through.
+  std::vector<SecAggParticipant> unguarded;
+  for (size_t i = 0; i < 3; ++i) unguarded.push_back(f.Start(i));
+  EXPECT_TRUE(MaskAll(unguarded).ok());
 }
 
 }  // namespace
