@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
 #include "core/wire/wire_codec.h"
@@ -583,6 +585,40 @@ TEST(ZmqTransport, SecondConnectionWithTheSameKeyClosesTheFirst) {
   EXPECT_EQ(RoundTrip(*second, *s.server, "site-a"), peer);
   EXPECT_GE(s.server->duplicate_connections_closed(), 1u);
   EXPECT_EQ(s.server->peer_count(), 1u);
+}
+
+bool WaitUntilRefused(const ZmqServer& server, uint64_t n, int ms) {
+  const auto deadline = Clock::now() + milliseconds(ms);
+  while (Clock::now() < deadline) {
+    if (server.refused_count() >= n) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return server.refused_count() >= n;
+}
+
+// Item 8: a flood of handshakes from unknown keys is logged in bounded volume: each key at
+// most once per 10 s (as before), and at most 20 lines per 10 s over all keys (before: one
+// line per key, so a flood of fresh keys wrote without bound).
+TEST(ZmqTransport, RefusedHandshakesFromManyKeysAreLoggedInBoundedVolume) {
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", ring));
+  {
+    Identity agg = NewIdentity("aggregator");
+    Server s = StartServer(agg, {});
+    std::vector<Identity> strangers;
+    std::vector<std::unique_ptr<ZmqClient>> clients;
+    for (int i = 0; i < 30; ++i) strangers.push_back(NewIdentity("stranger-" + std::to_string(i)));
+    for (auto& id : strangers) clients.push_back(StartClient(&id, s, agg));
+    ASSERT_TRUE(WaitUntilRefused(*s.server, 30, 5000));
+    std::this_thread::sleep_for(milliseconds(300));
+  }
+  spdlog::set_default_logger(previous);
+  int lines = 0;
+  for (const std::string& l : ring->last_formatted()) {
+    if (l.find("ZAP: refused connection") != std::string::npos) ++lines;
+  }
+  EXPECT_EQ(lines, 20);
 }
 
 }  // namespace
