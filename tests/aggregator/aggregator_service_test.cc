@@ -552,5 +552,43 @@ TEST_F(AggregatorServiceTest, UnsignedUpdateIsRefusedAndSignaturesAreStored) {
   }
 }
 
+// Issue 26 item 8: every rejected message costs a decode, a reply and a log line. A node
+// sending a stream of messages that are rejected (here FitResults for a round that has not
+// started) gets a burst of 20 answered, then about 2 a second; the rest are dropped unread.
+TEST_F(AggregatorServiceTest, RejectedMessagesAreRateLimitedPerNode) {
+  auto service = StartService();  // waits for three nodes: only one comes
+  ASSERT_NE(service, nullptr);
+  FakeNode& n = nodes_[0];
+  n.Connect(service->endpoint(), agg_.public_identity());
+  ASSERT_TRUE(n.Register().ok());
+  int rejects = 0;
+  auto pump = [&](int ms) {
+    const auto until = Clock::now() + std::chrono::milliseconds(ms);
+    while (Clock::now() < until) {
+      ASSERT_TRUE(service->Step(5).ok());
+      for (;;) {
+        auto m = n.client->Poll(0);
+        ASSERT_TRUE(m.ok());
+        if (!m->has_value()) break;
+        if (std::holds_alternative<wire::Reject>((**m).body)) ++rejects;
+      }
+    }
+  };
+  pump(300);
+  for (int i = 0; i < 100; ++i) {
+    wire::FitResult r;
+    r.round = 7;  // not started: rejected as kWrongRound
+    r.num_examples = 10;
+    r.train_loss = 0.5;
+    r.update = wire::FloatPayload(std::vector<float>(15, 0.0f));
+    r.bytes_before_codec = r.bytes_after_codec = r.update.bytes.size();
+    ASSERT_TRUE(SignUpdate(n.identity, kFed, 0, &r).ok());
+    ASSERT_TRUE(n.client->Send(wire::Message{{kFed, n.name, 7, 0, n.next_id++}, std::move(r)}).ok());
+  }
+  pump(1500);
+  EXPECT_GE(rejects, 20);  // the burst was answered
+  EXPECT_LE(rejects, 25);  // 20 + about 2 a second, not 100
+}
+
 }  // namespace
 }  // namespace fedmesh
