@@ -77,54 +77,7 @@ std::string Hex2(uint8_t b) {
   return std::string("0x") + kDigits[b >> 4] + kDigits[b & 0xF];
 }
 
-std::string_view TypeName(uint32_t type) {
-  if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
-  if ((type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) ||
-      (type >= pb::MESSAGE_TYPE_MEMBERSHIP && type <= pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES)) {
-    return MessageTypeName(static_cast<MessageType>(type));
-  }
-  return "unknown";
-}
 
-uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
-  switch (c) {
-    case pb::Envelope::kRegistration:
-      return pb::MESSAGE_TYPE_REGISTER;
-    case pb::Envelope::kRegisterAck:
-      return pb::MESSAGE_TYPE_REGISTER_ACK;
-    case pb::Envelope::kFitTask:
-      return pb::MESSAGE_TYPE_FIT_TASK;
-    case pb::Envelope::kFitResult:
-      return pb::MESSAGE_TYPE_FIT_RESULT;
-    case pb::Envelope::kHeartbeat:
-      return pb::MESSAGE_TYPE_HEARTBEAT;
-    case pb::Envelope::kReject:
-      return pb::MESSAGE_TYPE_REJECT;
-    case pb::Envelope::kChunk:
-      return pb::MESSAGE_TYPE_CHUNK;
-    case pb::Envelope::kMembership:
-      return pb::MESSAGE_TYPE_MEMBERSHIP;
-    case pb::Envelope::kGossipModel:
-      return pb::MESSAGE_TYPE_GOSSIP_MODEL;
-    case pb::Envelope::kSecaggAdvertiseKeys:
-      return pb::MESSAGE_TYPE_SECAGG_ADVERTISE_KEYS;
-    case pb::Envelope::kSecaggRoster:
-      return pb::MESSAGE_TYPE_SECAGG_ROSTER;
-    case pb::Envelope::kSecaggShareKeys:
-      return pb::MESSAGE_TYPE_SECAGG_SHARE_KEYS;
-    case pb::Envelope::kSecaggForwardedShares:
-      return pb::MESSAGE_TYPE_SECAGG_FORWARDED_SHARES;
-    case pb::Envelope::kSecaggMaskedInput:
-      return pb::MESSAGE_TYPE_SECAGG_MASKED_INPUT;
-    case pb::Envelope::kSecaggUnmaskRequest:
-      return pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST;
-    case pb::Envelope::kSecaggUnmaskShares:
-      return pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES;
-    case pb::Envelope::BODY_NOT_SET:
-      break;
-  }
-  return pb::MESSAGE_TYPE_UNSPECIFIED;
-}
 
 const TensorPayload* PayloadOf(const Body& body) {
   if (const auto* t = std::get_if<FitTask>(&body)) return &t->global_model;
@@ -134,14 +87,7 @@ const TensorPayload* PayloadOf(const Body& body) {
   return nullptr;
 }
 
-TensorPayload* MutablePayloadOf(Body& body) { return const_cast<TensorPayload*>(PayloadOf(body)); }
 
-std::string_view PayloadFieldName(const Body& body) {
-  if (std::holds_alternative<FitTask>(body)) return "FitTask.global_model";
-  if (std::holds_alternative<GossipModel>(body)) return "GossipModel.model";
-  if (std::holds_alternative<SecAggMaskedInput>(body)) return "SecAggMaskedInput.masked";
-  return "FitResult.update";
-}
 
 // ---------------------------------------------------------------------------------------
 // Field validation, shared by Encode (on what it is asked to send) and by the receiver (on
@@ -165,10 +111,6 @@ Status CheckId(std::string_view value, std::string_view field, const WireLimits&
   return Status::OK();
 }
 
-Status CheckHeader(const Header& h, const WireLimits& l) {
-  FM_RETURN_IF_ERROR(CheckId(h.federation_id, "header federation_id", l));
-  return CheckId(h.sender_id, "header sender_id", l);
-}
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
@@ -264,37 +206,6 @@ Status CheckPayloadDescription(const TensorPayload& p, uint64_t payload_bytes,
   return Status::OK();
 }
 
-// The chunking of a payload: chunk_bytes and chunk_count follow from payload_bytes.
-Status CheckFraming(uint64_t payload_bytes, uint64_t chunk_bytes, uint64_t chunk_count,
-                    std::string_view what, const WireLimits& l) {
-  if (payload_bytes == 0) {
-    if (chunk_bytes != 0 || chunk_count != 0) {
-      return Status::Corruption(StrCat(what, " has no payload bytes but declares ", chunk_count,
-                                       " chunks of ", chunk_bytes, " bytes"));
-    }
-    return Status::OK();
-  }
-  if (chunk_bytes == 0) {
-    return Status::Corruption(
-        StrCat(what, " declares ", payload_bytes, " payload bytes in chunks of 0 bytes"));
-  }
-  if (chunk_bytes > l.max_chunk_bytes) {
-    return Status::OutOfRange(StrCat(what, " declares chunks of ", chunk_bytes,
-                                     " bytes; the limit is ", l.max_chunk_bytes,
-                                     " (max_chunk_bytes)"));
-  }
-  if (chunk_count > l.max_chunks) {
-    return Status::OutOfRange(StrCat(what, " declares ", chunk_count, " chunks; the limit is ",
-                                     l.max_chunks, " (max_chunks)"));
-  }
-  const uint64_t needed = payload_bytes / chunk_bytes + (payload_bytes % chunk_bytes != 0);
-  if (chunk_count != needed) {
-    return Status::Corruption(StrCat(what, " declares ", chunk_count, " chunks, but ",
-                                     payload_bytes, " bytes in chunks of ", chunk_bytes,
-                                     " bytes take ", needed));
-  }
-  return Status::OK();
-}
 
 // Every value of a little-endian float32 buffer is finite; names the first that is not.
 uint32_t LoadLittleEndian32(const uint8_t* p) {
@@ -325,15 +236,6 @@ Status CheckFiniteFloat32(std::span<const uint8_t> bytes, std::string_view what)
   return Status::OK();
 }
 
-// Checks on payload contents, once all bytes are present. Float payloads (FitTask's global
-// model, FitResult's update, GossipModel's model) require finite values; other codecs are
-// checked by the codec layer after decoding. Every uint32 word is a valid element of
-// Z_2^32.
-Status CheckPayloadValues(const Body& body) {
-  const TensorPayload* p = PayloadOf(body);
-  if (p == nullptr || p->codec != kCodecNone || p->dtype != DType::kFloat32) return Status::OK();
-  return CheckFiniteFloat32(p->bytes, PayloadFieldName(body));
-}
 
 bool IsFinite(double v) { return std::isfinite(v); }
 
@@ -502,6 +404,116 @@ Status CheckSecAggParameters(const SecAggParameters& p) {
                                           "; it must be >= min_clients (", p.min_clients, ")"));
   }
   return Status::OK();
+}
+
+
+}  // namespace
+
+// ---- Shared with reassembler.cc (declared in wire_internal.h / wire_proto.h).
+
+std::string_view TypeName(uint32_t type) {
+  if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
+  if ((type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) ||
+      (type >= pb::MESSAGE_TYPE_MEMBERSHIP && type <= pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES)) {
+    return MessageTypeName(static_cast<MessageType>(type));
+  }
+  return "unknown";
+}
+
+uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
+  switch (c) {
+    case pb::Envelope::kRegistration:
+      return pb::MESSAGE_TYPE_REGISTER;
+    case pb::Envelope::kRegisterAck:
+      return pb::MESSAGE_TYPE_REGISTER_ACK;
+    case pb::Envelope::kFitTask:
+      return pb::MESSAGE_TYPE_FIT_TASK;
+    case pb::Envelope::kFitResult:
+      return pb::MESSAGE_TYPE_FIT_RESULT;
+    case pb::Envelope::kHeartbeat:
+      return pb::MESSAGE_TYPE_HEARTBEAT;
+    case pb::Envelope::kReject:
+      return pb::MESSAGE_TYPE_REJECT;
+    case pb::Envelope::kChunk:
+      return pb::MESSAGE_TYPE_CHUNK;
+    case pb::Envelope::kMembership:
+      return pb::MESSAGE_TYPE_MEMBERSHIP;
+    case pb::Envelope::kGossipModel:
+      return pb::MESSAGE_TYPE_GOSSIP_MODEL;
+    case pb::Envelope::kSecaggAdvertiseKeys:
+      return pb::MESSAGE_TYPE_SECAGG_ADVERTISE_KEYS;
+    case pb::Envelope::kSecaggRoster:
+      return pb::MESSAGE_TYPE_SECAGG_ROSTER;
+    case pb::Envelope::kSecaggShareKeys:
+      return pb::MESSAGE_TYPE_SECAGG_SHARE_KEYS;
+    case pb::Envelope::kSecaggForwardedShares:
+      return pb::MESSAGE_TYPE_SECAGG_FORWARDED_SHARES;
+    case pb::Envelope::kSecaggMaskedInput:
+      return pb::MESSAGE_TYPE_SECAGG_MASKED_INPUT;
+    case pb::Envelope::kSecaggUnmaskRequest:
+      return pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST;
+    case pb::Envelope::kSecaggUnmaskShares:
+      return pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES;
+    case pb::Envelope::BODY_NOT_SET:
+      break;
+  }
+  return pb::MESSAGE_TYPE_UNSPECIFIED;
+}
+
+TensorPayload* MutablePayloadOf(Body& body) { return const_cast<TensorPayload*>(PayloadOf(body)); }
+
+std::string_view PayloadFieldName(const Body& body) {
+  if (std::holds_alternative<FitTask>(body)) return "FitTask.global_model";
+  if (std::holds_alternative<GossipModel>(body)) return "GossipModel.model";
+  if (std::holds_alternative<SecAggMaskedInput>(body)) return "SecAggMaskedInput.masked";
+  return "FitResult.update";
+}
+
+Status CheckHeader(const Header& h, const WireLimits& l) {
+  FM_RETURN_IF_ERROR(CheckId(h.federation_id, "header federation_id", l));
+  return CheckId(h.sender_id, "header sender_id", l);
+}
+
+// The chunking of a payload: chunk_bytes and chunk_count follow from payload_bytes.
+Status CheckFraming(uint64_t payload_bytes, uint64_t chunk_bytes, uint64_t chunk_count,
+                    std::string_view what, const WireLimits& l) {
+  if (payload_bytes == 0) {
+    if (chunk_bytes != 0 || chunk_count != 0) {
+      return Status::Corruption(StrCat(what, " has no payload bytes but declares ", chunk_count,
+                                       " chunks of ", chunk_bytes, " bytes"));
+    }
+    return Status::OK();
+  }
+  if (chunk_bytes == 0) {
+    return Status::Corruption(
+        StrCat(what, " declares ", payload_bytes, " payload bytes in chunks of 0 bytes"));
+  }
+  if (chunk_bytes > l.max_chunk_bytes) {
+    return Status::OutOfRange(StrCat(what, " declares chunks of ", chunk_bytes,
+                                     " bytes; the limit is ", l.max_chunk_bytes,
+                                     " (max_chunk_bytes)"));
+  }
+  if (chunk_count > l.max_chunks) {
+    return Status::OutOfRange(StrCat(what, " declares ", chunk_count, " chunks; the limit is ",
+                                     l.max_chunks, " (max_chunks)"));
+  }
+  const uint64_t needed = payload_bytes / chunk_bytes + (payload_bytes % chunk_bytes != 0);
+  if (chunk_count != needed) {
+    return Status::Corruption(StrCat(what, " declares ", chunk_count, " chunks, but ",
+                                     payload_bytes, " bytes in chunks of ", chunk_bytes,
+                                     " bytes take ", needed));
+  }
+  return Status::OK();
+}
+
+// Checks on payload contents, once all bytes are present. Float payloads (FitTask's global
+// model, FitResult's update, GossipModel's model) require finite values; other codecs are
+// checked by the codec layer after decoding. Every uint32 word is a valid element of
+// Z_2^32.
+Status CheckPayloadValues(const Body& body) {
+  const TensorPayload* p = PayloadOf(body);
+  if (p == nullptr || p->codec != kCodecNone || p->dtype != DType::kFloat32) return Status::OK();
+  return CheckFiniteFloat32(p->bytes, PayloadFieldName(body));
 }
 
 // Every field of the body except payload bytes. `payload_bytes`: the size of the body's
@@ -775,8 +787,6 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
   return Status::OK();
 }
 
-}  // namespace
-
 // x-coordinates of Shamir shares are 1..255 (0 is where the secret sits).
 Status CheckShareX(uint64_t x, size_t index) {
   if (x >= 1 && x <= 255) return Status::OK();
@@ -874,322 +884,6 @@ Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, D
     }
   }
   return frames;
-}
-
-// ---------------------------------------------------------------------------------------
-
-Reassembler::Reassembler(WireLimits limits, DigestMemo* memo, PendingBudget* budget)
-    : limits_(limits), memo_(memo), limits_status_(ValidateLimits(limits_)), budget_(budget) {}
-
-Reassembler::~Reassembler() { ReleaseAll(); }
-
-Reassembler::Reassembler(Reassembler&& other) noexcept
-    : limits_(other.limits_),
-      memo_(other.memo_),
-      limits_status_(std::move(other.limits_status_)),
-      pending_(std::move(other.pending_)),
-      pending_declared_bytes_(other.pending_declared_bytes_),
-      budget_(other.budget_) {
-  other.pending_.clear();
-  other.pending_declared_bytes_ = 0;
-}
-
-Reassembler& Reassembler::operator=(Reassembler&& other) noexcept {
-  if (this == &other) return *this;
-  ReleaseAll();
-  limits_ = other.limits_;
-  memo_ = other.memo_;
-  limits_status_ = std::move(other.limits_status_);
-  pending_ = std::move(other.pending_);
-  pending_declared_bytes_ = other.pending_declared_bytes_;
-  budget_ = other.budget_;
-  other.pending_.clear();
-  other.pending_declared_bytes_ = 0;
-  return *this;
-}
-
-void Reassembler::ReleaseAll() {
-  if (budget_ != nullptr) budget_->Release(pending_declared_bytes_);
-  pending_.clear();
-  pending_declared_bytes_ = 0;
-}
-
-size_t Reassembler::DropStalled(Clock::time_point cutoff) {
-  size_t dropped = 0;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.last_progress < cutoff) {
-      pending_declared_bytes_ -= it->second.payload_bytes;
-      if (budget_ != nullptr) budget_->Release(it->second.payload_bytes);
-      it = pending_.erase(it);
-      ++dropped;
-    } else {
-      ++it;
-    }
-  }
-  return dropped;
-}
-
-uint64_t Reassembler::allocated_bytes() const {
-  uint64_t total = 0;
-  for (const auto& [key, p] : pending_) total += p.bytes.capacity();
-  return total;
-}
-
-bool Reassembler::Drop(std::string_view sender_id, uint64_t message_id) {
-  auto it = pending_.find(Key{std::string(sender_id), message_id});
-  if (it == pending_.end()) return false;
-  pending_declared_bytes_ -= it->second.payload_bytes;
-  if (budget_ != nullptr) budget_->Release(it->second.payload_bytes);
-  pending_.erase(it);
-  return true;
-}
-
-Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) {
-  FM_RETURN_IF_ERROR(limits_status_);
-  const WireLimits& l = limits_;
-  if (frame.empty()) return Status::Corruption("frame is empty");
-  if (frame.size() > MaxFrameBytes(l)) {
-    return Status::OutOfRange(StrCat("frame is ", frame.size(), " bytes; the limit is ",
-                                     MaxFrameBytes(l), " (max_header_bytes + max_chunk_bytes)"));
-  }
-
-  // Small frames parse as a full Envelope. A larger one can only be a chunk and parses
-  // as a ChunkFrame view (core/wire/chunk_frame.h): no other body in it is expanded into
-  // objects, and its data is read in place rather than copied by protobuf.
-  pb::Envelope env;
-  pb::Header big_header;
-  std::optional<ChunkFrameView> view;
-  const bool small = frame.size() <= l.max_header_bytes;
-  bool parsed = false;
-  if (small) {
-    parsed = env.ParseFromArray(frame.data(), static_cast<int>(frame.size()));
-  } else {
-    view = ParseChunkFrame(frame);
-    parsed = view.has_value() &&
-             (!view->has_header ||
-              big_header.ParseFromArray(view->header.data(), static_cast<int>(view->header.size())));
-  }
-  if (!parsed) {
-    return Status::Corruption(
-        StrCat("frame of ", frame.size(), " bytes is not a valid fedmesh.wire Envelope"));
-  }
-  const bool has_header = small ? env.has_header() : view->has_header;
-  if (!has_header) {
-    return Status::Corruption("frame has no header; it is truncated or not a fedmesh frame");
-  }
-  const pb::Header& h = small ? env.header() : big_header;
-  if (h.protocol_version() != kProtocolVersion) {
-    return Status::FailedPrecondition(StrCat("peer speaks protocol version ", h.protocol_version(),
-                                             "; this build speaks ", kProtocolVersion));
-  }
-  Header header = FromProto(h);
-  FM_RETURN_IF_ERROR(CheckHeader(header, l));
-
-  std::optional<ChunkFrameView> chunk;
-  if (!small) {
-    if (h.type() != pb::MESSAGE_TYPE_CHUNK) {
-      return Status::OutOfRange(StrCat(TypeName(h.type()), " header frame from '", header.sender_id,
-                                       "' is ", frame.size(), " bytes; the limit is ",
-                                       l.max_header_bytes, " (max_header_bytes)"));
-    }
-    if (!view->has_chunk) {
-      return Status::Corruption(
-          StrCat("frame from '", header.sender_id, "' says Chunk but has no chunk body"));
-    }
-    chunk = view;
-  } else {
-    if (env.body_case() == pb::Envelope::BODY_NOT_SET) {
-      if (TypeName(h.type()) == "unknown") {
-        return Status::InvalidArgument(StrCat("frame from '", header.sender_id,
-                                              "' has message type ", static_cast<int>(h.type()),
-                                              ", which this build does not know"));
-      }
-      return Status::Corruption(StrCat(TypeName(h.type()), " frame from '", header.sender_id,
-                                       "' has no body; it is truncated or damaged"));
-    }
-    if (TypeOfBodyCase(env.body_case()) != static_cast<uint32_t>(h.type())) {
-      return Status::Corruption(StrCat("frame from '", header.sender_id, "' says type ",
-                                       TypeName(h.type()), " but carries a ",
-                                       TypeName(TypeOfBodyCase(env.body_case())), " body"));
-    }
-    if (env.has_chunk()) {
-      const pb::Chunk& c = env.chunk();
-      chunk.emplace();
-      chunk->transfer_id = c.transfer_id();
-      chunk->index = c.index();
-      chunk->count = c.count();
-      chunk->data = {reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size()};
-    }
-  }
-
-  // ---- A chunk of a pending message.
-  if (chunk.has_value()) {
-    auto it = pending_.find(Key{header.sender_id, chunk->transfer_id});
-    if (it == pending_.end()) {
-      return Status::Corruption(StrCat("chunk ", chunk->index, " of message ",
-                                       chunk->transfer_id, " from '", header.sender_id,
-                                       "' matches no pending message (an extra frame, or its "
-                                       "header frame was rejected or never arrived)"));
-    }
-    Pending& p = it->second;
-    const Header& mh = p.message.header;
-    const std::string where = StrCat("chunk ", chunk->index, " of message ", mh.message_id,
-                                     " from '", mh.sender_id, "'");
-    if (header.federation_id != mh.federation_id || header.round != mh.round ||
-        header.model_version != mh.model_version || header.message_id != mh.message_id) {
-      return Status::Corruption(StrCat(
-          where, " has a header (federation '", header.federation_id, "', round ", header.round,
-          ", model_version ", header.model_version, ", message_id ", header.message_id,
-          ") that differs from its message's (federation '", mh.federation_id, "', round ",
-          mh.round, ", model_version ", mh.model_version, ")"));
-    }
-    if (chunk->count != p.chunk_count) {
-      return Status::Corruption(
-          StrCat(where, " says ", chunk->count, " chunks; the message declares ", p.chunk_count));
-    }
-    if (chunk->index != p.next_index) {
-      return Status::Corruption(StrCat(where, " arrived when chunk ", p.next_index, " of ",
-                                       p.chunk_count,
-                                       " was expected (a frame is missing, repeated or out of "
-                                       "order)"));
-    }
-    const uint64_t offset = uint64_t{p.next_index} * p.chunk_bytes;
-    const uint64_t expected = std::min<uint64_t>(p.chunk_bytes, p.payload_bytes - offset);
-    const std::span<const uint8_t> data = chunk->data;
-    if (data.size() != expected) {
-      return Status::Corruption(
-          StrCat(where, " carries ", data.size(), " bytes; ", expected, " were declared"));
-    }
-    // With a shared budget the declared size is already accounted for, so the buffer is
-    // sized once at the first chunk (no regrowth copies); without one it grows toward the
-    // declared size as bytes arrive, never past it.
-    const size_t needed = p.bytes.size() + data.size();
-    if (needed > p.bytes.capacity()) {
-      p.bytes.reserve(budget_ != nullptr
-                          ? static_cast<size_t>(p.payload_bytes)
-                          : static_cast<size_t>(std::min<uint64_t>(
-                                p.payload_bytes,
-                                std::max<uint64_t>(needed, 2 * uint64_t{p.bytes.capacity()}))));
-    }
-    const auto* d = data.data();
-    p.bytes.insert(p.bytes.end(), d, d + data.size());
-    if (memo_ == nullptr) p.hasher.Update(std::span<const uint8_t>(d, data.size()));
-    p.last_progress = Clock::now();
-    if (++p.next_index < p.chunk_count) return std::optional<Message>();
-
-    // Last chunk: the message leaves the pending set whether or not it checks out.
-    Pending done = std::move(p);
-    pending_.erase(it);
-    pending_declared_bytes_ -= done.payload_bytes;
-    if (budget_ != nullptr) budget_->Release(done.payload_bytes);
-    const Sha256Digest digest = memo_ != nullptr ? memo_->Hash(done.bytes) : done.hasher.Finish();
-    if (digest != done.declared_sha256) {
-      return Status::Corruption(StrCat("payload of message ", done.message.header.message_id,
-                                       " from '", done.message.header.sender_id,
-                                       "' fails its SHA-256 check (declared ",
-                                       Sha256Hex(done.declared_sha256), ", received bytes hash to ",
-                                       Sha256Hex(digest), "); the message is dropped"));
-    }
-    TensorPayload* payload = MutablePayloadOf(done.message.body);
-    FM_CHECK(payload != nullptr);
-    payload->bytes = std::move(done.bytes);
-    payload->sha256 = digest;
-    Status values = CheckPayloadValues(done.message.body);
-    if (!values.ok()) {
-      return values.WithContext(StrCat("message ", done.message.header.message_id, " from '",
-                                       done.message.header.sender_id, "' (dropped)"));
-    }
-    return std::optional<Message>(std::move(done.message));
-  }
-
-  // ---- A header frame.
-  Message message;
-  message.header = std::move(header);
-  Framing framing;
-  FM_RETURN_IF_ERROR(BodyFromProto(env, l, &message.body, &framing));
-  FM_RETURN_IF_ERROR(CheckBody(message.header, message.body, framing.payload_bytes, l));
-  TensorPayload* payload = MutablePayloadOf(message.body);
-  if (payload == nullptr) return std::optional<Message>(std::move(message));
-
-  const std::string_view what = PayloadFieldName(message.body);
-  FM_RETURN_IF_ERROR(
-      CheckFraming(framing.payload_bytes, framing.chunk_bytes, framing.chunk_count, what, l));
-  if (framing.payload_bytes == 0) {
-    if (framing.sha256 != EmptySha256()) {
-      return Status::Corruption(StrCat(what, " is empty but its sha256 is not that of no bytes"));
-    }
-    payload->sha256 = framing.sha256;
-    return std::optional<Message>(std::move(message));
-  }
-  Key key{message.header.sender_id, message.header.message_id};
-  if (pending_.count(key) != 0) {
-    return Status::AlreadyExists(StrCat("'", key.first, "' already has message ", key.second,
-                                        " waiting for chunks; message ids must be unique "
-                                        "among a sender's messages in flight"));
-  }
-  if (pending_.size() >= l.max_pending_messages) {
-    return Status::OutOfRange(StrCat("cannot accept message ", key.second, " from '", key.first,
-                                     "': ", pending_.size(),
-                                     " messages are already waiting for chunks (limit ",
-                                     l.max_pending_messages, ", max_pending_messages)"));
-  }
-  if (framing.payload_bytes >
-      l.max_pending_bytes - std::min(l.max_pending_bytes, pending_declared_bytes_)) {
-    return Status::OutOfRange(
-        StrCat("cannot accept message ", key.second, " from '", key.first, "': its ",
-               framing.payload_bytes, " payload bytes and the ", pending_declared_bytes_,
-               " already pending exceed max_pending_bytes (", l.max_pending_bytes, ")"));
-  }
-  if (budget_ != nullptr && !budget_->TryReserve(framing.payload_bytes)) {
-    return Status::OutOfRange(
-        StrCat("cannot accept message ", key.second, " from '", key.first, "': its ",
-               framing.payload_bytes, " payload bytes do not fit in the ",
-               budget_->limit() - budget_->used(), " bytes left of the uploads' shared budget (",
-               budget_->limit(), "); partial uploads from all peers hold the rest"));
-  }
-  Pending p;
-  p.message = std::move(message);
-  p.last_progress = Clock::now();
-  p.payload_bytes = framing.payload_bytes;
-  p.chunk_bytes = framing.chunk_bytes;
-  p.chunk_count = framing.chunk_count;
-  p.declared_sha256 = framing.sha256;
-  pending_declared_bytes_ += framing.payload_bytes;
-  pending_.emplace(std::move(key), std::move(p));
-  return std::optional<Message>();
-}
-
-// ---------------------------------------------------------------------------------------
-
-Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits, DigestMemo* memo) {
-  FM_RETURN_IF_ERROR(ValidateLimits(limits));
-  if (frames.empty()) {
-    return Status::Corruption("no frames; a message is at least its header frame");
-  }
-  Reassembler r(limits, memo);
-  const size_t n = frames.size();
-  for (size_t i = 0; i < n; ++i) {
-    auto added = r.Add(frames[i]);
-    if (!added.ok()) return added.status().WithContext(StrCat("frame ", i, " of ", n));
-    if (!added->has_value()) continue;
-    if (i + 1 < n) {
-      return Status::Corruption(StrCat("frame ", i, " of ", n, " completes the message but ",
-                                       n - i - 1,
-                                       " more frame(s) follow; a frame sequence holds exactly "
-                                       "one message"));
-    }
-    if (!r.pending_.empty()) {
-      return Status::Corruption(StrCat("frame ", i, " of ", n,
-                                       " completes a message, but an earlier frame began "
-                                       "another one"));
-    }
-    return std::move(**added);
-  }
-  if (r.pending_.empty()) return Status::Internal("Decode ended with nothing pending");
-  const auto& [key, p] = *r.pending_.begin();
-  return Status::Corruption(StrCat("the ", n, " frames end after chunk ", p.next_index, " of ",
-                                   p.chunk_count, " of message ", key.second, " from '", key.first,
-                                   "'; payload frames are missing"));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,5 +19,7 @@ Header FromProto(const pb::Header& h);
 // description bounded by `l`, its framing into `framing`.
 void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env);
 Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, Framing* framing);
+// The message type an envelope's body case stands for (defined in wire_codec.cc).
+uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c);
 
 }  // namespace fedmesh::wire

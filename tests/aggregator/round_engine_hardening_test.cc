@@ -1,0 +1,121 @@
+// Round engine against enrolled sites that misbehave (issue 26): revocation, capped
+// weights, and selections drawn from the OS CSPRNG under DP.
+#include "aggregator/round_engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregator/strategy.h"
+#include "core/codec/payload.h"
+#include "core/env.h"
+#include "core/wire/wire_codec.h"
+#include "crypto/dp/rdp_accountant.h"
+#include "tests/aggregator/round_engine_harness.h"
+
+namespace fedmesh {
+namespace {
+
+using namespace round_engine_testing;  // NOLINT: the fixture's vocabulary
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using Output = RoundEngine::Output;
+
+
+// Item 1: a revoked node is forgotten and the round closes once the others have answered.
+TEST(RoundEngineTest, RevokedSelectedNodeIsNotWaitedFor) {
+  Harness h(WaitFor(3));
+  h.Register("a", 10, 1.0f);
+  h.Register("b", 10, 1.0f);
+  h.Register("c", 10, 1.0f);
+  ASSERT_EQ(h.engine->selected().size(), 3u);
+  h.Answer("a");
+  h.Answer("b");
+  EXPECT_TRUE(h.Events<RoundEngine::RoundClosed>().empty());
+  auto outs = h.Absorb(h.engine->OnRevoke("c"));
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].metrics.received, 2u);
+  EXPECT_FALSE(h.engine->connected("c"));
+  EXPECT_EQ(h.engine->connected_count(), 2u);
+  // Round 2 needs three connected nodes: it waits; c is not among the candidates.
+  EXPECT_EQ(h.engine->phase(), RoundEngine::Phase::kWaitingForNodes);
+  // A message from c is refused as from an unknown node.
+  auto late = h.Deliver("c", h.FitResultMessage("c", 1, {1, 1}));
+  auto rejected = Filter<RoundEngine::UpdateRejected>(late);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].cause, RejectCause::kUnknownNode);
+}
+
+// Item 1: with fewer than min_clients answers left, the revocation retries the round now.
+TEST(RoundEngineTest, RevokedNodeBelowQuorumRetriesAtOnce) {
+  RoundEngineOptions o = WaitFor(3);
+  o.min_clients = 3;
+  o.clients_per_round = 3;
+  Harness h(o);
+  for (const char* id : {"a", "b", "c", "d"}) h.Register(id, 10, 1.0f);
+  std::vector<std::string> sel = h.engine->selected();
+  ASSERT_EQ(sel.size(), 3u);
+  h.Answer(sel[0]);
+  h.Answer(sel[1]);
+  auto outs = h.Absorb(h.engine->OnRevoke(sel[2]));
+  auto retried = Filter<RoundEngine::RoundRetried>(outs);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_NE(retried[0].reason.find("revoked"), std::string::npos) << retried[0].reason;
+  const auto& now = h.engine->selected();
+  EXPECT_EQ(std::count(now.begin(), now.end(), sel[2]), 0);
+}
+
+// Item 3: one node's weight is bounded by what it registered and by max_examples_per_node.
+TEST(RoundEngineTest, ClaimedExamplesAreCappedAndCounted) {
+  RoundEngineOptions o = WaitFor(2);
+  o.total_rounds = 1;
+  o.max_examples_per_node = 50;
+  Harness h(o);
+  h.Register("a", 30, 1.0f);
+  h.Register("b", 100, 3.0f);
+  h.Answer("a");
+  auto outs = h.Deliver("b", h.FitResultMessage("b", 1, h.Train("b"), 1000000000));
+  auto accepted = h.Events<RoundEngine::UpdateAccepted>();
+  ASSERT_EQ(accepted.size(), 2u);
+  EXPECT_EQ(accepted[1].num_examples, 50u);
+  EXPECT_EQ(accepted[1].claimed_examples, 1000000000u);
+  EXPECT_EQ(accepted[0].claimed_examples, 0u);
+  EXPECT_EQ(h.engine->weight_violations(), 1u);
+  // FedAvg with weights 30 and 50: (30 * 1 + 50 * 3) / 80 = 2.25.
+  EXPECT_NEAR(h.engine->global()[0], 2.25f, 1e-6);
+}
+
+// Item 6: with secure_selection the draw does not follow the seeded Env rng.
+TEST(RoundEngineTest, SecureSelectionIsNotTheSeededDraw) {
+  auto selection = [](bool secure) {
+    RoundEngineOptions o = WaitFor(40);
+    o.clients_per_round = 4;
+    o.secure_selection = secure;
+    Harness h(o, {0, 0}, /*seed=*/7);
+    for (int i = 0; i < 40; ++i) h.Register("n" + std::to_string(100 + i), 10);
+    return h.engine->selected();
+  };
+  EXPECT_EQ(selection(false), selection(false));  // the seeded draw repeats
+  // 1 in C(40, 4) = 91,390 that two CSPRNG draws agree; three tries all agreeing: never.
+  const auto first = selection(true);
+  bool differs = false;
+  for (int t = 0; t < 3 && !differs; ++t) differs = selection(true) != first;
+  EXPECT_TRUE(differs);
+  EXPECT_EQ(first.size(), 4u);
+}
+
+
+}  // namespace
+}  // namespace fedmesh
