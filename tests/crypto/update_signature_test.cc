@@ -58,5 +58,23 @@ TEST(UpdateSignature, TheReceiversVerifiedDigestIsUsed) {
   EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 0, r).ok());
 }
 
+// A signature of any length but 64 is refused on the wire, both ways.
+TEST(UpdateSignature, AWrongLengthSignatureIsRefusedOnTheWire) {
+  Identity site = Identity::Generate("site-a").value();
+  wire::FitResult r = Update();
+  ASSERT_TRUE(SignUpdate(site, "fed", 3, &r).ok());
+  auto frames = wire::Encode(wire::Message{{"fed", "site-a", 4, 3, 1}, r});
+  ASSERT_TRUE(frames.ok()) << frames.status().ToString();
+  auto back = wire::Decode(*frames);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<wire::FitResult>(back->body).signature, r.signature);
+  r.signature.pop_back();
+  auto bad = wire::Encode(wire::Message{{"fed", "site-a", 4, 3, 1}, r});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("signature is 63 bytes"), std::string::npos)
+      << bad.status().ToString();
+}
+
 }  // namespace
 }  // namespace fedmesh
