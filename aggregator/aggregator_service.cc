@@ -571,6 +571,14 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               return Status::OK();
             },
             [&](RoundEngine::EvalClosed& e) { return RecordFederatedEval(e.report); },
+            [&](RoundEngine::TaskFailed& f) -> Status {
+              spdlog::warn("{} failed its {} task of round {}: {}", f.node_id,
+                           f.evaluation ? "evaluation" : "training", f.round, f.reason);
+              // Kept with the round's rejections: who dropped out, and the reason given.
+              Status st = store_->RecordRejection(f.round, f.node_id, "task_failed: " + f.reason);
+              if (!st.ok()) spdlog::error("recording the failed task: {}", st.ToString());
+              return Status::OK();
+            },
             [&](RoundEngine::StatsClosed& e) -> Status {
               const FederatedStatsReport& r = e.report;
               size_t released = 0;

@@ -372,9 +372,11 @@ std::vector<RoundEngine::Output> RoundEngine::OnMessage(const std::string& from,
       Reject(from, m, RejectCause::kUnknownNode, "heartbeat from a node that is not registered",
              out);
     }
-  } else if (std::holds_alternative<wire::Reject>(m.body)) {
-    // A node refusing a FitTask: answering a Reject with a Reject could loop. The round
-    // goes on without it; the driver logs the message itself.
+  } else if (const auto* rej = std::get_if<wire::Reject>(&m.body)) {
+    // Never answered with a Reject (that could loop). TASK_FAILED: the node will not
+    // answer its task, so its round stops waiting; other reasons are only logged by the
+    // driver.
+    if (rej->reason == wire::RejectReason::kTaskFailed) HandleTaskFailed(from, m, *rej, out);
   } else {
     Reject(from, m, RejectCause::kMalformed,
            "nodes do not send " + std::string(wire::MessageTypeName(wire::TypeOf(m.body))), out);
@@ -428,21 +430,53 @@ std::vector<RoundEngine::Output> RoundEngine::OnRevoke(const std::string& node_i
     stats_->Forget(node_id);
     if (stats_->complete()) AdvanceStats(out);
   }
+  StopWaitingFor(node_id, "was revoked", out);
+  return out;
+}
+
+void RoundEngine::StopWaitingFor(const std::string& node_id, const std::string& why,
+                                 std::vector<Output>& out) {
   if (phase_ != Phase::kRoundOpen || secagg_ || buffered() || !IsSelected(node_id) ||
       accepted_.contains(node_id)) {
-    return out;
+    return;
   }
   selected_.erase(std::find(selected_.begin(), selected_.end(), node_id));
   earlier_selected_.insert(node_id);  // its late messages are "late", not "not selected"
-  if (accepted_.size() < selected_.size()) return out;
+  if (accepted_.size() < selected_.size()) return;
   if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
     CloseRound(out);
   } else {
-    RetryOrGiveUp(out, "node " + node_id + " was revoked and only " + Str(accepted_.size()) +
+    RetryOrGiveUp(out, "node " + node_id + " " + why + " and only " + Str(accepted_.size()) +
                            " of the other selected nodes answered; min_clients is " +
                            Str(options_.min_clients));
   }
-  return out;
+}
+
+void RoundEngine::HandleTaskFailed(const std::string& from, const wire::Message& m,
+                                   const wire::Reject& r, std::vector<Output>& out) {
+  if (!connected(from)) return;
+  const uint64_t round = m.header.round;
+  auto report = [&](bool evaluation) {
+    ++tasks_failed_;
+    out.push_back(TaskFailed{round, from, r.text, evaluation});
+  };
+  if (eval_ && eval_->round() == round) {
+    report(/*evaluation=*/true);
+    eval_->Forget(from);
+    if (eval_->complete()) CloseEval(out);
+    return;
+  }
+  // Only the node's own open task: a stale or repeated report changes nothing.
+  if (phase_ != Phase::kRoundOpen || round != round_ || !IsSelected(from) || accepted_.contains(from))
+    return;
+  report(/*evaluation=*/false);
+  if (secagg_) {
+    // Before it advertised keys it simply leaves the round; later, SecAgg+ treats it as a
+    // dropout at the stage's deadline.
+    if (secagg_->Withdraw(from) && secagg_->StageComplete()) AdvanceSecAgg(/*at_deadline=*/false, out);
+    return;
+  }
+  StopWaitingFor(from, "failed its task (" + r.text + ")", out);
 }
 
 size_t RoundEngine::SecureUniform(size_t n) {

@@ -310,8 +310,18 @@ class RoundEngine {
   struct StatsClosed {
     FederatedStatsReport report;
   };
+  // A node said it will not answer its task (wire::Reject TASK_FAILED: its trainer failed,
+  // or the task does not fit it). The round (or evaluation) `round` no longer waits for it;
+  // `reason` is the node's sentence, the line to log and keep.
+  struct TaskFailed {
+    uint64_t round = 0;
+    std::string node_id;
+    std::string reason;
+    bool evaluation = false;  // an evaluation task, not a FitTask
+  };
   using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
-                              RoundClosed, RoundRetried, Finished, EvalClosed, StatsClosed>;
+                              RoundClosed, RoundRetried, Finished, EvalClosed, StatsClosed,
+                              TaskFailed>;
 
   // ---- Construction ----------------------------------------------------------------------
 
@@ -392,6 +402,8 @@ class RoundEngine {
   uint64_t total_retries() const { return total_retries_; }
   // Updates whose num_examples was capped (RoundEngineOptions::max_examples_per_node).
   uint64_t weight_violations() const { return weight_violations_; }
+  // TaskFailed outputs so far.
+  uint64_t tasks_failed() const { return tasks_failed_; }
   uint64_t rejected(RejectCause cause) const { return rejected_[static_cast<size_t>(cause)]; }
   uint64_t rejected_total() const;
   const Strategy& strategy() const { return *strategy_; }
@@ -424,6 +436,11 @@ class RoundEngine {
   void CloseRound(std::vector<Output>& out);
   void RetryOrGiveUp(std::vector<Output>& out, std::string why = {});
   void HandleSecAgg(const std::string& from, const wire::Message& m, std::vector<Output>& out);
+  void HandleTaskFailed(const std::string& from, const wire::Message& m, const wire::Reject& r,
+                        std::vector<Output>& out);
+  // The open (synchronous, not secure) round stops waiting for selected node `node_id`
+  // (revoked, or its task failed): closes it when the others have all answered.
+  void StopWaitingFor(const std::string& node_id, const std::string& why, std::vector<Output>& out);
   // Closes the open secure aggregation stage and sends what it produced; after the last
   // stage closes the round. A stage that cannot close waits (early) or fails the attempt
   // (at its deadline).
@@ -516,6 +533,7 @@ class RoundEngine {
   uint64_t next_message_id_ = 1;
   uint64_t total_retries_ = 0;
   uint64_t weight_violations_ = 0;
+  uint64_t tasks_failed_ = 0;
   uint32_t rejected_in_round_ = 0;
   std::array<uint64_t, kRejectCauseCount> rejected_{};
 };

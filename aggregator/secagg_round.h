@@ -76,6 +76,8 @@ class SecAggRound {
   // too few shares to rebuild a needed secret; Corruption when shares rebuild a key that
   // is not the one its owner advertised.
   Result<Step> Close();
+  // SecAggServer::Withdraw.
+  bool Withdraw(std::string_view node) { return server_.Withdraw(node); }
 
   uint64_t masked_bytes() const { return masked_bytes_; }
 

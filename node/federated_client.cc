@@ -62,6 +62,7 @@ std::string RejectReasonName(wire::RejectReason r) {
     case R::kWrongShape: return "wrong_shape";
     case R::kOverLimit: return "over_limit";
     case R::kOverloaded: return "overloaded";
+    case R::kTaskFailed: return "task_failed";
   }
   return "reason " + std::to_string(static_cast<uint32_t>(r));
 }
@@ -157,10 +158,21 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   // Held-out data for federated evaluation: [data] test, this site's share of the source's
   // own test split (partitioned like the training data), or the rows test_fraction held
   // out. None: evaluation tasks are refused.
-  FM_ASSIGN_OR_RETURN(SiteModel site, LoadSiteModel(t, /*with_test=*/true, /*impute_locally=*/false));
+  // An external trainer holds the site's data itself: the node loads none.
+  const bool external = config.external.enabled();
+  SiteModel site;
+  if (external) {
+    if (IsOnnxModelName(t.model.name)) {
+      FM_ASSIGN_OR_RETURN(site, LoadSiteModelWithoutData(t));
+    } else {
+      FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));  // model: the aggregator's
+    }
+  } else {
+    FM_ASSIGN_OR_RETURN(site, LoadSiteModel(t, /*with_test=*/true, /*impute_locally=*/false));
+  }
   c->train_ = std::move(site.train);
   c->test_ = std::move(site.test);
-  if (t.data.train == "fashion-mnist" && t.data.test.empty() && t.partition.num_partitions > 1) {
+  if (!external && t.data.train == "fashion-mnist" && t.data.test.empty() && t.partition.num_partitions > 1) {
     FM_ASSIGN_OR_RETURN(auto indices, PartitionFor(c->test_.labels, c->test_.num_classes,
                                                    t.partition, t.index));
     c->test_ = c->test_.Subset(indices);
@@ -190,6 +202,11 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
                                   "' holds an unreadable model graph; move the old db file away");
       FM_RETURN_IF_ERROR(c->AdoptModel(sha->second, *bytes)
                              .WithContext("the model graph in " + config.db_path));
+    }
+    if (c->model_ == nullptr) {
+      return Status::FailedPrecondition("the checkpoint in '" + config.db_path +
+                                        "' is of a built-in model, which an external trainer cannot "
+                                        "train; move the old db file away");
     }
     const size_t n = c->model_->num_params();
     if (checkpoint->model.size() != n ||
@@ -229,6 +246,26 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
            (c->last_round_served_ ? std::to_string(*c->last_round_served_) : "none"));
   }
   FM_RETURN_IF_ERROR(c->ComputeLocalRanges().WithContext("[model] local"));
+  if (external) {
+    const ExternalTrainerConfig& x = config.external;
+    ExternalTrainerOptions o;
+    o.argv = x.argv;
+    o.per_task = x.per_task;
+    o.endpoint = x.endpoint;
+    o.cwd = x.cwd;
+    o.node_id = config.node_id;
+    o.timeout_ms = x.timeout_ms;
+    o.connect_timeout_ms = x.connect_timeout_ms;
+    o.restart_backoff_ms = x.restart_backoff_ms;
+    o.log = c->log_;
+    FM_ASSIGN_OR_RETURN(c->external_, ExternalTrainer::Create(std::move(o)));
+    c->Log("training is done by the site's trainer " +
+           (x.argv.empty() ? "that connects to " + c->external_->endpoint()
+                           : "'" + x.argv[0] + "' (launch " + (x.per_task ? "per_task" : "once") + ")") +
+           "; model " + (c->model_ ? c->model_->name() : "from the aggregator's first task") +
+           "; update codec " + c->default_chain_.name());
+    return c;
+  }
   // In aggregator mode the aggregator's graph model replaces a built-in one at the first
   // task (AdoptModel logs it): say so rather than suggest this is what will train.
   c->Log("model " + c->model_->name() + " (" + std::to_string(c->model_->num_params()) +
@@ -250,7 +287,8 @@ const std::vector<float>& FederatedClient::residual() const { return carry_.feed
 
 
 Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& last,
-                                           uint64_t bytes_raw, uint64_t bytes, double wall_s) {
+                                           uint64_t num_examples, uint64_t bytes_raw,
+                                           uint64_t bytes, double wall_s) {
   const std::string& path = config_.training.metrics_path;
   if (path.empty()) return Status::OK();
   double residual_sq = 0.0;
@@ -259,7 +297,7 @@ Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& las
   line.Add("node", identity_.name())
       .Add("round", static_cast<int64_t>(round))
       .Add("train_loss", static_cast<double>(last.mean_loss))
-      .Add("num_examples", static_cast<int64_t>(train_.size()))
+      .Add("num_examples", static_cast<int64_t>(num_examples))
       .Add("codec", carry_.feedback->chain().name())
       .Add("bytes_up_raw", static_cast<int64_t>(bytes_raw))
       .Add("bytes_up", static_cast<int64_t>(bytes))
@@ -282,7 +320,9 @@ wire::Header FederatedClient::OutHeader(uint64_t round) {
 Status FederatedClient::SendRegister() {
   wire::Register r;
   r.node_id = identity_.name();
-  r.num_examples = train_.size();
+  // An external trainer's count comes with its hello (0 = not known yet: the aggregator
+  // then weighs by what each update reports, up to [rounds] max_examples_per_node).
+  r.num_examples = external_ ? external_->hello_examples().value_or(0) : train_.size();
   r.capabilities = {"codec:none", "codec:topk", "codec:randk", "codec:fp16", "codec:bf16",
                     "codec:int8", "codec:qsgd", "codec:zstd",
                     std::string("device:") + (backend_->name().rfind("cuda", 0) == 0 ? "cuda" : "cpu")};
@@ -294,6 +334,12 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
   FM_RETURN_IF_ERROR(transport_->Connect(config_.aggregator_endpoint, server_key_));
   Log("connecting to " + config_.aggregator_endpoint + " (federation " + options_.federation_id + ")");
 
+  if (external_ && external_->launches()) {
+    // Its example count goes into the Register; a trainer that does not come is retried
+    // with each task.
+    auto hello = external_->Connect([stop] { return stop->load(); });
+    if (!hello.ok() && !stop->load()) Log("the site's trainer is not ready: " + hello.status().message());
+  }
   bool registered = false;
   int attempt = 0;
   Clock::time_point next_register = Clock::now();
@@ -380,7 +426,7 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
 
 Status FederatedClient::ComputeLocalRanges() {
   local_ranges_.clear();
-  if (config_.local_patterns.empty()) return Status::OK();
+  if (config_.local_patterns.empty() || model_ == nullptr) return Status::OK();
   const graph::GraphModel* g = model_->graph_model();
   if (!g) {
     // A built-in model now; the aggregator's graph model may replace it with the first task.
@@ -392,7 +438,7 @@ Status FederatedClient::ComputeLocalRanges() {
 
 Status FederatedClient::AdoptModel(const std::string& sha256, const std::string& graph_bytes,
                                    const std::string& task_loss) {
-  if (const graph::GraphModel* g = model_->graph_model(); g && g->hash() == sha256) {
+  if (const graph::GraphModel* g = model_ ? model_->graph_model() : nullptr; g && g->hash() == sha256) {
     return Status::OK();
   }
   onnx::ReaderLimits limits;
@@ -433,7 +479,8 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
     check.kind = LossKind::kBceWithLogits;  // restored from a checkpoint: no task to say
   }
   FM_RETURN_IF_ERROR((*m)->SetLoss(check));
-  FM_RETURN_IF_ERROR((*m)->CheckCompatible(train_).WithContext(
+  // An external trainer's data is its own business: it answers for the fit itself.
+  if (!external_) FM_RETURN_IF_ERROR((*m)->CheckCompatible(train_).WithContext(
       "this site's data does not fit the aggregator's model (graph " + sha256.substr(0, 12) + ")"));
   model_ = std::move(*m);
   carry_.local_values.clear();
@@ -449,12 +496,44 @@ Status FederatedClient::AdoptModel(const std::string& sha256, const std::string&
   return Status::OK();
 }
 
+FitContext FederatedClient::MakeContext(std::atomic<bool>* stop) {
+  FitContext ctx;
+  ctx.model = model_.get();
+  ctx.train = &train_;
+  ctx.trainer = config_.training.trainer;
+  ctx.default_chain = &default_chain_;
+  ctx.feedback = config_.error_feedback;
+  ctx.local = local_ranges_;
+  ctx.node_id = identity_.name();
+  ctx.seed = config_.training.seed;
+  ctx.clock = env_;
+  ctx.first_global = &first_global_;
+  ctx.external = external_.get();
+  if (stop != nullptr) ctx.stop = [stop] { return stop->load(); };
+  return ctx;
+}
+
+Status FederatedClient::RefuseTask(const wire::Message& m, const std::string& what,
+                                   const std::string& why) {
+  ++stats_.tasks_refused;
+  Log("refused " + what + ": " + why);
+  wire::Reject reject;
+  reject.reason = wire::RejectReason::kTaskFailed;
+  // One sentence of printable text within the wire's limit.
+  for (char ch : why.substr(0, 1000))  // the wire allows 1024 bytes by default
+    reject.text.push_back(ch >= 0x20 && ch < 0x7f ? ch : ' ');
+  reject.rejected_message_id = m.header.message_id;
+  if (transport_ != nullptr) {
+    if (Status s = transport_->Send(wire::Message{OutHeader(m.header.round), std::move(reject)}); !s.ok())
+      Log("telling the aggregator failed: " + s.message());
+  }
+  return Status::OK();
+}
+
 Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTask& task) {
   const std::string round = "round " + std::to_string(task.round);
   auto refuse = [&](const std::string& why) {
-    ++stats_.tasks_refused;
-    Log("refused to evaluate the model of " + round + ": " + why);
-    return Status::OK();
+    return RefuseTask(m, "to evaluate the model of " + round, why);
   };
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
@@ -463,16 +542,8 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   if (!task.model_sha256.empty()) {
     FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph, task.loss));
   }
-  FitContext ctx;
-  ctx.model = model_.get();
-  ctx.trainer = config_.training.trainer;
-  ctx.default_chain = &default_chain_;
-  ctx.local = local_ranges_;
-  ctx.node_id = identity_.name();
-  ctx.seed = config_.training.seed;
-  ctx.clock = env_;
-  ctx.train = &train_;
-  ctx.first_global = &first_global_;
+  if (model_ == nullptr) return refuse("the aggregator sent no graph model, which an external trainer needs");
+  FitContext ctx = MakeContext(nullptr);
   FM_ASSIGN_OR_RETURN(FitOutcome eval, RunEvalTask(ctx, task, carry_, test_));
   if (!eval.refused.empty()) return refuse(eval.refused);
   if (task.collect_local_models && config_.share_local_model && !eval.local_model.empty()) {
@@ -486,7 +557,7 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
   }
   const auto acc = eval.result.metrics.find("accuracy");
   Log((task.candidate.empty() ? round : "candidate " + task.candidate + " (" + round + ")") +
-      " evaluated on " + std::to_string(test_.size()) + " held-out samples: loss " +
+      " evaluated on " + std::to_string(eval.result.num_examples) + " held-out samples: loss " +
       std::to_string(eval.result.train_loss) +
       (acc == eval.result.metrics.end() ? "" : ", accuracy " + std::to_string(acc->second)));
   if (Status s = transport_->Send(wire::Message{OutHeader(task.round), std::move(eval.result)});
@@ -497,6 +568,11 @@ Status FederatedClient::HandleEvalTask(const wire::Message& m, const wire::FitTa
 }
 
 Status FederatedClient::HandleStatsTask(const wire::Message& m, const wire::FitTask& task) {
+  if (external_) {
+    return RefuseTask(m, "the statistics request",
+                      "this site's data is held by its external trainer, which computes no "
+                      "federated statistics");
+  }
   if (task.secagg) return HandleSecureStatsTask(m, task);
   // The noise that pushes min/max outward must not be predictable by the aggregator.
   uint64_t seed = 0;
@@ -571,11 +647,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.statistics) return HandleStatsTask(m, task);
   if (task.evaluate_only) return HandleEvalTask(m, task);
   const std::string round = "round " + std::to_string(task.round);
-  auto refuse = [&](const std::string& why) {
-    ++stats_.tasks_refused;
-    Log("refused the FitTask for " + round + ": " + why);
-    return Status::OK();
-  };
+  auto refuse = [&](const std::string& why) { return RefuseTask(m, "the FitTask for " + round, why); };
   if (task.round != m.header.round) {
     return refuse("its round differs from the header's round " + std::to_string(m.header.round));
   }
@@ -591,21 +663,12 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     // Errors stop the node: it could never train this federation's model.
     FM_RETURN_IF_ERROR(AdoptModel(task.model_sha256, task.model_graph, task.loss));
   }
+  if (model_ == nullptr) return refuse("the aggregator sent no graph model, which an external trainer needs");
   if (!config_.local_patterns.empty() && model_->graph_model() == nullptr) {
     return Status::FailedPrecondition("[model] local names tensors of a graph model, but this "
                                       "federation trains the built-in '" + model_->name() + "'");
   }
-  FitContext ctx;
-  ctx.model = model_.get();
-  ctx.train = &train_;
-  ctx.trainer = config_.training.trainer;
-  ctx.default_chain = &default_chain_;
-  ctx.feedback = config_.error_feedback;
-  ctx.local = local_ranges_;
-  ctx.node_id = identity_.name();
-  ctx.seed = config_.training.seed;
-  ctx.clock = env_;
-  ctx.stop = [stop] { return stop->load(); };
+  FitContext ctx = MakeContext(stop);
   const auto t0 = Clock::now();
   if (task.secagg && secagg_allow_.empty()) {
     return refuse("it asks for secure aggregation and this site has no [secagg] allow to "
@@ -623,6 +686,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   }
   const EpochStats& last = fit.last_epoch;
   wire::FitResult r = std::move(fit.result);
+  const uint64_t r_examples = r.num_examples;
   uint64_t bytes_raw = r.bytes_before_codec, bytes_sent = r.bytes_after_codec;
   model_version_ = m.header.model_version;
   std::vector<float> secagg_input;
@@ -664,17 +728,17 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     std::snprintf(line, sizeof(line),
                   "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; the change goes "
                   "masked under secure aggregation",
-                  round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s);
+                  round.c_str(), task.local_epochs, static_cast<size_t>(r_examples), last.mean_loss, wall_s);
   } else {
     std::snprintf(line, sizeof(line),
                   "%s: trained %u epoch(s) on %zu samples, loss %.4f, %.1fs; sent %llu bytes "
                   "(%s, %.1fx smaller than float32)",
-                  round.c_str(), task.local_epochs, train_.size(), last.mean_loss, wall_s,
+                  round.c_str(), task.local_epochs, static_cast<size_t>(r_examples), last.mean_loss, wall_s,
                   static_cast<unsigned long long>(bytes_sent), fit.chain_name.c_str(),
                   static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
   }
   Log(line);
-  if (Status ms = AppendRoundMetrics(task.round, last, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
+  if (Status ms = AppendRoundMetrics(task.round, last, r_examples, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
     Log("metrics line not written: " + ms.message());
   }
 

@@ -56,6 +56,7 @@
 #include "core/status.h"
 #include "core/wire/messages.h"
 #include "crypto/identity.h"
+#include "node/external_trainer.h"
 #include "node/fit_task_runner.h"
 #include "node/secagg_participant.h"
 #include "node/node_config.h"
@@ -116,7 +117,10 @@ class FederatedClient {
 
   const std::string& node_id() const { return identity_.name(); }
   uint64_t num_examples() const { return train_.size(); }
-  size_t num_params() const { return model_->num_params(); }
+  // 0 before an external trainer's node adopted the aggregator's model.
+  size_t num_params() const { return model_ ? model_->num_params() : 0; }
+  // [train] external*: the site's trainer process; null with fedmesh's own trainer.
+  ExternalTrainer* external_trainer() { return external_.get(); }
   std::optional<uint64_t> last_round_served() const { return last_round_served_; }
   const FederatedClientStats& stats() const { return stats_; }
   // The codec's error-feedback residual (empty before the first lossy round).
@@ -156,8 +160,13 @@ class FederatedClient {
   Status AdoptModel(const std::string& sha256, const std::string& graph_bytes,
                     const std::string& task_loss = "");
   // One JSON line per round served to [node] metrics, when set.
-  Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t bytes_raw,
-                            uint64_t bytes, double wall_s);
+  Status AppendRoundMetrics(uint64_t round, const EpochStats& last, uint64_t num_examples,
+                            uint64_t bytes_raw, uint64_t bytes, double wall_s);
+  // A task this node will not answer: logged, counted, and told to the aggregator (a
+  // Reject with reason TASK_FAILED) so that its round stops waiting for this site.
+  Status RefuseTask(const wire::Message& m, const std::string& what, const std::string& why);
+  // The FitContext every task starts from.
+  FitContext MakeContext(std::atomic<bool>* stop);
 
   NodeConfig config_;
   FederatedClientOptions options_;
@@ -172,7 +181,8 @@ class FederatedClient {
   std::vector<float> first_global_;
   bool needs_imputation_ = false;  // train_ / test_ hold NaN cells until the federation's means come
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> model_;  // null until adopted for an external trainer without [model] onnx
+  std::unique_ptr<ExternalTrainer> external_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ZmqClient> transport_;  // made by Run
   codec::Chain default_chain_;   // [codec] chain

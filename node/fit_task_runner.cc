@@ -7,6 +7,7 @@
 #include "core/codec/update_prediction.h"
 #include "core/wire/wire_codec.h"
 #include "core/rng.h"
+#include "node/external_task.h"
 
 namespace fedmesh {
 
@@ -84,18 +85,7 @@ PreparedFitTask PrepareFitTask(const FitContext& ctx, const wire::FitTask& task)
   return p;
 }
 
-std::span<const float> StartVelocity(const PreparedFitTask& p, const FitCarry& carry) {
-  if (p.trainer.sgd.momentum > 0 && carry.velocity.size() == p.global.size()) {
-    return carry.velocity;
-  }
-  return {};
-}
-
-namespace {
-
-// The global model with the site's own values of its local tensors (the global model's
-// until a task trained them) loaded into ctx.model.
-Status LoadWithLocalValues(const FitContext& ctx, std::vector<float>& global, const FitCarry& carry) {
+Status ApplyLocalValues(const FitContext& ctx, std::vector<float>& global, const FitCarry& carry) {
   size_t local_total = 0;
   for (const auto& [offset, size] : ctx.local) {
     if (offset + size > global.size())
@@ -110,6 +100,21 @@ Status LoadWithLocalValues(const FitContext& ctx, std::vector<float>& global, co
       at += size;
     }
   }
+  return Status::OK();
+}
+
+std::span<const float> StartVelocity(const PreparedFitTask& p, const FitCarry& carry) {
+  if (p.trainer.sgd.momentum > 0 && carry.velocity.size() == p.global.size()) {
+    return carry.velocity;
+  }
+  return {};
+}
+
+namespace {
+
+// The global model with the site's own local values loaded into ctx.model.
+Status LoadWithLocalValues(const FitContext& ctx, std::vector<float>& global, const FitCarry& carry) {
+  FM_RETURN_IF_ERROR(ApplyLocalValues(ctx, global, carry));
   return ctx.model->SetParams(global);
 }
 
@@ -137,6 +142,7 @@ Result<FitOutcome> RunEvalTask(const FitContext& ctx, const wire::FitTask& task,
                                const FitCarry& carry, const Dataset& test) {
   FitOutcome out;
   if (!task.evaluate_only) return Status::Internal("RunEvalTask needs an evaluate_only task");
+  if (ctx.external != nullptr) return RunEvalTaskExternally(ctx, task, carry);
   if (test.size() == 0) {
     out.refused = "this site has no held-out data to evaluate on ([data] test)";
     return out;
@@ -254,7 +260,7 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
   }
 
   out.result.round = p.round;
-  out.result.num_examples = ctx.train->size();
+  out.result.num_examples = trained.num_examples > 0 ? trained.num_examples : ctx.train->size();
   out.result.applied_prediction = !p.prediction.empty();
   out.result.train_loss = out.last_epoch.mean_loss;
   out.result.update = codec::MakePayload(chain, delta.size(), std::move(bytes));
@@ -277,7 +283,14 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
 Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, FitCarry& carry) {
   PreparedFitTask prepared = PrepareFitTask(ctx, task);
   if (!prepared.refused.empty()) return Refuse(std::move(prepared.refused));
-  FM_ASSIGN_OR_RETURN(TrainedFit trained, TrainFitTask(ctx, prepared, carry));
+  TrainedFit trained;
+  if (ctx.external != nullptr) {
+    FM_ASSIGN_OR_RETURN(ExternalFit external, TrainFitTaskExternally(ctx, prepared, carry, task));
+    if (!external.failed.empty()) return Refuse(std::move(external.failed));
+    trained = std::move(external.trained);
+  } else {
+    FM_ASSIGN_OR_RETURN(trained, TrainFitTask(ctx, prepared, carry));
+  }
   if (trained.stopped) {
     FitOutcome out;
     out.stopped = true;

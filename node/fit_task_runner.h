@@ -33,6 +33,8 @@
 
 namespace fedmesh {
 
+class ExternalTrainer;
+
 // What a node carries from one task to the next: the optimizer's momentum buffer and the
 // codec's error feedback (created on first use with the chain the task needs).
 struct FitCarry {
@@ -65,6 +67,10 @@ struct FitContext {
   // The federation's first model (version 0) as this node received it, for the local-only
   // baseline an evaluation task may ask for (FitTask::local_only_epochs). May be null.
   const std::vector<float>* first_global = nullptr;
+  // [train] external: the site's own trainer process trains and evaluates instead of
+  // `model` (node/external_task.h); `model` then only gives the tensors' names and layout,
+  // and `train` may be empty. Null (the default): fedmesh's trainer.
+  ExternalTrainer* external = nullptr;
 };
 
 struct FitOutcome {
@@ -127,6 +133,8 @@ struct TrainedFit {
   std::vector<float> params;     // the weights after the last epoch
   std::vector<float> velocity;   // the momentum buffer; read only when momentum > 0
   EpochStats last_epoch;
+  // The examples the update weighs; 0 = context.train->size(). An external trainer says.
+  uint64_t num_examples = 0;
 };
 
 // Phase 1: checks the task against the node (reads only context.model->num_params()),
@@ -136,6 +144,10 @@ PreparedFitTask PrepareFitTask(const FitContext& context, const wire::FitTask& t
 // The momentum buffer training starts from: the carried one when momentum is on and it
 // fits, else empty (zeros).
 std::span<const float> StartVelocity(const PreparedFitTask& prepared, const FitCarry& carry);
+
+// The global model with the site's own values of its local tensors (FitContext::local;
+// the global model's until a task trained them) written into `global`.
+Status ApplyLocalValues(const FitContext& context, std::vector<float>& global, const FitCarry& carry);
 
 // Phase 2 as a node runs it: prepared.epochs epochs with a Trainer on context.model,
 // checking context.stop() before each.

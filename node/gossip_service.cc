@@ -11,6 +11,8 @@
 
 #include "core/codec/codec.h"
 #include "core/json_line.h"
+#include "node/external_task.h"
+#include "node/fit_task_runner.h"
 #include "crypto/key_files.h"
 #include "gossip/topology.h"
 
@@ -87,7 +89,23 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
       new GossipService(config, env, std::move(identity), std::move(log)));
 
   const LocalTrainingOptions& t = config.training;
-  FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/true));
+  if (config.external.enabled()) {
+    FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModelWithoutData(t));
+    FM_ASSIGN_OR_RETURN(s->external_tensors_, TrainerTensors(*s->site_.model));
+    ExternalTrainerOptions o;
+    o.argv = config.external.argv;
+    o.per_task = config.external.per_task;
+    o.endpoint = config.external.endpoint;
+    o.cwd = config.external.cwd;
+    o.node_id = config.node_id;
+    o.timeout_ms = config.external.timeout_ms > 0 ? config.external.timeout_ms : 600000;
+    o.connect_timeout_ms = config.external.connect_timeout_ms;
+    o.restart_backoff_ms = config.external.restart_backoff_ms;
+    o.log = s->log_;
+    FM_ASSIGN_OR_RETURN(s->external_, ExternalTrainer::Create(std::move(o)));
+  } else {
+    FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/true));
+  }
   s->trainer_ = std::make_unique<Trainer>(s->site_.model.get(), t.trainer, env);
 
   FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));
@@ -208,9 +226,35 @@ float GossipService::LearningRate(uint64_t step) const {
   return static_cast<float>(low + (lr - low) * 0.5 * (1.0 + std::cos(M_PI * t)));
 }
 
+Result<std::optional<TrainerAnswer>> GossipService::RunExternal(const std::string& kind,
+                                                                const std::atomic<bool>* stop) {
+  const std::span<float> x = node_->params();
+  trainer::TaskRequest r;
+  r.kind = kind;
+  r.round = node_->step();
+  r.node_id = config_.node_id;
+  r.epochs = 0;
+  r.steps = kind == "fit" ? static_cast<uint64_t>(config_.gossip.local_steps) : 0;
+  r.lr = LearningRate(node_->step());
+  r.batch = static_cast<uint32_t>(config_.training.trainer.batch_size);
+  r.momentum = config_.training.trainer.sgd.momentum;
+  r.seed = FitSeed(config_.training.seed, config_.node_id, node_->step());
+  r.tensors = external_tensors_;
+  auto answer = external_->Run(std::move(r), x, [stop] { return stop != nullptr && stop->load(); });
+  if (!answer.ok()) {
+    Log("step " + std::to_string(node_->step()) + ": the site's trainer failed its " + kind +
+        " task (" + answer.status().message() + "); gossiping on with the current model");
+    return std::optional<TrainerAnswer>{};
+  }
+  return std::optional<TrainerAnswer>(std::move(*answer));
+}
+
 Status GossipService::TrainAndStep() {
   const std::span<float> x = node_->params();
-  if (config_.gossip.local_steps > 0) {
+  if (external_ && config_.gossip.local_steps > 0) {
+    FM_ASSIGN_OR_RETURN(auto answer, RunExternal("fit", stop_));
+    if (answer) std::copy(answer->values.begin(), answer->values.end(), x.begin());
+  } else if (config_.gossip.local_steps > 0) {
     trainer_->optimizer().set_lr(LearningRate(node_->step()));
     FM_RETURN_IF_ERROR(site_.model->SetParams(x));
     FM_ASSIGN_OR_RETURN(EpochStats st,
@@ -239,7 +283,20 @@ Status GossipService::Evaluate() {
   line.Add("node", config_.node_id)
       .Add("time_s", env_->NowSeconds() - started_at_)
       .Add("step", static_cast<int64_t>(node_->step()));
-  if (site_.test.size() > 0) {
+  if (external_) {
+    FM_ASSIGN_OR_RETURN(auto answer, RunExternal("evaluate", stop_));
+    if (answer) {
+      auto metric = [&](const char* name) {
+        auto it = answer->metrics.find(name);
+        return it == answer->metrics.end() ? std::optional<double>{} : std::optional<double>(it->second);
+      };
+      if (auto acc = metric("accuracy")) {
+        stats_.test_accuracy = *acc;
+        line.Add("test_accuracy", *acc);
+      }
+      if (auto loss = metric("loss")) line.Add("test_loss", *loss);
+    }
+  } else if (site_.test.size() > 0) {
     FM_RETURN_IF_ERROR(site_.model->SetParams(node_->params()));
     FM_ASSIGN_OR_RETURN(EvalStats ev, trainer_->Evaluate(site_.test));
     stats_.test_accuracy = ev.accuracy;
@@ -285,6 +342,7 @@ Status GossipService::ReloadAllowlist() {
 
 Status GossipService::Run(const std::atomic<bool>* stop, std::atomic<bool>* reload) {
   started_at_ = env_->NowSeconds();
+  stop_ = stop;
   const uint64_t max_steps = static_cast<uint64_t>(config_.gossip.max_steps);
   while (!stop->load()) {
     if (reload != nullptr && reload->exchange(false)) {

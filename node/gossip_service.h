@@ -26,6 +26,7 @@
 #include "core/trainer.h"
 #include "crypto/identity.h"
 #include "gossip/gossip_node.h"
+#include "node/external_trainer.h"
 #include "node/node_config.h"
 #include "node/site_model.h"
 #include "transport/zmq/zmq_client.h"
@@ -86,7 +87,15 @@ class GossipService {
   std::function<void(const std::string&)> log_;
   SiteModel site_;
   std::unique_ptr<Trainer> trainer_;
+  // [train] external*: local steps and evaluations by the site's own trainer process; a
+  // failed step is logged and the node gossips on with its current model.
+  std::unique_ptr<ExternalTrainer> external_;
+  std::vector<trainer::TensorSpec> external_tensors_;
+  const std::atomic<bool>* stop_ = nullptr;  // Run's flag, for the external trainer's waits
   std::unique_ptr<NodeStore> store_;
+  // Asks the external trainer for a task of `kind` on the current model; false (logged)
+  // when it failed.
+  Result<std::optional<TrainerAnswer>> RunExternal(const std::string& kind, const std::atomic<bool>* stop);
   std::unique_ptr<ZmqServer> server_;
   // One DEALER per live peer, with the endpoint it dialled: a peer that restarted on
   // another port gets a fresh socket as soon as membership learns the new endpoint.

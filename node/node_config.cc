@@ -1,5 +1,7 @@
 #include "node/node_config.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cctype>
 
@@ -132,6 +134,30 @@ const ConfigSchema& NodeConfigSchema() {
                       "trained from this site's own values and never sent"),
         IntKey("model", "seed", 0, "Seed of model initialisation, shuffling and dropout").Min(0),
         IntKey("train", "epochs", 1, "Local passes over this site's data").Min(1).Max(1000000),
+        StringListKey("train", "external", {},
+                      "The site's own training program, as argv (no shell), e.g. [\"python3\", "
+                      "\"train.py\"]: the node starts it in this file's directory and hands it "
+                      "every task (docs/external-trainer.md); [data] is then not read. Empty = "
+                      "fedmesh's trainer"),
+        StringKey("train", "launch", "once",
+                  "external: once (one process for all tasks, restarted after a fault) or "
+                  "per_task (a fresh process for every task)")
+            .Choices({"once", "per_task"}),
+        StringKey("train", "external_endpoint", "",
+                  "ipc://ABSOLUTE_PATH where the node waits for a trainer the site runs "
+                  "itself (fedmesh.connect(endpoint)); its directory must have mode 0700. "
+                  "Excludes external"),
+        FloatKey("train", "external_timeout_s", 0,
+                 "Longest wait for the external trainer's answer to one task; 0 = the task's "
+                 "deadline (24 h when it has none)")
+            .Min(0),
+        FloatKey("train", "external_connect_timeout_s", 30,
+                 "How long a (re)started external trainer may take to connect")
+            .Min(0, true),
+        FloatKey("train", "external_restart_backoff_s", 1,
+                 "First delay before restarting a failed external trainer; doubles per "
+                 "failure in a row, at most 60 s")
+            .Min(0),
         IntKey("train", "batch", 32, "Samples per SGD step").Min(1).Max(1000000),
         FloatKey("train", "lr", 0.01, "SGD learning rate").Min(0, true),
         FloatKey("train", "momentum", 0.0, "Heavy-ball momentum").Min(0).Max(1, true),
@@ -224,6 +250,30 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));
   t.device = v.GetString("train", "device");
+  ExternalTrainerConfig& x = c.external;
+  x.argv = v.GetStringList("train", "external");
+  x.per_task = v.GetString("train", "launch") == "per_task";
+  x.endpoint = v.GetString("train", "external_endpoint");
+  x.timeout_ms = static_cast<int64_t>(v.GetFloat("train", "external_timeout_s") * 1000.0);
+  x.connect_timeout_ms = static_cast<int64_t>(v.GetFloat("train", "external_connect_timeout_s") * 1000.0);
+  x.restart_backoff_ms = static_cast<int64_t>(v.GetFloat("train", "external_restart_backoff_s") * 1000.0);
+  if (!c.config_path.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(c.config_path).parent_path();
+    x.cwd = dir.empty() ? "." : dir.string();
+  }
+  if (!x.argv.empty() && !x.endpoint.empty()) {
+    return AttributeToKey(Status::InvalidArgument("is set with [train] external: set one of them"), v,
+                          {{"", "train", "external_endpoint"}});
+  }
+  if (!x.argv.empty() && x.argv[0].empty()) {
+    return AttributeToKey(Status::InvalidArgument("starts with an empty program name"), v,
+                          {{"", "train", "external"}});
+  }
+  if (!x.endpoint.empty() && (x.endpoint.rfind("ipc:///", 0) != 0 || x.endpoint.size() <= 7)) {
+    return AttributeToKey(Status::InvalidArgument("must be ipc:// followed by an absolute path "
+                                                  "(the trainer connects to a local socket, never TCP)"),
+                          v, {{"", "train", "external_endpoint"}});
+  }
 
   // The messages of ValidateLocalTrainingOptions (and the validators it calls) name these.
   static const std::vector<FieldKey> kFields = {

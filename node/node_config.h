@@ -40,6 +40,19 @@ struct GossipConfig {
   bool enabled() const { return !listen.empty(); }
 };
 
+// [train] external*: the site's own training program (node/external_trainer.h,
+// docs/external-trainer.md). Active when argv or endpoint is set; then [data] is not read.
+struct ExternalTrainerConfig {
+  std::vector<std::string> argv;       // [train] external
+  bool per_task = false;               // [train] launch = "per_task"
+  std::string endpoint;                // [train] external_endpoint
+  int64_t timeout_ms = 0;              // [train] external_timeout_s; 0 = the task's deadline
+  int64_t connect_timeout_ms = 30000;  // [train] external_connect_timeout_s
+  int64_t restart_backoff_ms = 1000;   // [train] external_restart_backoff_s
+  std::string cwd;                     // the config file's directory
+  bool enabled() const { return !argv.empty() || !endpoint.empty(); }
+};
+
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
   // [federation]
@@ -53,6 +66,7 @@ struct NodeConfig {
   std::string aggregator_public_key_path; // the aggregator's public key file
   // [data], [train], [model] and [node] metrics.
   LocalTrainingOptions training;
+  ExternalTrainerConfig external;
   // [codec]: the chain updates are encoded with when the aggregator prescribes none
   // (canonical name, e.g. "topk:0.01|int8:256|zstd:3"; "none" = raw float32), and the
   // error feedback that keeps what a lossy chain drops (core/codec/error_feedback.h).

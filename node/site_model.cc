@@ -52,4 +52,17 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
   return site;
 }
 
+Result<SiteModel> LoadSiteModelWithoutData(const LocalTrainingOptions& t) {
+  if (!IsOnnxModelName(t.model.name)) {
+    return Status::FailedPrecondition(
+        "with an external trainer the model must be an ONNX file ([model] onnx), the trainer's "
+        "module exported (docs/external-trainer.md); '" + t.model.name + "' is a built-in model");
+  }
+  SiteModel site;
+  FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));
+  FM_ASSIGN_OR_RETURN(site.model, BuildModel(t.model, site.backend.get()));
+  site.model->InitParams(t.seed);
+  return site;
+}
+
 }  // namespace fedmesh

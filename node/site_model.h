@@ -33,4 +33,9 @@ struct SiteModel {
 Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
                                 bool impute_locally = true);
 
+// The model alone, for a site whose data an external trainer holds ([train] external):
+// t.model must be an ONNX file (its initializers are the initial weights); train and test
+// stay empty. FailedPrecondition for a built-in model, which needs the data's shape.
+Result<SiteModel> LoadSiteModelWithoutData(const LocalTrainingOptions& t);
+
 }  // namespace fedmesh

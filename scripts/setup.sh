@@ -10,7 +10,7 @@ PACKAGES=(
   # libraries the product links
   libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libcli11-dev libspdlog-dev libtomlplusplus-dev
-  libonnx-dev libstb-dev
+  libonnx-dev libstb-dev nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # demo: data and plots

@@ -290,6 +290,9 @@ enum class RejectReason : uint32_t {
   kWrongShape = 9,
   kOverLimit = 10,
   kOverloaded = 11,
+  // From a node: it will not answer the task (its trainer failed, or the task does not fit
+  // it); the round stops waiting for it.
+  kTaskFailed = 12,
 };
 
 struct Reject {

@@ -70,6 +70,7 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
               "TypeOf() relies on Body listing the types in MessageType order");
 static_assert(static_cast<uint32_t>(DType::kFloat32) == pb::DTYPE_FLOAT32);
 static_assert(static_cast<uint32_t>(RejectReason::kOverloaded) == pb::REJECT_REASON_OVERLOADED);
+static_assert(static_cast<uint32_t>(RejectReason::kTaskFailed) == pb::REJECT_REASON_TASK_FAILED);
 
 
 std::string Hex2(uint8_t b) {

@@ -118,6 +118,14 @@ Result<uint32_t> SecAggServer::RosterIndex(std::string_view what, std::string_vi
   return *index;
 }
 
+bool SecAggServer::Withdraw(std::string_view client) {
+  if (stage_ != SecAggStage::kAdvertiseKeys || advertised_.contains(client)) return false;
+  auto it = allowlist_.find(client);
+  if (it == allowlist_.end()) return false;
+  allowlist_.erase(it);
+  return true;
+}
+
 Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {
   FM_RETURN_IF_ERROR(CheckMessage("AdvertiseKeys", SecAggStage::kAdvertiseKeys, m.federation_id,
                                   m.round, m.client_id));

@@ -101,6 +101,12 @@ class SecAggServer {
   // only make the round fail at the end.
   Result<SecAggOutbox> CloseStage();
 
+  // `client` will not take part (its node reported that it failed its task): while keys
+  // are being advertised and it has sent none, it leaves the allowlist, so the stage can
+  // close without waiting for it. True when it was withdrawn; false (nothing changed) in
+  // later stages, where SecAgg+ handles a dropout by itself, or after it advertised.
+  bool Withdraw(std::string_view client);
+
  private:
   struct CollectedShare {
     uint8_t x = 0;

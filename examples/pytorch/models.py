@@ -82,7 +82,25 @@ class FmnistResNet(nn.Module):
         return self.fc(self.flatten(self.gap(self.pool(h))))
 
 
-MODELS = {"fmnist_mlp": FmnistMLP, "fmnist_resnet": FmnistResNet}
+class FmnistCNN(nn.Module):
+    """A plain CNN for [N,1,28,28]: Conv5x5(1->16)-ReLU-MaxPool2, Conv5x5(16->32)-ReLU-MaxPool2,
+    Linear(512, 64)-ReLU, Linear(64, 10). 47k parameters; what examples/pytorch/train.py
+    trains at each site when the node hands training to PyTorch ([train] external)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5)
+        self.conv2 = nn.Conv2d(16, 32, 5)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, NUM_CLASSES)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        h = F.max_pool2d(F.relu(self.conv2(h)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(h, 1))))
+
+
+MODELS = {"fmnist_mlp": FmnistMLP, "fmnist_resnet": FmnistResNet, "fmnist_cnn": FmnistCNN}
 
 
 def build(name, seed=0):
