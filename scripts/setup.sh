@@ -13,11 +13,14 @@ PACKAGES=(
   libonnx-dev libstb-dev nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the external trainer's tests: the python/ package (pytest, a venv install) and the
+  # PyTorch sites of examples/pytorch
+  python3-numpy python3-pytest python3-venv python3-setuptools python3-torch python3-onnx
   # demo: data and plots
   dataset-fashion-mnist gnuplot-nox
 )
 # Baselines used only by bench/ (never linked into the product).
-BENCH_PACKAGES=(python3-torch python3-numpy python3-onnx python3-venv)
+BENCH_PACKAGES=(python3-pip)
 
 want=("${PACKAGES[@]}")
 if [[ "${FEDMESH_SETUP_BENCH:-0}" == "1" ]]; then want+=("${BENCH_PACKAGES[@]}"); fi

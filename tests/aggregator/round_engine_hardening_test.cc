@@ -119,3 +119,70 @@ TEST(RoundEngineTest, SecureSelectionIsNotTheSeededDraw) {
 
 }  // namespace
 }  // namespace fedmesh
+
+namespace fedmesh::round_engine_testing {
+namespace {
+
+wire::Message TaskFailedMessage(Harness& h, const std::string& id, uint64_t round, std::string why) {
+  wire::Reject r;
+  r.reason = wire::RejectReason::kTaskFailed;
+  r.text = std::move(why);
+  return wire::Message{h.HeaderFrom(id, round), std::move(r)};
+}
+
+// Issue 20: a node whose trainer failed says so (Reject TASK_FAILED); the round stops
+// waiting for it and closes with the others at once, and the reason is reported.
+TEST(RoundEngineTest, TaskFailedNodeIsNotWaitedFor) {
+  Harness h(WaitFor(3));
+  for (const char* id : {"a", "b", "c"}) h.Register(id, 10, 1.0f);
+  ASSERT_EQ(h.engine->selected().size(), 3u);
+  h.Answer("a");
+  h.Answer("b");
+  EXPECT_TRUE(h.Events<RoundEngine::RoundClosed>().empty());
+  auto outs = h.Deliver("c", TaskFailedMessage(h, "c", 1, "the trainer was killed by signal 9"));
+  auto failed = Filter<RoundEngine::TaskFailed>(outs);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].node_id, "c");
+  EXPECT_EQ(failed[0].round, 1u);
+  EXPECT_EQ(failed[0].reason, "the trainer was killed by signal 9");
+  auto closed = Filter<RoundEngine::RoundClosed>(outs);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].metrics.received, 2u);
+  EXPECT_EQ(h.engine->tasks_failed(), 1u);
+  // Unlike a revoked node, c stays registered and is a candidate for round 2.
+  EXPECT_TRUE(h.engine->connected("c"));
+}
+
+// A stale report (another round), one from a node that already answered, or from a node
+// that was not selected changes nothing; below quorum the round is retried at once.
+TEST(RoundEngineTest, TaskFailedOnlyCountsForTheNodesOpenTask) {
+  RoundEngineOptions o = WaitFor(3);
+  o.min_clients = 3;
+  o.clients_per_round = 3;
+  Harness h(o);
+  for (const char* id : {"a", "b", "c", "d"}) h.Register(id, 10, 1.0f);
+  std::vector<std::string> sel = h.engine->selected();
+  ASSERT_EQ(sel.size(), 3u);
+  std::string other;
+  for (const char* id : {"a", "b", "c", "d"})
+    if (std::find(sel.begin(), sel.end(), id) == sel.end()) other = id;
+  h.Answer(sel[0]);
+  EXPECT_TRUE(Filter<RoundEngine::TaskFailed>(h.Deliver(sel[1], TaskFailedMessage(h, sel[1], 7, "stale"))).empty());
+  EXPECT_TRUE(Filter<RoundEngine::TaskFailed>(h.Deliver(sel[0], TaskFailedMessage(h, sel[0], 1, "late"))).empty());
+  EXPECT_TRUE(Filter<RoundEngine::TaskFailed>(h.Deliver(other, TaskFailedMessage(h, other, 1, "x"))).empty());
+  EXPECT_EQ(h.engine->tasks_failed(), 0u);
+  h.Answer(sel[1]);
+  auto outs = h.Deliver(sel[2], TaskFailedMessage(h, sel[2], 1, "trainer hung"));
+  ASSERT_EQ(Filter<RoundEngine::TaskFailed>(outs).size(), 1u);
+  auto retried = Filter<RoundEngine::RoundRetried>(outs);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_NE(retried[0].reason.find("failed its task (trainer hung)"), std::string::npos) << retried[0].reason;
+  // No Reject goes back to the node for its own Reject.
+  for (const Output& out : outs) {
+    if (const auto* send = std::get_if<RoundEngine::Send>(&out))
+      EXPECT_FALSE(std::holds_alternative<wire::Reject>(send->message.body));
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh::round_engine_testing

@@ -389,4 +389,47 @@ TEST_F(GossipTest, GossipRevokedPeerLeavesTheViewOnSighup) {
   for (int i = 1; i <= 3; ++i) sites[i]->Signal(SIGTERM);
 }
 
+// Issue 20: gossip mode with the sites' own PyTorch trainers ([train] external): between
+// gossip steps each node asks its trainer for local_steps minibatch steps, and its
+// evaluations come from the trainer too. Two sites with half the data each learn.
+TEST_F(GossipTest, GossipWithExternalPyTorchTrainersLearns) {
+  if (std::system("/usr/bin/python3 -c 'import torch, onnx, numpy' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs Debian's python3-torch, python3-onnx and python3-numpy";
+  const fs::path examples = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "pytorch";
+  auto rc = fedmesh::testing::RunToCompletion(
+      {"/usr/bin/python3", (examples / "models.py").string(), "--out", "run", "--models", "fmnist_cnn"}, dir_,
+      dir_ / "export.log", seconds(120));
+  ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "export.log");
+  for (int i = 1; i <= 2; ++i) ASSERT_TRUE(GenKey("site-" + std::to_string(i), true));
+  std::vector<ChildProcess*> sites(3, nullptr);
+  std::string seeds;
+  for (int i = 1; i <= 2; ++i) {
+    const std::vector<std::string> sets = {
+        "model.onnx=run/fmnist_cnn.onnx", "gossip.max_steps=40", "gossip.local_steps=25",
+        "gossip.period_ms=50", "gossip.eval_every=10", "train.lr=0.05",
+        "train.external=/usr/bin/python3," + (examples / "train.py").string() +
+            ",--model,fmnist_cnn,--sites,2,--index," + std::to_string(i - 1)};
+    std::string ep;
+    sites[i] = StartSite(i, seeds, sets, &ep);
+    ASSERT_NE(sites[i], nullptr);
+    if (i == 1) seeds = "site-1@" + ep;
+  }
+  for (int i = 1; i <= 2; ++i) {
+    const auto exit_rc = sites[i]->WaitExit(seconds(300));
+    ASSERT_TRUE(exit_rc.has_value()) << "site-" << i << " still running";
+    EXPECT_EQ(*exit_rc, 0);
+    const auto lines = Metrics(i);
+    ASSERT_FALSE(lines.empty());
+    const double first = JsonNumber(lines.front(), "test_accuracy").value_or(-1);
+    const double last = JsonNumber(lines.back(), "test_accuracy").value_or(-1);
+    EXPECT_GE(JsonNumber(lines.back(), "step").value_or(-1), 40) << lines.back();
+    // 40 x 25 minibatches of 32: about 1.5 epochs of a half, mixed with the other half.
+    EXPECT_GT(last, 0.75) << lines.back();
+    EXPECT_GT(last, first) << lines.front() << " -> " << lines.back();
+    EXPECT_EQ(sites[i]->Log().find("failed its"), std::string::npos) << sites[i]->Log();
+    std::cout << "[ info ] site-" << i << ": test accuracy (its trainer's held-out share) " << first
+              << " -> " << last << "\n";
+  }
+}
+
 }  // namespace fedmesh

@@ -394,5 +394,61 @@ TEST(ConfigExamples, BankConfigsLoad) {
 // fedmesh-sim's schema too.
 
 
+// Issue 20: [train] external* keys, and every way to get them wrong (file, line, key).
+TEST(ConfigNode, ExternalTrainerKeys) {
+  TempDir dir;
+  const std::string base = R"(
+[federation]
+id = "fed-1"
+[node]
+id = "site-2"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[train]
+)";
+  std::string path = dir.Write("node.toml", base + R"(external = ["python3", "train.py", "--site", "2"]
+launch = "per_task"
+external_timeout_s = 90
+external_connect_timeout_s = 5
+external_restart_backoff_s = 0.25
+)");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->external.enabled());
+  EXPECT_EQ(r->external.argv, (std::vector<std::string>{"python3", "train.py", "--site", "2"}));
+  EXPECT_TRUE(r->external.per_task);
+  EXPECT_EQ(r->external.timeout_ms, 90000);
+  EXPECT_EQ(r->external.connect_timeout_ms, 5000);
+  EXPECT_EQ(r->external.restart_backoff_ms, 250);
+  EXPECT_EQ(fs::path(r->external.cwd), fs::path(path).parent_path());  // relative argv resolve here
+  auto plain = LoadNodeConfig(dir.Write("plain.toml", base), {});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->external.enabled());
+
+  struct Case {
+    std::string body;
+    std::vector<std::string> sets;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"external = [\"python3\"]\nexternal_endpoint = \"ipc:///run/t.sock\"\n", {},
+       "[train] external_endpoint"},
+      {"external_endpoint = \"tcp://127.0.0.1:5000\"\n", {}, "never TCP"},
+      {"external_endpoint = \"ipc://relative.sock\"\n", {}, "absolute path"},
+      {"external = [\"\", \"train.py\"]\n", {}, "empty program name"},
+      {"launch = \"sometimes\"\n", {}, "[train] launch"},
+      {"external = [\"python3\", 3]\n", {}, "[train] external"},
+      {"external_connect_timeout_s = 0\n", {}, "[train] external_connect_timeout_s"},
+      {"external_timeout_s = -1\n", {}, "[train] external_timeout_s"},
+  };
+  for (const Case& c : cases) {
+    auto bad = LoadNodeConfig(dir.Write("bad.toml", base + c.body), c.sets);
+    ASSERT_FALSE(bad.ok()) << c.body;
+    EXPECT_THAT(bad.status().message(), HasSubstr(c.expect)) << c.body;
+    EXPECT_THAT(bad.status().message(), HasSubstr("bad.toml")) << c.body;
+  }
+}
+
 }  // namespace
 }  // namespace fedmesh
