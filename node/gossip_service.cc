@@ -144,9 +144,10 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
                                    checkpoint ? &*checkpoint : nullptr));
   s->Log("gossip node on " + advertise + ": protocol " + config.gossip.protocol + ", topology " +
          config.gossip.topology + ", codec " + config.codec_chain + "; model " +
-         s->site_.model->name() + " (" + std::to_string(n) + " parameters), partition " +
-         std::to_string(t.index) + "/" + std::to_string(t.partition.num_partitions) + " = " +
-         std::to_string(s->site_.train.size()) + " samples" +
+         s->site_.model->name() + " (" + std::to_string(n) + " parameters), " +
+         (s->external_ ? std::string("training by the site's trainer (") + s->external_->endpoint() + ")"
+                       : "partition " + std::to_string(t.index) + "/" +
+                             std::to_string(t.partition.num_partitions) + " = " + std::to_string(s->site_.train.size()) + " samples") +
          (checkpoint ? "; resumed at step " + std::to_string(checkpoint->model_version)
                      : "; no checkpoint: will pull a model from a neighbour"));
   return s;
