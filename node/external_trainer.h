@@ -49,6 +49,8 @@ struct ExternalTrainerOptions {
   int64_t restart_backoff_ms = 1000;
   // One line per event (start, connect, failure); may be empty.
   std::function<void(const std::string&)> log;
+
+  bool enabled() const { return !argv.empty() || !endpoint.empty(); }
 };
 
 inline constexpr int64_t kMaxRestartBackoffMs = 60000;

@@ -247,16 +247,8 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   }
   FM_RETURN_IF_ERROR(c->ComputeLocalRanges().WithContext("[model] local"));
   if (external) {
-    const ExternalTrainerConfig& x = config.external;
-    ExternalTrainerOptions o;
-    o.argv = x.argv;
-    o.per_task = x.per_task;
-    o.endpoint = x.endpoint;
-    o.cwd = x.cwd;
-    o.node_id = config.node_id;
-    o.timeout_ms = x.timeout_ms;
-    o.connect_timeout_ms = x.connect_timeout_ms;
-    o.restart_backoff_ms = x.restart_backoff_ms;
+    const ExternalTrainerOptions& x = config.external;
+    ExternalTrainerOptions o = x;
     o.log = c->log_;
     FM_ASSIGN_OR_RETURN(c->external_, ExternalTrainer::Create(std::move(o)));
     c->Log("training is done by the site's trainer " +

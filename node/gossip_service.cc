@@ -92,15 +92,9 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
   if (config.external.enabled()) {
     FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModelWithoutData(t));
     FM_ASSIGN_OR_RETURN(s->external_tensors_, TrainerTensors(*s->site_.model));
-    ExternalTrainerOptions o;
-    o.argv = config.external.argv;
-    o.per_task = config.external.per_task;
-    o.endpoint = config.external.endpoint;
-    o.cwd = config.external.cwd;
-    o.node_id = config.node_id;
-    o.timeout_ms = config.external.timeout_ms > 0 ? config.external.timeout_ms : 600000;
-    o.connect_timeout_ms = config.external.connect_timeout_ms;
-    o.restart_backoff_ms = config.external.restart_backoff_ms;
+    ExternalTrainerOptions o = config.external;
+    // Gossip tasks have no deadline of their own: a hung trainer is cut after 10 minutes.
+    if (o.timeout_ms <= 0) o.timeout_ms = 600000;
     o.log = s->log_;
     FM_ASSIGN_OR_RETURN(s->external_, ExternalTrainer::Create(std::move(o)));
   } else {

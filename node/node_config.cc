@@ -250,7 +250,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));
   t.device = v.GetString("train", "device");
-  ExternalTrainerConfig& x = c.external;
+  ExternalTrainerOptions& x = c.external;
+  x.node_id = c.node_id;
   x.argv = v.GetStringList("train", "external");
   x.per_task = v.GetString("train", "launch") == "per_task";
   x.endpoint = v.GetString("train", "external_endpoint");

@@ -11,6 +11,7 @@
 #include "core/stats/site_statistics.h"
 #include "core/status.h"
 #include "config/config_schema.h"
+#include "node/external_trainer.h"
 #include "node/local_training.h"
 #include "node/secagg_participant.h"
 
@@ -40,19 +41,6 @@ struct GossipConfig {
   bool enabled() const { return !listen.empty(); }
 };
 
-// [train] external*: the site's own training program (node/external_trainer.h,
-// docs/external-trainer.md). Active when argv or endpoint is set; then [data] is not read.
-struct ExternalTrainerConfig {
-  std::vector<std::string> argv;       // [train] external
-  bool per_task = false;               // [train] launch = "per_task"
-  std::string endpoint;                // [train] external_endpoint
-  int64_t timeout_ms = 0;              // [train] external_timeout_s; 0 = the task's deadline
-  int64_t connect_timeout_ms = 30000;  // [train] external_connect_timeout_s
-  int64_t restart_backoff_ms = 1000;   // [train] external_restart_backoff_s
-  std::string cwd;                     // the config file's directory
-  bool enabled() const { return !argv.empty() || !endpoint.empty(); }
-};
-
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
   // [federation]
@@ -66,7 +54,9 @@ struct NodeConfig {
   std::string aggregator_public_key_path; // the aggregator's public key file
   // [data], [train], [model] and [node] metrics.
   LocalTrainingOptions training;
-  ExternalTrainerConfig external;
+  // [train] external*: the site's own training program (docs/external-trainer.md); active
+  // when enabled(), and then [data] is not read. The loader fills all but `log`.
+  ExternalTrainerOptions external;
   // [codec]: the chain updates are encoded with when the aggregator prescribes none
   // (canonical name, e.g. "topk:0.01|int8:256|zstd:3"; "none" = raw float32), and the
   // error feedback that keeps what a lossy chain drops (core/codec/error_feedback.h).
