@@ -38,6 +38,11 @@ const ConfigSchema& AggregatorConfigSchema() {
                "[eval] every. 0 = keep all")
             .Min(0),
         StringKey("aggregator", "metrics", "", "Per-round metrics as JSON lines; empty = none").Path(),
+        StringKey("metrics", "listen", "",
+                  "HOST:PORT of a Prometheus endpoint (/metrics: rounds, participants, "
+                  "rejections, bytes, durations, DP epsilon, process); e.g. 127.0.0.1:9464, "
+                  "port 0 = any free one (logged). Empty = none. It has no authentication: "
+                  "bind it to loopback or a monitoring network"),
         IntKey("aggregator", "max_pending_upload_mb", 0,
                "MiB that all nodes' partial uploads may hold together (a header frame that "
                "does not fit is refused); 0: (clients_per_round + 2) x the largest update the "
@@ -210,6 +215,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.upload_idle_timeout_s = v.GetFloat("aggregator", "upload_idle_timeout_s");
   c.db_path = v.GetString("aggregator", "db");
   c.metrics_path = v.GetString("aggregator", "metrics");
+  c.metrics_listen = v.GetString("metrics", "listen");
   c.keep_models = static_cast<uint64_t>(v.GetInt("storage", "keep_models"));
 
   RoundEngineOptions& r = c.rounds;

@@ -27,6 +27,9 @@ struct AggregatorConfig {
   std::string allow_dir;     // enrolled node public keys, one file each
   std::string db_path;       // the aggregator's SQLite store
   std::string metrics_path;  // per-round JSON lines; empty = none
+  // [metrics] listen: HOST:PORT of the Prometheus endpoint (aggregator/aggregator_metrics.h);
+  // empty (the default) = none.
+  std::string metrics_listen;
   // Bytes all nodes' partial uploads may hold together; 0 = (clients_per_round + 2) x the
   // largest update the model allows (aggregator/upload_limits.h).
   uint64_t max_pending_upload_bytes = 0;

@@ -1,5 +1,7 @@
 #include "aggregator/aggregator_service.h"
 
+#include <filesystem>
+
 #include "aggregator/eval_lines.h"
 #include "aggregator/site_table.h"
 #include "aggregator/stats_report.h"
@@ -183,6 +185,11 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   FM_ASSIGN_OR_RETURN(s->endpoint_, s->server_->Bind(config.listen));
   spdlog::info("listening on {} (federation {}, {} enrolled sites, store {})", s->endpoint_,
                config.federation_id, allowlist.size(), config.db_path);
+  if (!config.metrics_listen.empty()) {
+    FM_ASSIGN_OR_RETURN(s->exporter_, MetricsExporter::Start(config.metrics_listen));
+    s->prom_ = std::make_unique<AggregatorMetrics>(s->exporter_->registry());
+    spdlog::info("Prometheus metrics on {}", s->exporter_->url());
+  }
 
   if (!s->finished_) FM_RETURN_IF_ERROR(s->Handle(s->engine_->Start()));
   return s;
@@ -367,6 +374,7 @@ Result<bool> AggregatorService::Step(int max_wait_ms) {
   }
   FM_ASSIGN_OR_RETURN(std::optional<ServerEvent> event, server_->Poll(wait));
   if (event) FM_RETURN_IF_ERROR(HandleEvent(std::move(*event)));
+  if (prom_) prom_->NodesConnected(engine_->connected_count());
   return finished_;
 }
 
@@ -493,6 +501,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                               : store_->OpenRound(o.round, o.attempt, o.selected, o.deadline_s);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(o.round));
               open_round_ = o.round;
+              if (prom_) prom_->RoundOpened(o.round, o.selected.size());
               spdlog::info("round {} attempt {} opened with {} node(s), model version {}", o.round,
                            o.attempt, o.selected.size(), o.model_version);
               return Status::OK();
@@ -513,12 +522,14 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                              a.round, a.node_id, a.claimed_examples, a.num_examples,
                              engine_->weight_violations());
               }
+              if (prom_) prom_->UpdateAccepted();
               spdlog::info("round {}: accepted update from {} ({} examples, loss {:.4f})",
                            a.round, a.node_id, a.num_examples, a.train_loss);
               return Status::OK();
             },
             [&](RoundEngine::UpdateRejected& r) -> Status {
               (void)reject_limiter_.Allow(r.node_id, env_->NowSeconds());
+              if (prom_) prom_->Rejected(RejectCauseName(r.cause));
               spdlog::warn("round {}: rejected {} from {} ({}): {}", r.round,
                            wire::MessageTypeName(r.type), r.node_id, RejectCauseName(r.cause),
                            r.text);
@@ -552,6 +563,15 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               Status st = store_->CloseRound(c.round, c.model_version, c.global, m, c.strategy_state);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
               open_round_.reset();
+              if (prom_) {
+                uint64_t bytes = 0;
+                for (const char* suffix : {"", "-wal"}) {
+                  std::error_code ec;
+                  const auto size = std::filesystem::file_size(config_.db_path + suffix, ec);
+                  if (!ec) bytes += size;
+                }
+                prom_->RoundClosed(m, bytes);
+              }
               // Retention is housekeeping: on failure the versions wait for the next round's call.
               if (auto pruned = store_->PruneModels(config_.keep_models); !pruned.ok()) {
                 spdlog::error("[storage] keep_models: {}", pruned.status().ToString());
@@ -572,6 +592,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
             },
             [&](RoundEngine::EvalClosed& e) { return RecordFederatedEval(e.report); },
             [&](RoundEngine::TaskFailed& f) -> Status {
+              if (prom_) prom_->TaskFailed();
               spdlog::warn("{} failed its {} task of round {}: {}", f.node_id,
                            f.evaluation ? "evaluation" : "training", f.round, f.reason);
               // Kept with the round's rejections: who dropped out, and the reason given.

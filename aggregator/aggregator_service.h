@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "aggregator/peer_rate_limiter.h"
+#include "aggregator/aggregator_metrics.h"
 #include "aggregator/round_engine.h"
+#include "telemetry/metrics_exporter.h"
 #include "core/backend.h"
 #include "core/data/dataset.h"
 #include "core/env.h"
@@ -97,6 +99,8 @@ class AggregatorService {
   const Status& finish_status() const { return finish_status_; }
   const RoundEngine& engine() const { return *engine_; }
   AggregatorStore& store() { return *store_; }
+  // The Prometheus endpoint ([metrics] listen), or null when off.
+  const MetricsExporter* metrics_exporter() const { return exporter_.get(); }
   // Site name of an allowlisted key (Z85), or nullopt.
   std::optional<std::string> SiteOfKey(const std::string& key_z85) const;
 
@@ -136,6 +140,9 @@ class AggregatorService {
   Status ReplaceModel(graph::Graph g, bool keep_params);
   std::optional<Dataset> eval_data_;
   std::unique_ptr<ZmqServer> server_;
+  // [metrics] listen: the Prometheus endpoint and what it exports; null when off.
+  std::unique_ptr<MetricsExporter> exporter_;
+  std::unique_ptr<AggregatorMetrics> prom_;
   std::optional<RoundEngine> engine_;
   std::string endpoint_;
 

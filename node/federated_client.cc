@@ -246,6 +246,11 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
            (c->last_round_served_ ? std::to_string(*c->last_round_served_) : "none"));
   }
   FM_RETURN_IF_ERROR(c->ComputeLocalRanges().WithContext("[model] local"));
+  if (!config.metrics_listen.empty()) {
+    FM_ASSIGN_OR_RETURN(c->exporter_, MetricsExporter::Start(config.metrics_listen));
+    c->prom_ = std::make_unique<NodeMetrics>(c->exporter_->registry());
+    c->Log("Prometheus metrics on " + c->exporter_->url());
+  }
   if (external) {
     const ExternalTrainerOptions& x = config.external;
     ExternalTrainerOptions o = x;
@@ -394,6 +399,7 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
       registered = true;
       attempt = 0;
       ++stats_.registrations;
+      if (prom_) prom_->Registered();
     } else if (const auto* task = std::get_if<wire::FitTask>(&m.body)) {
       FM_RETURN_IF_ERROR(HandleFitTask(m, *task, stop));
       last_heard = Clock::now();  // training time is not the aggregator's silence
@@ -401,6 +407,7 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
       FM_RETURN_IF_ERROR(HandleSecAgg(m));
     } else if (const auto* rej = std::get_if<wire::Reject>(&m.body)) {
       ++stats_.rejects;
+      if (prom_) prom_->RejectReceived();
       Log("the aggregator rejected message " + std::to_string(rej->rejected_message_id) + " (" +
           RejectReasonName(rej->reason) + "): " + rej->text);
       if (rej->reason == wire::RejectReason::kNotEnrolled) {
@@ -508,6 +515,7 @@ FitContext FederatedClient::MakeContext(std::atomic<bool>* stop) {
 Status FederatedClient::RefuseTask(const wire::Message& m, const std::string& what,
                                    const std::string& why) {
   ++stats_.tasks_refused;
+  if (prom_) prom_->TaskRefused();
   Log("refused " + what + ": " + why);
   wire::Reject reject;
   reject.reason = wire::RejectReason::kTaskFailed;
@@ -714,6 +722,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   stats_.bytes_up_raw += bytes_raw;
   stats_.bytes_up += bytes_sent;
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (prom_) prom_->RoundServed(task.round, bytes_sent, bytes_raw, wall_s);
   char line[300];
   if (task.secagg) {
     // The masked input leaves later, in the SecAgg messages: no byte count to report yet.

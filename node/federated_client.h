@@ -58,6 +58,8 @@
 #include "crypto/identity.h"
 #include "node/external_trainer.h"
 #include "node/fit_task_runner.h"
+#include "node/node_metrics.h"
+#include "telemetry/metrics_exporter.h"
 #include "node/secagg_participant.h"
 #include "node/node_config.h"
 #include "transport/zmq/zmq_client.h"
@@ -183,6 +185,8 @@ class FederatedClient {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;  // null until adopted for an external trainer without [model] onnx
   std::unique_ptr<ExternalTrainer> external_;
+  std::unique_ptr<MetricsExporter> exporter_;  // [metrics] listen; null when off
+  std::unique_ptr<NodeMetrics> prom_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<ZmqClient> transport_;  // made by Run
   codec::Chain default_chain_;   // [codec] chain

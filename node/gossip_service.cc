@@ -103,6 +103,11 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
   s->trainer_ = std::make_unique<Trainer>(s->site_.model.get(), t.trainer, env);
 
   FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));
+  if (!config.metrics_listen.empty()) {
+    FM_ASSIGN_OR_RETURN(s->exporter_, MetricsExporter::Start(config.metrics_listen));
+    s->prom_ = std::make_unique<NodeMetrics>(s->exporter_->registry());
+    s->Log("Prometheus metrics on " + s->exporter_->url());
+  }
   FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> checkpoint, s->store_->LoadCheckpoint());
   const size_t n = s->site_.model->num_params();
   if (checkpoint && checkpoint->model.size() != n) {
@@ -302,6 +307,10 @@ Status GossipService::Evaluate() {
       .Add("bytes_received", static_cast<int64_t>(stats_.bytes_received))
       .Add("dropped_messages", static_cast<int64_t>(stats_.dropped_messages));
   Log(line.str());
+  if (prom_) {
+    prom_->GossipStatus(node_->step(), node_->peers_alive(), stats_.bytes_sent, stats_.bytes_received,
+                        stats_.test_accuracy);
+  }
   if (config_.training.metrics_path.empty()) return Status::OK();
   return AppendJsonLine(config_.training.metrics_path, line);
 }

@@ -28,6 +28,8 @@
 #include "gossip/gossip_node.h"
 #include "node/external_trainer.h"
 #include "node/node_config.h"
+#include "node/node_metrics.h"
+#include "telemetry/metrics_exporter.h"
 #include "node/site_model.h"
 #include "transport/zmq/zmq_client.h"
 #include "transport/zmq/zmq_server.h"
@@ -93,6 +95,8 @@ class GossipService {
   std::vector<trainer::TensorSpec> external_tensors_;
   const std::atomic<bool>* stop_ = nullptr;  // Run's flag, for the external trainer's waits
   std::unique_ptr<NodeStore> store_;
+  std::unique_ptr<MetricsExporter> exporter_;  // [metrics] listen; null when off
+  std::unique_ptr<NodeMetrics> prom_;
   // Asks the external trainer for a task of `kind` on the current model; false (logged)
   // when it failed.
   Result<std::optional<TrainerAnswer>> RunExternal(const std::string& kind, const std::atomic<bool>* stop);

@@ -99,6 +99,11 @@ const ConfigSchema& NodeConfigSchema() {
             .Max(1000000),
         IntKey("gossip", "max_steps", 0, "Stop after this many gossip steps; 0 = run until SIGTERM")
             .Min(0),
+        StringKey("metrics", "listen", "",
+                  "HOST:PORT of a Prometheus endpoint (/metrics: rounds served, refusals, "
+                  "bytes, training time, gossip peers, process); e.g. 127.0.0.1:9465, port 0 = "
+                  "any free one (logged). Empty = none. No authentication: bind it to loopback "
+                  "or a monitoring network"),
         StringKey("gossip", "lr_decay", "none",
                   "Learning-rate schedule over the gossip steps: none, or cosine from [train] lr "
                   "down to lr_min_fraction x lr at max_steps (needs max_steps), which lets the "
@@ -313,6 +318,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   c.secagg_floors.min_threshold = static_cast<uint32_t>(v.GetInt("secagg", "min_threshold"));
   c.secagg_floors.min_noise_stddev = v.GetFloat("secagg", "min_noise_stddev");
   c.share_local_model = v.GetBool("eval", "share_local_model");
+  c.metrics_listen = v.GetString("metrics", "listen");
   c.stats_policy.allow = v.GetBool("stats", "allow");
   c.stats_policy.min_count = static_cast<uint64_t>(v.GetInt("stats", "min_count"));
   c.stats_policy.minmax_noise = v.GetFloat("stats", "minmax_noise");

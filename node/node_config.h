@@ -80,6 +80,9 @@ struct NodeConfig {
   StatsPrivacyPolicy stats_policy;
   // [eval] share_local_model: send the local-only model for cross-evaluation when asked.
   bool share_local_model = false;
+  // [metrics] listen: HOST:PORT of this node's Prometheus endpoint (node/node_metrics.h);
+  // empty (the default) = none.
+  std::string metrics_listen;
 };
 
 const ConfigSchema& NodeConfigSchema();

@@ -10,12 +10,14 @@ PACKAGES=(
   # libraries the product links
   libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libcli11-dev libspdlog-dev libtomlplusplus-dev
-  libonnx-dev libstb-dev nlohmann-json3-dev
+  libonnx-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # the external trainer's tests: the python/ package (pytest, a venv install) and the
   # PyTorch sites of examples/pytorch
   python3-numpy python3-pytest python3-venv python3-setuptools python3-torch python3-onnx
+  # a second parser of the Prometheus endpoints (tests only)
+  python3-prometheus-client
   # demo: data and plots
   dataset-fashion-mnist gnuplot-nox
 )

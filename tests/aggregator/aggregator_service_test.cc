@@ -25,6 +25,7 @@
 #include "crypto/update_signature.h"
 #include "aggregator/aggregator_service.h"
 #include "transport/zmq/zmq_client.h"
+#include "tests/telemetry/metrics_http.h"
 
 namespace fedmesh {
 namespace {
@@ -295,6 +296,55 @@ TEST_F(AggregatorServiceTest, AggregatorServiceTwoRoundsFedAvgPersisted) {
     EXPECT_NE(l.find("\"received\":3"), std::string::npos) << l;
     EXPECT_NE(l.find("\"compression_ratio\":1,"), std::string::npos) << l;  // codec "none"
   }
+}
+
+// Issue 23 item 3: the Prometheus endpoint's counters add up to the metrics file, and the
+// scrape parses (strictly here, and with prometheus_client when installed).
+TEST_F(AggregatorServiceTest, PrometheusCountersMatchTheMetricsFile) {
+  config_.metrics_listen = "127.0.0.1:0";
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  ASSERT_NE(service->metrics_exporter(), nullptr);
+  ConnectNodes(service->endpoint(), 15);
+  ASSERT_TRUE(PumpUntil(*service, [&] { return service->finished(); }));
+  auto body = testing_util::HttpGet(service->metrics_exporter()->port());
+  ASSERT_TRUE(body.has_value());
+  std::string error;
+  auto got = testing_util::ParseExposition(*body, &error);
+  ASSERT_TRUE(got.has_value()) << error;
+  const std::string parsed = testing_util::ParseWithPrometheusClient(*body, dir_.path);
+  if (parsed != "skip") EXPECT_EQ(parsed, "") << *body;
+
+  auto rounds = service->store().Metrics();
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 2u);
+  double up = 0, down = 0, up_raw = 0, received = 0;
+  for (const RoundMetrics& m : *rounds) {
+    up += m.bytes_up;
+    up_raw += m.bytes_up_raw;
+    down += m.bytes_down;
+    received += m.received;
+  }
+  auto at = [&](const std::string& key) {
+    auto it = got->find(key);
+    EXPECT_NE(it, got->end()) << key << " not in\n" << *body;
+    return it == got->end() ? -1.0 : it->second;
+  };
+  EXPECT_EQ(at("fedmesh_rounds_total"), 2);
+  EXPECT_EQ(at("fedmesh_round"), 2);
+  EXPECT_EQ(at("fedmesh_updates_accepted_total"), received);
+  EXPECT_EQ(at("fedmesh_round_participants"), 3);
+  EXPECT_EQ(at("fedmesh_upload_bytes_total"), up);
+  EXPECT_EQ(at("fedmesh_upload_raw_bytes_total"), up_raw);
+  EXPECT_EQ(at("fedmesh_download_bytes_total"), down);
+  EXPECT_EQ(up, 2 * 3 * 15 * 4);
+  EXPECT_EQ(at("fedmesh_round_duration_seconds_count"), 2);
+  EXPECT_NEAR(at("fedmesh_round_duration_seconds_sum"), (*rounds)[0].wall_s + (*rounds)[1].wall_s, 1e-6);
+  EXPECT_EQ(at("fedmesh_nodes_connected"), 3);
+  EXPECT_EQ(at("fedmesh_tasks_failed_total"), 0);
+  EXPECT_NEAR(at("fedmesh_test_accuracy"), (*rounds)[1].test_accuracy, 1e-9);
+  EXPECT_GT(at("fedmesh_store_bytes"), 4096);
+  EXPECT_GT(at("process_resident_memory_bytes"), 1e6);
 }
 
 // Issue 26 item 11: with [storage] keep_models the service prunes after every round's

@@ -179,8 +179,9 @@ TEST(RoundEngineTest, TaskFailedOnlyCountsForTheNodesOpenTask) {
   EXPECT_NE(retried[0].reason.find("failed its task (trainer hung)"), std::string::npos) << retried[0].reason;
   // No Reject goes back to the node for its own Reject.
   for (const Output& out : outs) {
-    if (const auto* send = std::get_if<RoundEngine::Send>(&out))
+    if (const auto* send = std::get_if<RoundEngine::Send>(&out)) {
       EXPECT_FALSE(std::holds_alternative<wire::Reject>(send->message.body));
+    }
   }
 }
 

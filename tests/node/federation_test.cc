@@ -6,6 +6,7 @@
 // On failure the logs of every child are printed and the test's directory is kept
 // (FEDMESH_KEEP_TEST_DIRS=1 keeps it after a pass too).
 #include "tests/node/federation_fixture.h"
+#include "tests/telemetry/metrics_http.h"
 
 namespace fedmesh {
 namespace {
@@ -17,7 +18,12 @@ using namespace federation_testing;  // NOLINT: the fixture and its helpers
 TEST_F(FederationTest, FederationFourNodesLearn) {
   const std::string ep = StartAggregator({"rounds.total=5", "rounds.min_available_clients=4"});
   ASSERT_FALSE(ep.empty());
-  for (int i = 1; i <= 4; ++i) ASSERT_NE(StartNode(i, ep), nullptr);
+  for (int i = 1; i <= 4; ++i) {
+    // Issue 23 item 3: site-1 serves Prometheus metrics on a port the OS picks.
+    ASSERT_NE(StartNode(i, ep, i == 1 ? std::vector<std::string>{"metrics.listen=127.0.0.1:0"}
+                                      : std::vector<std::string>{}),
+              nullptr);
+  }
 
   ChildProcess* agg = aggregator_;
   const auto rc = agg->WaitExit(seconds(90));
@@ -39,6 +45,27 @@ TEST_F(FederationTest, FederationFourNodesLearn) {
   // and scores what the aggregator printed.
   EXPECT_NEAR(ExportedAccuracy("run/aggregator.db"),
               JsonNumber(lines.back(), "test_accuracy").value_or(-1), 1e-4);
+
+  // The node's Prometheus counters add up to its own metrics file (one line per round).
+  static const std::regex kUrl(R"(Prometheus metrics on http://127\.0\.0\.1:([0-9]+)/metrics)");
+  std::smatch url;
+  const std::string site1 = children_[1]->Log();
+  ASSERT_TRUE(std::regex_search(site1, url, kUrl)) << site1;
+  auto body = testing_util::HttpGet(std::stoi(url[1]));
+  ASSERT_TRUE(body.has_value());
+  std::string error;
+  auto got = testing_util::ParseExposition(*body, &error);
+  ASSERT_TRUE(got.has_value()) << error;
+  const auto node_lines = SplitLines(ReadWholeFile(dir_ / "run" / "site-1-metrics.jsonl"));
+  double bytes = 0;
+  for (const auto& l : node_lines) bytes += JsonNumber(l, "bytes_up").value_or(0);
+  EXPECT_EQ(got->at("fedmesh_node_rounds_served_total"), static_cast<double>(node_lines.size())) << *body;
+  EXPECT_EQ(got->at("fedmesh_node_upload_bytes_total"), bytes);
+  EXPECT_EQ(got->at("fedmesh_node_last_round_served"), 5);
+  EXPECT_EQ(got->at("fedmesh_node_training_duration_seconds_count"), static_cast<double>(node_lines.size()));
+  EXPECT_GE(got->at("fedmesh_node_registrations_total"), 1);
+  const std::string parsed = testing_util::ParseWithPrometheusClient(*body, dir_.string());
+  if (parsed != "skip") EXPECT_EQ(parsed, "") << *body;
 }
 
 // Issue 8: five sites aggregate securely (SecAgg+, CurveZMQ, every message through the
