@@ -120,11 +120,12 @@ class FederationTest : public ::testing::Test {
     return rc.has_value() && *rc == 0;
   }
 
+  // `cwd`: where it runs; empty = the test's folder.
   ChildProcess* Spawn(const std::string& name, std::vector<std::string> argv,
-                      std::map<std::string, std::string> env = {}) {
+                      std::map<std::string, std::string> env = {}, const fs::path& cwd = {}) {
     env.emplace("OMP_WAIT_POLICY", "passive");
     env.emplace("OMP_NUM_THREADS", "1");
-    auto child = ChildProcess::Spawn(name, argv, dir_, dir_ / (name + ".log"), env);
+    auto child = ChildProcess::Spawn(name, argv, cwd.empty() ? dir_ : cwd, dir_ / (name + ".log"), env);
     EXPECT_NE(child, nullptr) << "fork failed for " << name;
     if (!child) return nullptr;
     children_.push_back(std::move(child));

@@ -47,7 +47,9 @@ TEST(MetricsExporterTest, ServesRegisteredAndProcessMetrics) {
   EXPECT_LE(samples->at("process_start_time_seconds"), now + 2);
   const std::string dir = ::testing::TempDir();
   const std::string parsed = testing_util::ParseWithPrometheusClient(*body, dir);
-  if (parsed != "skip") EXPECT_EQ(parsed, "") << *body;
+  if (parsed != "skip") {
+    EXPECT_EQ(parsed, "") << *body;
+  }
   // Only /metrics is served.
   EXPECT_FALSE(HttpGet((*e)->port(), "/other").has_value());
 }

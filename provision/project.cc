@@ -1,0 +1,104 @@
+#include "provision/project.h"
+
+#include <fstream>
+#include <set>
+
+#include "crypto/identity.h"
+
+namespace fedmesh {
+
+namespace {
+
+std::string Where(const std::string& path, const toml::source_region& r, const std::string& key) {
+  return path + ":" + std::to_string(r.begin.line) + ": " + key;
+}
+
+Result<std::string> String(const toml::table& t, const std::string& path, const char* section, const char* key,
+                           bool required, std::string def = "") {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) {
+    if (required)
+      return Status::InvalidArgument(path + ": [" + section + "] " + key + " is required");
+    return def;
+  }
+  auto v = n->value<std::string>();
+  if (!v || v->empty())
+    return Status::InvalidArgument(Where(path, n->source(), std::string("[") + section + "] " + key) +
+                                   " must be a non-empty string");
+  return *v;
+}
+
+Result<toml::table> Config(const toml::table& t, const std::string& path, const std::string& where) {
+  const toml::node* n = t.get("config");
+  if (n == nullptr) return toml::table{};
+  if (!n->is_table())
+    return Status::InvalidArgument(Where(path, n->source(), where + ".config") + " must be a table of config sections");
+  return *n->as_table();
+}
+
+}  // namespace
+
+Result<ProjectConfig> LoadProject(const std::string& path) {
+  if (!std::ifstream(path)) return Status::NotFound("project file '" + path + "' cannot be read");
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return Status::InvalidArgument(path + ":" + std::to_string(e.source().begin.line) +
+                                   ": TOML syntax error: " + std::string(e.description()));
+  } catch (const std::exception& e) {
+    return Status::IOError("project file '" + path + "': " + e.what());
+  }
+  ProjectConfig p;
+  p.path = path;
+  for (const auto& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "federation" && key != "aggregator" && key != "site" && key != "site_defaults" && key != "kits")
+      return Status::InvalidArgument(Where(path, v.source(), "[" + key + "]") +
+                                     ": unknown section (federation, aggregator, site_defaults, site, kits)");
+  }
+  const toml::table empty;
+  const toml::table* fed = root["federation"].as_table();
+  if (fed == nullptr) return Status::InvalidArgument(path + ": [federation] id is required");
+  FM_ASSIGN_OR_RETURN(p.federation_id, String(*fed, path, "federation", "id", true));
+  const toml::table* agg = root["aggregator"].as_table();
+  if (agg == nullptr) return Status::InvalidArgument(path + ": [aggregator] address is required");
+  FM_ASSIGN_OR_RETURN(p.aggregator_name, String(*agg, path, "aggregator", "name", false, "aggregator"));
+  FM_ASSIGN_OR_RETURN(p.address, String(*agg, path, "aggregator", "address", true));
+  FM_ASSIGN_OR_RETURN(p.listen, String(*agg, path, "aggregator", "listen", false, p.address));
+  if (p.address.rfind("tcp://", 0) != 0 || p.address.find(':', 6) == std::string::npos)
+    return Status::InvalidArgument(Where(path, agg->get("address")->source(), "[aggregator] address") +
+                                   " is \"" + p.address + "\"; it must be tcp://HOST:PORT, what the sites dial");
+  if (Status s = ValidateSiteName(p.aggregator_name); !s.ok())
+    return Status::InvalidArgument(path + ": [aggregator] name: " + s.message());
+  FM_ASSIGN_OR_RETURN(p.aggregator_config, Config(*agg, path, "[aggregator]"));
+  if (const toml::table* d = root["site_defaults"].as_table()) {
+    FM_ASSIGN_OR_RETURN(p.site_defaults, Config(*d, path, "[site_defaults]"));
+  }
+  if (const toml::table* k = root["kits"].as_table()) {
+    FM_ASSIGN_OR_RETURN(p.bin_dir, String(*k, path, "kits", "bin_dir", false, "/usr/bin"));
+  }
+  std::set<std::string> names = {p.aggregator_name};
+  if (const toml::node* s = root.get("site")) {
+    const toml::array* sites = s->as_array();
+    if (sites == nullptr) return Status::InvalidArgument(Where(path, s->source(), "[[site]]") + " must be an array of tables");
+    for (const toml::node& n : *sites) {
+      const toml::table* t = n.as_table();
+      if (t == nullptr) return Status::InvalidArgument(Where(path, n.source(), "[[site]]") + " must be a table");
+      ProjectSite site;
+      FM_ASSIGN_OR_RETURN(site.name, String(*t, path, "site", "name", true));
+      if (Status v = ValidateSiteName(site.name); !v.ok())
+        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[site]] name") + ": " + v.message());
+      if (!names.insert(site.name).second)
+        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[site]] name") + " \"" + site.name +
+                                       "\" is used twice");
+      FM_ASSIGN_OR_RETURN(site.organisation, String(*t, path, "site", "organisation", false, ""));
+      FM_ASSIGN_OR_RETURN(site.config, Config(*t, path, "[[site]] " + site.name));
+      p.sites.push_back(std::move(site));
+    }
+  }
+  (void)empty;
+  return p;
+}
+
+}  // namespace fedmesh
