@@ -1,3 +1,7 @@
+// RoundEngine (aggregator/round_engine.h): options, creation and restore, message dispatch,
+// timers, rounds (selection, tasks, accepting updates, closing, retries). Its other parts:
+// round_engine_departures.cc (disconnect, revocation, failed tasks), round_engine_secagg.cc,
+// round_engine_eval.cc (federated evaluation), round_engine_stats.cc (federated statistics).
 #include "aggregator/round_engine.h"
 
 #include <sodium.h>
@@ -406,79 +410,6 @@ std::vector<RoundEngine::Output> RoundEngine::OnTimer(double now) {
   return out;
 }
 
-std::vector<RoundEngine::Output> RoundEngine::OnDisconnect(const std::string& node_id) {
-  FM_CHECK(started_);
-  if (auto it = nodes_.find(node_id); it != nodes_.end() && it->second.connected) {
-    it->second.connected = false;
-    --connected_;
-  }
-  return {};
-}
-
-std::vector<RoundEngine::Output> RoundEngine::OnRevoke(const std::string& node_id) {
-  FM_CHECK(started_);
-  std::vector<Output> out;
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end()) return out;
-  if (it->second.connected) --connected_;
-  nodes_.erase(it);
-  if (eval_) {
-    eval_->Forget(node_id);
-    if (eval_->complete()) CloseEval(out);
-  }
-  if (stats_ && !stats_->secure_phase()) {
-    stats_->Forget(node_id);
-    if (stats_->complete()) AdvanceStats(out);
-  }
-  StopWaitingFor(node_id, "was revoked", out);
-  return out;
-}
-
-void RoundEngine::StopWaitingFor(const std::string& node_id, const std::string& why,
-                                 std::vector<Output>& out) {
-  if (phase_ != Phase::kRoundOpen || secagg_ || buffered() || !IsSelected(node_id) ||
-      accepted_.contains(node_id)) {
-    return;
-  }
-  selected_.erase(std::find(selected_.begin(), selected_.end(), node_id));
-  earlier_selected_.insert(node_id);  // its late messages are "late", not "not selected"
-  if (accepted_.size() < selected_.size()) return;
-  if (accepted_.size() >= static_cast<size_t>(options_.min_clients)) {
-    CloseRound(out);
-  } else {
-    RetryOrGiveUp(out, "node " + node_id + " " + why + " and only " + Str(accepted_.size()) +
-                           " of the other selected nodes answered; min_clients is " +
-                           Str(options_.min_clients));
-  }
-}
-
-void RoundEngine::HandleTaskFailed(const std::string& from, const wire::Message& m,
-                                   const wire::Reject& r, std::vector<Output>& out) {
-  if (!connected(from)) return;
-  const uint64_t round = m.header.round;
-  auto report = [&](bool evaluation) {
-    ++tasks_failed_;
-    out.push_back(TaskFailed{round, from, r.text, evaluation});
-  };
-  if (eval_ && eval_->round() == round) {
-    report(/*evaluation=*/true);
-    eval_->Forget(from);
-    if (eval_->complete()) CloseEval(out);
-    return;
-  }
-  // Only the node's own open task: a stale or repeated report changes nothing.
-  if (phase_ != Phase::kRoundOpen || round != round_ || !IsSelected(from) || accepted_.contains(from))
-    return;
-  report(/*evaluation=*/false);
-  if (secagg_) {
-    // Before it advertised keys it simply leaves the round; later, SecAgg+ treats it as a
-    // dropout at the stage's deadline.
-    if (secagg_->Withdraw(from) && secagg_->StageComplete()) AdvanceSecAgg(/*at_deadline=*/false, out);
-    return;
-  }
-  StopWaitingFor(from, "failed its task (" + r.text + ")", out);
-}
-
 size_t RoundEngine::SecureUniform(size_t n) {
   FM_CHECK(n > 0 && n <= UINT32_MAX);
   return static_cast<size_t>(::randombytes_uniform(static_cast<uint32_t>(n)));
@@ -639,68 +570,6 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
                                    r.train_loss, r.update.bytes.size()});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
   if (RoundFull()) CloseRound(out);
-}
-
-void RoundEngine::HandleSecAgg(const std::string& from, const wire::Message& m,
-                               std::vector<Output>& out) {
-  auto reject = [&](RejectCause cause, std::string text) {
-    Reject(from, m, cause, std::move(text), out);
-  };
-  const std::string claimed = "secure aggregation message for round " + Str(m.header.round);
-  if (!connected(from)) {
-    return reject(RejectCause::kUnknownNode,
-                  "node is not registered (or disconnected since); send Register first");
-  }
-  if (stats_secagg_) return HandleStatsSecAgg(from, m, out);
-  if (m.header.round < round_ || phase_ == Phase::kFinished) {
-    return reject(RejectCause::kLate, claimed + ", which has closed");
-  }
-  if (m.header.round > round_) {
-    return reject(RejectCause::kWrongRound, claimed + ", which has not started");
-  }
-  if (!secagg_ || phase_ != Phase::kRoundOpen) {
-    return reject(RejectCause::kLate, claimed + ": no secure aggregation is open");
-  }
-  if (!IsSelected(from)) return reject(RejectCause::kNotSelected, "node was not selected");
-  if (Status s = secagg_->OnMessage(from, m.body); !s.ok()) {
-    const RejectCause cause = s.code() == StatusCode::kAlreadyExists        ? RejectCause::kDuplicate
-                              : s.code() == StatusCode::kFailedPrecondition ? RejectCause::kLate
-                                                                            : RejectCause::kMalformed;
-    return reject(cause, s.message());
-  }
-  if (secagg_->StageComplete()) AdvanceSecAgg(/*at_deadline=*/false, out);
-}
-
-void RoundEngine::AdvanceSecAgg(bool at_deadline, std::vector<Output>& out) {
-  auto step = secagg_->Close();
-  if (!step.ok()) {
-    // Early: more may still come before the deadline. At the deadline: the attempt failed.
-    if (at_deadline) {
-      RetryOrGiveUp(out, "secure aggregation stage " +
-                             std::string(SecAggStageName(secagg_->stage())) +
-                             " could not close: " + step.status().message());
-    }
-    return;
-  }
-  for (auto& [to, body] : step->sends) {
-    out.push_back(Send{to, wire::Message{OutHeader(), std::move(body)}, std::nullopt});
-  }
-  if (!step->result) {
-    deadline_s_ = env_->NowSeconds() + options_.secagg.stage_timeout_s;
-    out.push_back(SetTimer{deadline_s_});
-    return;
-  }
-  // The strategy gets the contributors' mean change as the round's one update.
-  const SecAggResult& r = *step->result;
-  const double n = static_cast<double>(r.contributors.size());
-  ClientUpdate mean{"secure-aggregate", 1, global_};
-  for (size_t i = 0; i < mean.params.size(); ++i) {
-    mean.params[i] = static_cast<float>(global_[i] + static_cast<double>(r.decoded_sum[i]) / n);
-  }
-  accepted_.clear();
-  accepted_.emplace(mean.node_id, Accepted{std::move(mean), std::nan(""), 0});
-  secagg_contributors_ = static_cast<uint32_t>(r.contributors.size());
-  CloseRound(out);
 }
 
 void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCause cause,
