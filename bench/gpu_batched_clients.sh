@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # Batched client training on one GPU vs the same clients trained one after another, in one
 # run: fedmesh-sim with 100 mlp clients (600 Fashion-MNIST samples each, IID), all 100
-# selected every round, 1 local epoch, ROUNDS rounds, codec none. Three configurations:
+# selected every round, EPOCHS local epochs (1), ROUNDS rounds, codec none. Three configurations:
 #   batched      [sim] device = DEVICE, batched_clients = 100 (all clients in one batch)
 #   sequential   [sim] device = DEVICE, batched_clients = 1   (one client at a time on the GPU)
 #   cpu          the default per-client CPU workers (threads = all cores), for reference
 # Reports client-updates/s from fedmesh-sim's summary line (wall time of the whole run,
 # aggregation and evaluation included) and the batched/sequential ratio (target >= 5).
 #   bench/gpu_batched_clients.sh      # needs a CUDA build and a GPU
-# Environment: BUILD (build), DEVICE (cuda), ROUNDS (5), REPEATS (2).
+# Environment: BUILD (build), DEVICE (cuda), ROUNDS (5), REPEATS (2), EPOCHS (1: local epochs).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
 device=${DEVICE:-cuda}
 rounds=${ROUNDS:-5}
 repeats=${REPEATS:-2}
+epochs=${EPOCHS:-1}
 sim="$build/bin/fedmesh-sim"
 [[ -x "$sim" ]] || { echo "build first: scripts/build.sh" >&2; exit 2; }
 common=(--set sim.mode=aggregator --set sim.clients=100 --set sim.clients_per_round=100
         --set sim.rounds="$rounds" --set sim.model=mlp --set sim.partition=iid
-        --set sim.codec=none --set train.epochs=1 --set train.batch=32 --set train.lr=0.05
+        --set sim.codec=none --set train.epochs="$epochs" --set train.batch=32 --set train.lr=0.05
         --set eval.every=1000)
-rate() { sed -n 's/.*(\([0-9.]*\) updates\/s).*/\1/p'; }
+rate() { sed -n 's/.* wall (\([0-9.]*\) updates\/s.*/\1/p'; }
 best() { sort -g | tail -1; }
 run() {  # label, extra args...
   local label=$1 r vals=()

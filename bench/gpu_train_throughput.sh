@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU training throughput, fedmesh's CUDA backend vs PyTorch on the same GPU, side by side
 # in one run: same architecture, batch, SGD+momentum, real Fashion-MNIST, FP32 (TF32 off on
-# both sides). Configurations from the GPU issue: mlp batch 32 and 256, cnn batch 64. Each
+# both sides). Configurations from the GPU issue: mlp and cnn at batch 32 and 256. Each
 # is measured REPEATS times alternating the implementations; the table reports the best of
 # each and fedmesh's ratio.
 #   bench/gpu_train_throughput.sh        # needs a CUDA build (scripts/build.sh) and torch with CUDA
@@ -15,7 +15,7 @@ py=${PY:-python3}
 fm="$build/bench/fedmesh_train_throughput"
 [[ -x "$fm" ]] || { echo "build first: scripts/build.sh" >&2; exit 2; }
 
-configs=("mlp 32 3000" "mlp 256 2000" "cnn 64 600")
+configs=("mlp 32 3000" "mlp 256 2000" "cnn 32 1500" "cnn 256 400")
 field() { sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
 best() { sort -g | tail -1; }
 

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU issue's checks, from a bundle made by bench/gpu_bundle.sh, on a GPU machine with the
+# NVIDIA driver, CUDA 13 and PyTorch but no fedmesh dependencies and no network. Run from
+# the repository root with .gpu/ beside it; logs go to OUT. Prints, in this order:
+#   the machine (GPU, driver, CUDA, PyTorch);
+#   every CUDA test (core_tests and sim_tests, '*Cuda*:*Batched*'; a skip counts as a failure);
+#   core_tests and sim_tests in full on the GPU build (4 shards each, in parallel);
+#   fedmesh-node --local-only, one cnn epoch on cuda, and the same on the CPU for comparison;
+#   bench/gpu_train_throughput.sh, bench/gpu_batched_clients.sh, fedmesh_gpu_codec_throughput.
+#   OUT=/tmp/out STEPS="tests node train batched codec" bench/gpu_device_run.sh
+# Environment: OUT (runs/gpu), STEPS (all five), REPEATS (2), ROUNDS (3).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+# Logs are written to a scratch folder and packed into OUT/logs.tar.gz at the end (the device
+# tool returns at most 8 files); the summary is printed.
+final=${OUT:-$root/runs/gpu}
+out=$(mktemp -d)
+steps=${STEPS:-tests node train batched codec}
+build=$root/build
+mkdir -p "$final" "$build"
+status=0
+step() { echo; echo "== $* ($(date -u +%T))"; }
+want() { [[ " $steps " == *" $1 "* ]]; }
+
+step machine
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv | tee "$out/device.txt"
+{ nvcc --version | tail -1; ldd --version | head -1; grep PRETTY /etc/os-release; nproc
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+torch.cuda.get_device_name(0))'; } 2>&1 | tee -a "$out/device.txt"
+
+# The bundle unpacks into build/ because the test binaries were built there; never over a real build.
+[[ -e "$build/CMakeCache.txt" ]] && { echo "refusing: $build is a CMake build folder" >&2; exit 2; }
+tar -C "$build" -xJf .gpu/bundle.tar.xz || exit 1
+# The machine's CUDA libraries, linked beside the bundle's (its RPATH is $ORIGIN/lib).
+for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  p=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+  [[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name "$l" 2>/dev/null | head -1)
+  [[ -n "$p" ]] || { echo "no $l on this machine" >&2; exit 1; }
+  ln -sf "$p" "$build/lib/$l"
+done
+# The build's libstdc++ where the machine's is older (GLIBCXX_3.4.30 is GCC 12's).
+sys_cxx=$(ldconfig -p | awk '$1 == "libstdc++.so.6" {print $NF; exit}')
+grep -qa GLIBCXX_3.4.30 "$sys_cxx" || cp "$build"/compat/* "$build/lib/"
+if [[ ! -e /usr/share/datasets/fashion-mnist ]]; then
+  mkdir -p /usr/share/datasets && ln -s "$root/.gpu/fashion-mnist" /usr/share/datasets/fashion-mnist
+fi
+# The test binaries look for fixtures under the source folder they were built in.
+if [[ "$root" != /work/main && ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
+
+if want tests; then
+  step "CUDA tests"
+  for t in core_tests sim_tests; do
+    (cd "$build" && timeout 300 "./$t" --gtest_filter='*Cuda*:*Batched*' >"$out/$t.cuda.log" 2>&1) ||
+      status=1
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]|tests ran" "$out/$t.cuda.log"
+    grep -E "^\[  (FAILED|SKIPPED) *\] [A-Za-z]" "$out/$t.cuda.log" | sort -u
+    # Tests of the no-device path skip with "a CUDA device is present"; a GPU test may not skip.
+    if grep -q "^no CUDA device" "$out/$t.cuda.log"; then echo "$t: GPU tests skipped"; status=1; fi
+  done
+  step "core_tests and sim_tests in full, 4 shards each"
+  pids=()
+  for t in core_tests sim_tests; do
+    for i in 0 1 2 3; do
+      (cd "$build" && GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 400 "./$t" \
+        >"$out/$t.shard$i.log" 2>&1) &
+      pids+=($!)
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  cat "$out"/*.shard*.log | grep -E "^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]" | awk '{n[$2]+=$4} END {
+    for (k in n) printf "%s %d\n", k, n[k]}'
+  cat "$out"/*.shard*.log | grep -E "^\[  (FAILED|SKIPPED) *\] [A-Za-z].*\)$" | sort -u
+fi
+
+if want node; then
+  step "fedmesh-node --local-only cnn, 1 epoch: cuda, then cpu"
+  for d in cuda cpu; do
+    timeout 300 "$build/bin/fedmesh-node" --local-only --model cnn --epochs 1 --batch 64 --lr 0.05 \
+      --momentum 0.9 --device "$d" 2>&1 | tee "$out/node_$d.log" | grep -E "model cnn|done:" ||
+      status=1
+  done
+fi
+
+if want train; then
+  step "training throughput vs PyTorch"
+  BUILD=$build REPEATS=${REPEATS:-2} timeout 400 bench/gpu_train_throughput.sh 2>&1 |
+    tee "$out/train_throughput.txt" || status=1
+fi
+
+if want batched; then
+  step "batched clients vs sequential"
+  for e in 1 5; do
+    echo "local epochs: $e"
+    EPOCHS=$e BUILD=$build ROUNDS=${ROUNDS:-3} REPEATS=${REPEATS:-2} LOG="$out/batched_sim.log" \
+      timeout 400 bench/gpu_batched_clients.sh 2>&1 | tee -a "$out/batched_clients.txt" || status=1
+  done
+fi
+
+if want codec; then
+  step "GPU codecs vs device memcpy and the CPU codec"
+  timeout 300 "$build/bench/fedmesh_gpu_codec_throughput" 2>&1 | tee "$out/codec.txt" || status=1
+  python3 -c '
+import torch
+x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+t = []
+for _ in range(10):
+    s.record(); y.copy_(x); e.record(); e.synchronize(); t.append(s.elapsed_time(e) / 1e3)
+t.sort(); print("torch device copy: %.0f GB/s (read + write)" % (2 * x.numel() / t[5] / 1e9))
+' 2>&1 | tee -a "$out/codec.txt"
+fi
+tar -C "$out" -czf "$final/logs.tar.gz" .
+step "done: status $status"
+exit $status
