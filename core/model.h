@@ -96,6 +96,21 @@ class Model {
   // SgdStep's FMA rounds once). Layers that can fuse the step into their backward pass do
   // (Layer::BackwardSgd), so grads() is left unspecified.
   Backend::LossResult ForwardBackwardSgd(int batch, uint64_t seed, float lr);
+  // DP-SGD's clipped sum (Abadi et al. 2016) on the loaded batch: a training forward and
+  // backward pass, then grads() := the sum over the batch's examples of
+  // g_j * min(1, clip / (||g_j|| + 1e-6)), g_j being example j's own loss gradient (the
+  // batch loss is the mean of the examples'). `norms` (host memory, `batch` floats, may be
+  // null) receives each ||g_j||. No per-example gradient is built: a Dense layer's share of
+  // ||g_j||^2 is ||dy_j||^2 (||x_j||^2 + 1) from its input and output gradient rows, and the
+  // clipped sum is one GEMM per Dense layer over dy with each row rescaled. Fails, changing
+  // nothing, where SupportsPerExampleClipping() does.
+  Result<Backend::LossResult> ForwardBackwardClipped(int batch, uint64_t seed, double clip,
+                                                     float* norms);
+  // OK when ForwardBackwardClipped can run: a layer model whose only parameterised layers are
+  // Dense (logreg, mlp), on a backend with host memory, with a loss that is a plain mean over
+  // the examples (no class weights). Otherwise Unimplemented or InvalidArgument saying why;
+  // a graph holding BatchNormalization is refused because it mixes a batch's examples.
+  Status SupportsPerExampleClipping() const;
   // Forward only, in inference mode (dropout off).
   Backend::LossResult Evaluate(int batch);
   // The logits of the last Forward/Evaluate call ([batch, num_classes], backend memory).
@@ -131,6 +146,8 @@ class Model {
   std::vector<float> staging_targets_;  // the loaded batch's regression targets
   Status status_;
   std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
+  std::vector<double> dp_sq_norms_;    // ForwardBackwardClipped's per-example squared norms
+  std::vector<float> dp_scaled_dy_;    // ... and a Dense layer's dy with rows rescaled
 
   int max_batch_ = 0;
   std::vector<DeviceBuffer<float>> owned_;  // activation and gradient storage

@@ -1,6 +1,7 @@
 #include "core/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -18,6 +19,15 @@ Status ValidateTrainerOptions(const TrainerOptions& o) {
                                    std::to_string(o.eval_batch_size));
   }
   FM_RETURN_IF_ERROR(ValidateLossOptions(o.loss));
+  if (o.dp.enabled) {
+    if (!(o.dp.clip > 0) || !std::isfinite(o.dp.clip)) {
+      return Status::InvalidArgument("dp-sgd: clip must be a positive finite number");
+    }
+    if (!(o.dp.noise_multiplier >= 0) || !std::isfinite(o.dp.noise_multiplier)) {
+      return Status::InvalidArgument("dp-sgd: noise_multiplier must be a finite number >= 0");
+    }
+    if (!o.dp.add_noise) return Status::InvalidArgument("dp-sgd: no noise source was given");
+  }
   return ValidateSgdOptions(o.sgd);
 }
 
@@ -44,6 +54,7 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
   FM_RETURN_IF_ERROR(ApplyLoss());
   FM_RETURN_IF_ERROR(model_->CheckCompatible(data));
   if (data.size() == 0) return Status::InvalidArgument("cannot train on an empty dataset");
+  if (options_.dp.enabled) return TrainStepsDp(data, max_steps);
   std::vector<uint32_t> order(data.size());
   std::iota(order.begin(), order.end(), 0u);
   env_->rng().Shuffle(order);
@@ -71,12 +82,16 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
   }
   // A device backend queues its kernels: a failure surfaces here, not as a wrong model.
   FM_RETURN_IF_ERROR(model_->backend().Synchronize());
-  stats.seconds = env_->NowSeconds() - start;
-  stats.mean_loss = stats.samples ? loss_sum / stats.samples : 0.0;
-  stats.train_accuracy = stats.samples ? double(correct) / stats.samples : 0.0;
-  stats.samples_per_s = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
+  FinishEpoch(&stats, start, loss_sum, correct);
   FM_RETURN_IF_ERROR(model_->status());
   return stats;
+}
+
+void Trainer::FinishEpoch(EpochStats* stats, double start, double loss_sum, int64_t correct) const {
+  stats->seconds = env_->NowSeconds() - start;
+  stats->mean_loss = stats->samples ? loss_sum / stats->samples : 0.0;
+  stats->train_accuracy = stats->samples ? double(correct) / stats->samples : 0.0;
+  stats->samples_per_s = stats->seconds > 0 ? stats->samples / stats->seconds : 0.0;
 }
 
 Result<EvalStats> Trainer::Evaluate(const Dataset& data) {

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/data/dataset.h"
 #include "core/env.h"
@@ -19,11 +21,29 @@
 
 namespace fedmesh {
 
+// DP-SGD (Abadi et al. 2016) in the training loop. Each step samples a batch by Poisson
+// sampling (every example joins independently with probability q = batch_size / n, so the
+// batch size varies), clips each example's gradient to L2 norm `clip`
+// (Model::ForwardBackwardClipped), sums, adds N(0, (noise_multiplier * clip)^2) to every
+// coordinate and divides by the expected batch size q * n before the optimizer step. An
+// epoch is ceil(n / batch_size) such steps (one pass in expectation). Each step is one
+// application of the sampled Gaussian mechanism (q, noise_multiplier): what the caller's
+// RDP accountant composes (EpochStats::dp_steps and dp_sampling_rate say how many, at which q).
+struct DpSgdOptions {
+  bool enabled = false;           // off: the ordinary loop
+  double clip = 1.0;              // L2 bound on one example's gradient, > 0
+  double noise_multiplier = 1.0;  // noise standard deviation over clip, >= 0
+  // Adds N(0, stddev^2) to each element. Required when enabled; production callers pass a
+  // CSPRNG-keyed source (crypto/dp/gaussian_noise.h), which core cannot depend on.
+  std::function<void(std::span<float>, double stddev)> add_noise;
+};
+
 struct TrainerOptions {
   int batch_size = 32;       // samples per SGD step; the last partial batch is used too
   int eval_batch_size = 500; // samples per forward pass when evaluating
   SgdOptions sgd;            // lr 0.01, no momentum, no weight decay, no FedProx by default
   LossOptions loss;          // softmax cross-entropy by default (core/loss.h)
+  DpSgdOptions dp;           // off by default
 };
 
 Status ValidateTrainerOptions(const TrainerOptions& o);
@@ -35,6 +55,8 @@ struct EpochStats {
   int64_t steps = 0;
   double seconds = 0.0;
   double samples_per_s = 0.0;
+  int64_t dp_steps = 0;           // DP-SGD steps taken (0 when DP-SGD is off)
+  double dp_sampling_rate = 0.0;  // their Poisson sampling rate q
 };
 
 struct EvalStats {
@@ -63,12 +85,18 @@ class Trainer {
  private:
   // Sets options_.loss on the model when it differs (a model may be shared by trainers).
   Status ApplyLoss();
+  // TrainSteps with options_.dp (core/trainer_dp.cc).
+  Result<EpochStats> TrainStepsDp(const Dataset& data, int64_t max_steps);
+  // Fills in the time, means and rate of `stats` from the sums of a training loop.
+  void FinishEpoch(EpochStats* stats, double start, double loss_sum, int64_t correct) const;
 
   Model* model_;
   TrainerOptions options_;
   Env* env_;
   Sgd sgd_;
   uint64_t step_ = 0;  // global step counter: seeds dropout masks
+  std::vector<float> dp_sum_;         // DP-SGD: the step's clipped, noised gradient sum
+  std::vector<uint32_t> dp_picked_;   // DP-SGD: the step's Poisson-sampled example indices
 };
 
 }  // namespace fedmesh

@@ -189,6 +189,13 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
     FM_ASSIGN_OR_RETURN(c->secagg_allow_, ReadAllowlist(config.secagg_allow_dir));
   }
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
+  if (config.training.privacy.enabled()) {
+    FM_ASSIGN_OR_RETURN(RecordPrivacyLedger ledger, RecordPrivacyLedger::Create(config.training.privacy));
+    FM_ASSIGN_OR_RETURN(const auto attributes, c->store_->LoadAttributes());
+    FM_RETURN_IF_ERROR(ledger.FromAttributes(attributes).WithContext(config.db_path));
+    FM_RETURN_IF_ERROR(c->model_ == nullptr ? Status::OK() : c->model_->SupportsPerExampleClipping());
+    c->privacy_.emplace(std::move(ledger));
+  }
   FM_ASSIGN_OR_RETURN(auto checkpoint, c->store_->LoadCheckpoint());
   if (checkpoint.has_value()) {
     // A model adopted from the aggregator before the restart: rebuild it first, so the
@@ -301,6 +308,11 @@ Status FederatedClient::AppendRoundMetrics(uint64_t round, const EpochStats& las
       .Add("compression_ratio", bytes > 0 ? static_cast<double>(bytes_raw) / bytes : 0.0)
       .Add("residual_norm", std::sqrt(residual_sq))
       .Add("wall_s", wall_s);
+  if (privacy_) {
+    line.Add("epsilon", privacy_->epsilon())
+        .Add("delta", privacy_->options().delta)
+        .Add("dp_steps", privacy_->steps());
+  }
   return AppendJsonLine(path, line);
 }
 
@@ -508,6 +520,7 @@ FitContext FederatedClient::MakeContext(std::atomic<bool>* stop) {
   ctx.clock = env_;
   ctx.first_global = &first_global_;
   ctx.external = external_.get();
+  ctx.privacy = privacy_ ? &*privacy_ : nullptr;
   if (stop != nullptr) ctx.stop = [stop] { return stop->load(); };
   return ctx;
 }
@@ -677,7 +690,13 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   // Under secure aggregation the change is masked, not codec-encoded: train for it raw.
   wire::FitTask effective = task;
   if (task.secagg) effective.update_codec = "none";
+  const int64_t dp_steps_before = privacy_ ? privacy_->steps() : 0;
   FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, effective, carry_));
+  // What DP-SGD spent is durable before anything trained on this data leaves the site.
+  if (privacy_ && privacy_->steps() != dp_steps_before) {
+    FM_RETURN_IF_ERROR(store_->SaveAttributes(privacy_->ToAttributes())
+                           .WithContext("saving the privacy ledger after " + round));
+  }
   if (!fit.refused.empty()) return refuse(fit.refused);
   if (m.header.model_version == 0 && first_global_.empty()) first_global_ = fit.global;
   if (fit.stopped) {
@@ -738,7 +757,15 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
                   static_cast<unsigned long long>(bytes_sent), fit.chain_name.c_str(),
                   static_cast<double>(bytes_raw) / static_cast<double>(std::max<uint64_t>(1, bytes_sent)));
   }
-  Log(line);
+  std::string privacy_note;
+  if (privacy_) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "; dp-sgd epsilon %.4f (delta %g) after %lld steps",
+                  privacy_->epsilon(), privacy_->options().delta,
+                  static_cast<long long>(privacy_->steps()));
+    privacy_note = text;
+  }
+  Log(line + privacy_note);
   if (Status ms = AppendRoundMetrics(task.round, last, r_examples, bytes_raw, bytes_sent, wall_s); !ms.ok()) {
     Log("metrics line not written: " + ms.message());
   }
@@ -757,6 +784,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     cp.attributes[kModelGraphAttribute] = ToHex(model_graph_);
     cp.attributes[kModelShaAttribute] = model_sha256_;
   }
+  if (privacy_) cp.attributes.merge(privacy_->ToAttributes());
   if (Status s = store_->SaveCheckpoint(cp); !s.ok()) {
     return Status(s.code(), "saving the checkpoint after " + round + " failed: " + s.message());
   }

@@ -58,6 +58,7 @@
 #include "crypto/identity.h"
 #include "node/external_trainer.h"
 #include "node/fit_task_runner.h"
+#include "node/record_privacy.h"
 #include "node/node_metrics.h"
 #include "telemetry/metrics_exporter.h"
 #include "node/secagg_participant.h"
@@ -191,6 +192,9 @@ class FederatedClient {
   std::unique_ptr<ZmqClient> transport_;  // made by Run
   codec::Chain default_chain_;   // [codec] chain
   FitCarry carry_;               // velocity and error feedback, across rounds and restarts
+  // [privacy] mode = "dp-sgd": the site's ledger, kept in the store's attributes and saved
+  // after every training task before its update leaves. Empty when record-level DP is off.
+  std::optional<RecordPrivacyLedger> privacy_;
   uint64_t model_version_ = 0;
   // FitContext::local for model_, from [model] local; recomputed when the model changes.
   Status ComputeLocalRanges();

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   app.add_flag("--local-only", local_only, "Train on local data alone and evaluate (no network)");
   app.add_option("--config", config_path, "Federated mode: the site's TOML config file");
-  app.add_option("--set", overrides, "Federated mode: override a config key, section.key=value (repeatable)");
+  app.add_option("--set", overrides, "Override a config key, section.key=value (repeatable); with "
+                 "--local-only only [privacy] keys (the others have flags)");
   app.add_option("--node-id", o.node_id, "Name of this node in logs and metrics")->capture_default_str();
   app.add_option("--model", o.model.name, "Model: logreg | mlp | cnn | PATH.onnx")->capture_default_str();
   app.add_option("--save-model", o.save_model_path, "Local-only: write the trained model to FILE.onnx or FILE.npz");
@@ -198,8 +199,16 @@ int main(int argc, char** argv) {
     spdlog::error("give --config FILE for federated mode or --local-only for local training");
     return kExitBadInput;
   }
-  if (!config_path.empty() || !overrides.empty()) {
-    spdlog::error("--config and --set belong to federated mode; drop them with --local-only");
+  if (!config_path.empty()) {
+    spdlog::error("--config belongs to federated mode; drop it with --local-only");
+    return kExitBadInput;
+  }
+  // Keys with no flag ([privacy]) come through --set, as in federated mode.
+  if (auto privacy = fedmesh::RecordPrivacyFromOverrides(overrides); privacy.ok()) {
+    o.privacy = *privacy;
+  } else {
+    spdlog::error("{} (with --local-only, --set takes only [privacy] keys; the others have flags)",
+                  privacy.status().message());
     return kExitBadInput;
   }
 
@@ -237,5 +246,11 @@ int main(int argc, char** argv) {
   }
   spdlog::info("done: {} epoch(s), test accuracy {:.4f}, test loss {:.4f}, {:.0f} samples/s",
                report->epochs, report->test_accuracy, report->test_loss, report->samples_per_s);
+  if (o.privacy.enabled()) {
+    spdlog::info("privacy: dp-sgd, epsilon {:.4f} for delta {:g} after {} steps (clip {:g}, noise "
+                 "multiplier {:g}){}", report->epsilon, o.privacy.delta, report->dp_steps,
+                 o.privacy.clip, o.privacy.noise_multiplier,
+                 report->stopped_by_budget.empty() ? "" : "; stopped by the budget");
+  }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include "core/wire/wire_codec.h"
 #include "core/rng.h"
 #include "node/external_task.h"
+#include "node/record_privacy.h"
 
 namespace fedmesh {
 
@@ -283,13 +284,30 @@ Result<FitOutcome> FinishFitTask(const FitContext& ctx, PreparedFitTask& p, Trai
 Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, FitCarry& carry) {
   PreparedFitTask prepared = PrepareFitTask(ctx, task);
   if (!prepared.refused.empty()) return Refuse(std::move(prepared.refused));
+  double dp_q = 0.0;
+  int64_t dp_steps = 0;
+  if (ctx.privacy != nullptr && ctx.privacy->options().enabled()) {
+    if (ctx.external != nullptr) return Refuse("dp-sgd cannot be applied to an external trainer's steps");
+    const size_t n = ctx.train->size();
+    const int batch = prepared.trainer.batch_size;
+    if (n == 0) return Refuse("this site has no training data");
+    dp_q = std::min(1.0, double(batch) / double(n));
+    dp_steps = int64_t{prepared.epochs} * static_cast<int64_t>((n + batch - 1) / batch);
+    // The site decides: a task that would overspend its budget is refused, whoever asks.
+    if (Status s = ctx.privacy->CheckBudget(dp_q, dp_steps); !s.ok()) return Refuse(s.message());
+    FM_ASSIGN_OR_RETURN(prepared.trainer.dp, ctx.privacy->TrainerOptions());
+  }
   TrainedFit trained;
   if (ctx.external != nullptr) {
     FM_ASSIGN_OR_RETURN(ExternalFit external, TrainFitTaskExternally(ctx, prepared, carry, task));
     if (!external.failed.empty()) return Refuse(std::move(external.failed));
     trained = std::move(external.trained);
   } else {
-    FM_ASSIGN_OR_RETURN(trained, TrainFitTask(ctx, prepared, carry));
+    auto t = TrainFitTask(ctx, prepared, carry);
+    // Spent once training started, whatever came of it.
+    if (dp_steps > 0) FM_RETURN_IF_ERROR(ctx.privacy->Spend(dp_q, dp_steps));
+    FM_RETURN_IF_ERROR(t.status());
+    trained = std::move(*t);
   }
   if (trained.stopped) {
     FitOutcome out;

@@ -34,6 +34,7 @@
 namespace fedmesh {
 
 class ExternalTrainer;
+class RecordPrivacyLedger;
 
 // What a node carries from one task to the next: the optimizer's momentum buffer and the
 // codec's error feedback (created on first use with the chain the task needs).
@@ -71,6 +72,12 @@ struct FitContext {
   // `model` (node/external_task.h); `model` then only gives the tensors' names and layout,
   // and `train` may be empty. Null (the default): fedmesh's trainer.
   ExternalTrainer* external = nullptr;
+  // [privacy] mode = "dp-sgd": the site's ledger. A fit task whose planned DP-SGD steps
+  // (local_epochs x ceil(n / batch) at q = batch / n) would exceed its budget is refused
+  // with the ledger's reason; otherwise it trains with DP-SGD and the ledger spends those
+  // steps once training has started (also when the task is stopped or its update refused).
+  // Null (the default): no record-level DP.
+  RecordPrivacyLedger* privacy = nullptr;
 };
 
 struct FitOutcome {

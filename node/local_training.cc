@@ -1,7 +1,9 @@
 #include "node/local_training.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "core/data/impute.h"
 #include "core/json_line.h"
@@ -27,6 +29,7 @@ Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o) {
                                       o.save_model_path.ends_with(".npz")))
     return Status::InvalidArgument("--save-model '" + o.save_model_path +
                                    "': the file must end in .onnx or .npz");
+  FM_RETURN_IF_ERROR(ValidateRecordPrivacy(o.privacy));
   return ValidateTrainerOptions(o.trainer);
 }
 
@@ -76,7 +79,14 @@ Result<LocalTrainingReport> RunLocalTraining(
     }
   }
 
-  Trainer trainer(model.get(), options.trainer, env);
+  TrainerOptions trainer_options = options.trainer;
+  std::optional<RecordPrivacyLedger> ledger;
+  if (options.privacy.enabled()) {
+    FM_ASSIGN_OR_RETURN(ledger, RecordPrivacyLedger::Create(options.privacy));
+    FM_ASSIGN_OR_RETURN(trainer_options.dp, ledger->TrainerOptions());
+    FM_RETURN_IF_ERROR(model->SupportsPerExampleClipping());
+  }
+  Trainer trainer(model.get(), trainer_options, env);
   if (progress) {
     progress("model " + model->name() + " (" + std::to_string(model->num_params()) +
              " parameters) on " + backend->name() + " with " + std::to_string(backend->threads()) +
@@ -89,8 +99,24 @@ Result<LocalTrainingReport> RunLocalTraining(
   LocalTrainingReport report;
   report.train_samples = static_cast<int64_t>(train.size());
   int64_t total_samples = 0;
+  // DP-SGD's sampling rate and steps per epoch (core/trainer.h, DpSgdOptions).
+  const int batch = options.trainer.batch_size;
+  const double dp_q = std::min(1.0, double(batch) / double(train.size()));
+  const int64_t dp_epoch_steps = static_cast<int64_t>((train.size() + batch - 1) / batch);
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    if (ledger) {
+      if (Status budget = ledger->CheckBudget(dp_q, dp_epoch_steps); !budget.ok()) {
+        report.stopped_by_budget = "epoch " + std::to_string(epoch) + " not started: " + budget.message();
+        if (progress) progress(report.stopped_by_budget);
+        break;
+      }
+    }
     FM_ASSIGN_OR_RETURN(EpochStats es, trainer.TrainEpoch(train));
+    if (ledger) {
+      FM_RETURN_IF_ERROR(ledger->Spend(es.dp_sampling_rate, es.dp_steps));
+      report.epsilon = ledger->epsilon();
+      report.dp_steps = ledger->steps();
+    }
     FM_ASSIGN_OR_RETURN(EvalStats ev, trainer.Evaluate(test));
     total_samples += es.samples;
     report.train_seconds += es.seconds;
@@ -112,6 +138,12 @@ Result<LocalTrainingReport> RunLocalTraining(
         std::snprintf(item, sizeof(item), "  test_%s %.4f", name.c_str(), value);
         extra += item;
       }
+      if (ledger) {
+        char item[96];
+        std::snprintf(item, sizeof(item), "  epsilon %.4f (delta %g, %lld dp-sgd steps)",
+                      report.epsilon, options.privacy.delta, static_cast<long long>(report.dp_steps));
+        extra += item;
+      }
       progress(std::string(line) + extra);
     }
     if (metrics.is_open()) {
@@ -130,6 +162,9 @@ Result<LocalTrainingReport> RunLocalTraining(
           .Add("seconds", report.train_seconds);
       for (const auto& [name, value] : ev.metrics)
         if (name != "accuracy") j.Add("test_" + name, value);  // test_accuracy is above
+      if (ledger) {
+        j.Add("epsilon", report.epsilon).Add("delta", options.privacy.delta).Add("dp_steps", report.dp_steps);
+      }
       metrics << j.str() << '\n';
       metrics.flush();
       if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");

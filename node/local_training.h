@@ -14,6 +14,7 @@
 #include "core/model_zoo.h"
 #include "core/status.h"
 #include "core/trainer.h"
+#include "node/record_privacy.h"
 
 namespace fedmesh {
 
@@ -30,6 +31,9 @@ struct LocalTrainingOptions {
   uint64_t seed = 0;              // model init, shuffling and dropout
   std::string metrics_path;       // JSON lines, one per epoch; empty = none
   std::string save_model_path;    // .onnx | .npz written after training; empty = none
+  // [privacy]: DP-SGD with this site's own ledger; an epoch that would exceed
+  // epsilon_budget is not started (training stops there). Off by default.
+  RecordPrivacyOptions privacy;
 };
 
 Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o);
@@ -41,6 +45,9 @@ struct LocalTrainingReport {
   double test_loss = 0.0;
   double samples_per_s = 0.0;  // training throughput over all epochs
   double train_seconds = 0.0;
+  double epsilon = 0.0;          // DP-SGD: epsilon spent, for privacy.delta (0 when off)
+  int64_t dp_steps = 0;          // DP-SGD steps composed
+  std::string stopped_by_budget; // why training stopped early for the budget; empty = it did not
 };
 
 // Loads this node's partition and the test set, trains, evaluates after every epoch,

@@ -213,6 +213,8 @@ const ConfigSchema& NodeConfigSchema() {
     });
     std::vector<ConfigKey> source = DataSourceConfigKeys("[data] seed", "this site's test data");
     s->keys.insert(partition, source.begin(), source.end());
+    const auto privacy = RecordPrivacyKeys();
+    s->keys.insert(s->keys.end(), privacy.begin(), privacy.end());
     return s;
   }();
   return *schema;
@@ -289,7 +291,24 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
       {"learning rate", "train", "lr"},     {"momentum", "train", "momentum"},
       {"weight decay", "train", "weight_decay"}, {"FedProx mu", "train", "prox_mu"},
   };
+  t.privacy = RecordPrivacyFromConfig(v);
   FM_RETURN_IF_ERROR(AttributeToKey(ValidateLocalTrainingOptions(t), v, kFields));
+  if (t.privacy.enabled()) {
+    std::string why;
+    if (!x.argv.empty() || !x.endpoint.empty()) {
+      why = "cannot be enforced on an external trainer's steps ([train] external): its own code "
+            "trains, so record-level DP is its to apply";
+    } else if (t.model.name == "cnn" || !v.GetString("model", "onnx").empty()) {
+      why = "runs on Dense models ([model] name = \"logreg\" or \"mlp\") in this version";
+    } else if (!v.GetString("gossip", "listen").empty()) {
+      why = "is not wired into gossip training yet ([gossip] listen): use it with an aggregator";
+    } else if (t.device != "cpu") {
+      why = "runs on the CPU backend in this version: set [train] device = \"cpu\"";
+    }
+    if (!why.empty()) {
+      return AttributeToKey(Status::InvalidArgument("\"dp-sgd\" " + why), v, {{"", "privacy", "mode"}});
+    }
+  }
   FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(v.GetString("model", "onnx")), v,
                                     {{"", "model", "onnx"}}));
   if (!c.expect_model_sha256.empty()) {

@@ -101,6 +101,35 @@ Status NodeStore::SaveCheckpoint(const NodeCheckpoint& checkpoint) {
   });
 }
 
+Status NodeStore::SaveAttributes(const std::map<std::string, std::string>& attributes) {
+  for (const auto& [name, value] : attributes) {
+    if (name.empty()) return Status::InvalidArgument(path() + ": an attribute needs a non-empty name");
+  }
+  return db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement attr, db_->Prepare("INSERT INTO attributes (name, value) VALUES "
+                                                     "(?, ?) ON CONFLICT (name) DO UPDATE SET "
+                                                     "value = excluded.value"));
+    for (const auto& [name, value] : attributes) {
+      FM_RETURN_IF_ERROR(attr.BindAll(name, value));
+      FM_RETURN_IF_ERROR(attr.Run());
+    }
+    return Status::OK();
+  });
+}
+
+Result<std::map<std::string, std::string>> NodeStore::LoadAttributes() {
+  std::map<std::string, std::string> out;
+  FM_RETURN_IF_ERROR(db_->WithTransaction([&]() -> Status {
+    FM_ASSIGN_OR_RETURN(Statement q, db_->Prepare("SELECT name, value FROM attributes"));
+    for (;;) {
+      FM_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return Status::OK();
+      out.emplace(std::string(q.ColumnText(0)), std::string(q.ColumnText(1)));
+    }
+  }));
+  return out;
+}
+
 Result<std::optional<NodeCheckpoint>> NodeStore::LoadCheckpoint() {
   std::optional<NodeCheckpoint> out;
   Status s = db_->WithTransaction([&]() -> Status {

@@ -54,6 +54,14 @@ class NodeStore {
   // SHA-256 or length check is Corruption naming it and the file.
   Result<std::optional<NodeCheckpoint>> LoadCheckpoint();
 
+  // Sets the named text values in one transaction, leaving the checkpoint and the other
+  // attributes as they are: for state that must be durable before the next checkpoint (a
+  // site's privacy ledger after training and before the update leaves). A later
+  // SaveCheckpoint replaces all attributes, so it must carry these too.
+  Status SaveAttributes(const std::map<std::string, std::string>& attributes);
+  // Every stored attribute, whether or not a checkpoint was ever saved.
+  Result<std::map<std::string, std::string>> LoadAttributes();
+
   const std::string& path() const { return db_->path(); }
 
  private:

@@ -43,9 +43,13 @@ void Dense::Forward(Backend& be, const float* x, float* y, int batch, bool, uint
 
 void Dense::Backward(Backend& be, const float* x, const float*, const float* dy, float* dx,
                      int batch) {
+  ParamGrads(be, x, dy, batch);
+  if (dx != nullptr) be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
+}
+
+void Dense::ParamGrads(Backend& be, const float* x, const float* dy, int batch) {
   be.Gemm(true, false, out_, in_, batch, 1.0f, dy, out_, x, in_, 0.0f, dw_, in_);
   be.BiasGrad(dy, db_, batch, out_);
-  if (dx != nullptr) be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
 }
 
 bool Dense::BackwardSgd(Backend& be, const float* x, const float*, const float* dy, float* dx,

@@ -22,6 +22,11 @@ class Dense final : public Layer {
   // [out, in] gradient is never written, zeroed or re-read.
   bool BackwardSgd(Backend& be, const float* x, const float* y, const float* dy, float* dx,
                    int batch, float lr) override;
+  // dW = dy^T x and db = the column sums of dy into the gradient slice, without dx: the
+  // weight half of Backward, which DP-SGD reruns with each example's row of dy rescaled.
+  void ParamGrads(Backend& be, const float* x, const float* dy, int batch);
+  int in() const { return in_; }
+  int out() const { return out_; }
 
  private:
   int in_ = 0;

@@ -41,13 +41,13 @@ Result<GaussianNoise> GaussianNoise::FromKey(std::span<const uint8_t, 32> key) {
 
 uint64_t GaussianNoise::NextU64() {
   if (pos_ == buf_.size()) {
-    // Block i of the stream: nonce 0, block counter i (crypto_stream_chacha20_xor_ic over zeros).
-    uint8_t zeros[64] = {};
+    // Blocks block_ .. block_ + 63 of the stream: nonce 0, block counter from block_
+    // (crypto_stream_chacha20_xor_ic over zeros, written straight into buf_).
+    static const uint8_t zeros[kWords * 8] = {};
     uint8_t nonce[crypto_stream_chacha20_NONCEBYTES] = {};
-    uint8_t out[64];
-    crypto_stream_chacha20_xor_ic(out, zeros, sizeof(out), nonce, block_++, key_.data());
-    std::memcpy(buf_.data(), out, sizeof(out));
-    sodium_memzero(out, sizeof(out));
+    crypto_stream_chacha20_xor_ic(reinterpret_cast<uint8_t*>(buf_.data()), zeros, sizeof(zeros),
+                                  nonce, block_, key_.data());
+    block_ += sizeof(zeros) / 64;
     pos_ = 0;
   }
   return buf_[pos_++];

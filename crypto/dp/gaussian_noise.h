@@ -40,9 +40,13 @@ class GaussianNoise {
   uint64_t NextU64();
 
   std::array<uint8_t, 32> key_;
-  uint64_t block_ = 0;              // 64-byte keystream blocks used
-  std::array<uint64_t, 8> buf_{};   // one block of keystream
-  size_t pos_ = 8;                  // next unused word of buf_
+  // Keystream is made 64 blocks (4 KiB) per libsodium call: one call per 8 words cost more
+  // than the Box-Muller arithmetic (DP-SGD noises a whole model every step). The words
+  // come out in the same order either way.
+  static constexpr size_t kWords = 512;
+  uint64_t block_ = 0;                 // 64-byte keystream blocks used
+  std::array<uint64_t, kWords> buf_{};  // keystream blocks block_ - 64 .. block_ - 1
+  size_t pos_ = kWords;                // next unused word of buf_
   std::optional<double> spare_;     // the second value of the last Box-Muller pair
 };
 

@@ -154,6 +154,49 @@ id = "f"
               HasSubstr("--set model.name=resnet: [model] name: must be one of \"logreg\", \"mlp\", \"cnn\""));
 }
 
+TEST(ConfigNode, PrivacyKeysAndWhatDpSgdRefuses) {
+  TempDir dir;
+  std::string path = dir.Write("node.toml", R"([federation]
+id = "f"
+[node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[privacy]
+mode = "dp-sgd"
+clip = 0.5
+noise_multiplier = 1.3
+delta = 1e-6
+epsilon_budget = 4
+)");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const RecordPrivacyOptions& p = r->training.privacy;
+  EXPECT_TRUE(p.enabled());
+  EXPECT_DOUBLE_EQ(p.clip, 0.5);
+  EXPECT_DOUBLE_EQ(p.noise_multiplier, 1.3);
+  EXPECT_DOUBLE_EQ(p.delta, 1e-6);
+  EXPECT_DOUBLE_EQ(p.epsilon_budget, 4);
+  EXPECT_FALSE(LoadNodeConfig(path, {"privacy.mode=off"})->training.privacy.enabled());
+
+  auto cnn = LoadNodeConfig(path, {"model.name=cnn"});
+  ASSERT_FALSE(cnn.ok());
+  EXPECT_THAT(cnn.status().message(), HasSubstr("[privacy] mode: \"dp-sgd\" runs on Dense models"));
+  auto cuda = LoadNodeConfig(path, {"train.device=cuda"});
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_THAT(cuda.status().message(), HasSubstr("CPU backend"));
+  auto ext = LoadNodeConfig(path, {"train.external=[\"python3\", \"t.py\"]"});
+  ASSERT_FALSE(ext.ok());
+  EXPECT_THAT(ext.status().message(), HasSubstr("external trainer"));
+  auto delta = LoadNodeConfig(path, {"privacy.delta=1"});
+  ASSERT_FALSE(delta.ok());
+  EXPECT_THAT(delta.status().message(), HasSubstr("[privacy] delta"));
+  auto mode = LoadNodeConfig(path, {"privacy.mode=opacus"});
+  ASSERT_FALSE(mode.ok());
+  EXPECT_THAT(mode.status().message(), HasSubstr("[privacy] mode: must be one of \"off\", \"dp-sgd\""));
+}
+
 TEST(ConfigGossip, GossipModeNeedsNoAggregatorAndParsesItsKeys) {
   TempDir dir;
   std::string path = dir.Write("site.toml", R"([federation]

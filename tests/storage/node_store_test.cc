@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,35 @@ TEST_F(NodeStoreTest, CheckpointRoundTripsBitExactAcrossReopen) {
       SameBits((*cp)->tensors.at("codec/topk_residual"), saved.tensors.at("codec/topk_residual")));
   EXPECT_TRUE((*cp)->tensors.at("empty").empty());
   EXPECT_EQ((*cp)->attributes, saved.attributes);
+}
+
+TEST_F(NodeStoreTest, AttributesSavedAloneSurviveWithAndWithoutACheckpoint) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->SaveAttributes({{"privacy/steps", "7"}, {"privacy/rdp", "0.5,1"}}).ok());
+    ASSERT_TRUE(store->SaveAttributes({{"privacy/steps", "9"}}).ok());  // upsert, others kept
+    EXPECT_FALSE(store->SaveAttributes({{"", "x"}}).ok());
+  }
+  auto store = Open();
+  auto cp = store->LoadCheckpoint();
+  ASSERT_TRUE(cp.ok());
+  EXPECT_FALSE(cp->has_value());  // attributes alone are not a checkpoint
+  auto a = store->LoadAttributes();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(*a, (std::map<std::string, std::string>{{"privacy/rdp", "0.5,1"}, {"privacy/steps", "9"}}));
+  // A checkpoint replaces every attribute: the one saved here holds the new value.
+  NodeCheckpoint next = Sample();
+  next.attributes["privacy/steps"] = "11";
+  ASSERT_TRUE(store->SaveCheckpoint(next).ok());
+  a = store->LoadAttributes();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->at("privacy/steps"), "11");
+  EXPECT_EQ(a->count("privacy/rdp"), 0u);
+  ASSERT_TRUE(store->SaveAttributes({{"privacy/rdp", "2"}}).ok());
+  auto loaded = store->LoadCheckpoint();
+  ASSERT_TRUE(loaded.ok() && loaded->has_value());
+  EXPECT_EQ((*loaded)->attributes.at("privacy/rdp"), "2");
+  EXPECT_EQ((*loaded)->model_version, 42u);
 }
 
 TEST_F(NodeStoreTest, VersionOneFileIsMigratedAndKeepsItsCheckpoint) {

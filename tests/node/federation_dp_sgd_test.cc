@@ -1,0 +1,74 @@
+// Issue 27 in a real federation: one site trains with DP-SGD ([privacy] mode = "dp-sgd")
+// beside two that do not. It reports its epsilon per round; restarted with a budget it has
+// already used up, it restores its ledger from its store and refuses the next task with the
+// reason, the aggregator logs that reason, and the federation goes on with the others.
+#include <csignal>
+#include <regex>
+
+#include "tests/node/federation_fixture.h"
+
+namespace fedmesh {
+namespace {
+
+using namespace federation_testing;  // NOLINT: the fixture and its helpers
+
+TEST_F(FederationTest, DpSgdSiteReportsEpsilonAndRefusesPastItsBudgetAfterARestart) {
+  const std::string ep = StartAggregator({"rounds.total=4", "rounds.clients_per_round=3",
+                                          "rounds.min_clients=2", "rounds.min_available_clients=3"});
+  ASSERT_FALSE(ep.empty());
+  const std::vector<std::string> dp = {"privacy.mode=dp-sgd", "privacy.noise_multiplier=1.0",
+                                       "privacy.clip=1.0", "train.lr=0.5"};
+  ASSERT_NE(StartNode(1, ep), nullptr);
+  ASSERT_NE(StartNode(2, ep), nullptr);
+  ChildProcess* site3 = StartNode(3, ep, dp);
+  ASSERT_NE(site3, nullptr);
+  ASSERT_TRUE(WaitForLog(site3, "round 1: trained", seconds(300))) << site3->Log();
+  static const std::regex kEps(R"(round 1: trained .*dp-sgd epsilon ([0-9.]+) \(delta 1e-05\) after ([0-9]+) steps)");
+  std::smatch m;
+  const std::string log = site3->Log();
+  ASSERT_TRUE(std::regex_search(log, m, kEps)) << log;
+  const double e1 = std::stod(m[1]);
+  const int steps = std::stoi(m[2]);
+  EXPECT_GT(e1, 0.1);
+  EXPECT_GT(steps, 100);
+  // Its metrics line carries the same epsilon.
+  const auto node_lines = SplitLines(ReadWholeFile(dir_ / "run" / "site-3-metrics.jsonl"));
+  ASSERT_FALSE(node_lines.empty());
+  EXPECT_NEAR(JsonNumber(node_lines[0], "epsilon").value_or(-1), e1, 1e-3) << node_lines[0];
+  EXPECT_EQ(JsonNumber(node_lines[0], "dp_steps").value_or(-1), steps) << node_lines[0];
+
+  // Restarted with a budget just above what it has spent: another round would exceed it.
+  // (Killed once its update has arrived: killed sooner, it would be asked for round 1 again.)
+  ASSERT_TRUE(WaitForLog(aggregator_, "round 1: accepted update from site-3", seconds(60)));
+  site3->Kill();
+  char budget[64];
+  std::snprintf(budget, sizeof(budget), "privacy.epsilon_budget=%.6f", e1 * 1.02);
+  std::vector<std::string> with_budget = dp;
+  with_budget.push_back(budget);
+  ChildProcess* again = StartNode(3, ep, with_budget, "site-3b");
+  ASSERT_NE(again, nullptr);
+  ASSERT_TRUE(WaitForLog(again, "privacy budget", seconds(300))) << again->Log();
+  char spent[64];
+  std::snprintf(spent, sizeof(spent), "(spent so far: %.4g)", e1);
+  EXPECT_NE(again->Log().find(spent), std::string::npos) << spent << "\n" << again->Log();
+  ASSERT_TRUE(WaitForLog(aggregator_, "site-3 failed its training task of round", seconds(60)));
+  EXPECT_NE(aggregator_->Log().find("privacy budget"), std::string::npos);
+
+  const auto exit_rc = aggregator_->WaitExit(seconds(600));
+  ASSERT_TRUE(exit_rc.has_value()) << "aggregator still running after 600 s";
+  ASSERT_EQ(*exit_rc, 0);
+  const auto lines = MetricsLines();
+  ExpectRounds(lines, 4);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(JsonNumber(lines[0], "received").value_or(-1), 3) << lines[0];
+  EXPECT_EQ(JsonNumber(lines.back(), "received").value_or(-1), 2) << lines.back();
+  // Two non-IID sites (Dirichlet 0.5) go on learning: 0.667 -> 0.737-0.740 in two runs.
+  EXPECT_GE(JsonNumber(lines.back(), "test_accuracy").value_or(-1), 0.70) << lines.back();
+  EXPECT_GT(JsonNumber(lines.back(), "test_accuracy").value_or(-1),
+            JsonNumber(lines[1], "test_accuracy").value_or(2)) << lines[1];
+  // It never trained again: the ledger in its store still holds one round's steps.
+  EXPECT_EQ(again->Log().find("dp-sgd epsilon"), std::string::npos) << again->Log();
+}
+
+}  // namespace
+}  // namespace fedmesh
