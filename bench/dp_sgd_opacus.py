@@ -25,6 +25,10 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--accuracy-epochs", type=int, default=0,
+                   help="instead of timing: train EPOCHS with Opacus's PrivacyEngine (Poisson "
+                        "sampling, noise multiplier 1, clip 1, lr 1.0, no momentum: fedmesh's "
+                        "settings) and print test accuracy and Opacus's epsilon at delta 1e-5")
     a = p.parse_args()
     from torch_common import load_split, preload_blas
     preload_blas(a.threads)
@@ -43,6 +47,8 @@ def main():
                 y[(i * a.batch) % (n - a.batch):][:a.batch].contiguous())
                for i in range(a.warmup + a.steps)]
     loss_fn = nn.CrossEntropyLoss()
+    if a.accuracy_epochs > 0:
+        return accuracy(a, x, y, loss_fn)
 
     def mlp():
         torch.manual_seed(0)
@@ -76,6 +82,34 @@ def main():
                               "variant": variant, "model": "mlp", "batch": a.batch,
                               "threads": a.threads, "repeat": r, "step_ms": s * 1e3,
                               "torch": torch.__version__, "opacus": opacus.__version__}))
+
+
+def accuracy(a, x, y, loss_fn):
+    import torch
+    import torch.nn as nn
+    from opacus import PrivacyEngine
+    from torch_common import load_split
+    tx, ty = load_split("/usr/share/datasets/fashion-mnist", "t10k")
+    tx = tx.reshape(-1, 784)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=a.batch)
+    engine = PrivacyEngine(accountant="rdp")
+    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader,
+                                             noise_multiplier=1.0, max_grad_norm=1.0,
+                                             poisson_sampling=True)
+    t0 = time.perf_counter()
+    for epoch in range(a.accuracy_epochs):
+        for bx, by in loader:
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(bx), by).backward()
+            opt.step()
+    with torch.no_grad():
+        acc = (model(tx).argmax(1) == ty).float().mean().item()
+    print(json.dumps({"impl": "opacus", "epochs": a.accuracy_epochs, "batch": a.batch,
+                      "test_accuracy": acc, "epsilon": engine.get_epsilon(1e-5),
+                      "seconds": time.perf_counter() - t0}))
 
 
 if __name__ == "__main__":

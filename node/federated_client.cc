@@ -256,6 +256,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   if (!config.metrics_listen.empty()) {
     FM_ASSIGN_OR_RETURN(c->exporter_, MetricsExporter::Start(config.metrics_listen));
     c->prom_ = std::make_unique<NodeMetrics>(c->exporter_->registry());
+    if (c->privacy_) c->prom_->PrivacySpent(c->privacy_->epsilon(), static_cast<uint64_t>(c->privacy_->steps()));
     c->Log("Prometheus metrics on " + c->exporter_->url());
   }
   if (external) {
@@ -696,6 +697,7 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (privacy_ && privacy_->steps() != dp_steps_before) {
     FM_RETURN_IF_ERROR(store_->SaveAttributes(privacy_->ToAttributes())
                            .WithContext("saving the privacy ledger after " + round));
+    if (prom_) prom_->PrivacySpent(privacy_->epsilon(), static_cast<uint64_t>(privacy_->steps()));
   }
   if (!fit.refused.empty()) return refuse(fit.refused);
   if (m.header.model_version == 0 && first_global_.empty()) first_global_ = fit.global;

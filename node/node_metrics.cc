@@ -27,7 +27,15 @@ NodeMetrics::NodeMetrics(prometheus::Registry& r)
       peers_alive_(AddGauge(r, "fedmesh_gossip_peers_alive", "Peers this node believes alive.")),
       gossip_sent_(AddGauge(r, "fedmesh_gossip_sent_bytes", "Bytes sent to peers.")),
       gossip_received_(AddGauge(r, "fedmesh_gossip_received_bytes", "Bytes received from peers.")),
-      test_accuracy_(AddGauge(r, "fedmesh_node_test_accuracy", "Accuracy of this node's model on its held-out data.")) {}
+      test_accuracy_(AddGauge(r, "fedmesh_node_test_accuracy", "Accuracy of this node's model on its held-out data.")),
+      dp_epsilon_(AddGauge(r, "fedmesh_node_dp_epsilon",
+                           "Record-level DP-SGD epsilon this site has spent, for its [privacy] delta.")),
+      dp_steps_(AddGauge(r, "fedmesh_node_dp_steps", "DP-SGD steps this site has trained.")) {}
+
+void NodeMetrics::PrivacySpent(double epsilon, uint64_t steps) {
+  if (std::isfinite(epsilon)) dp_epsilon_.Set(epsilon);
+  dp_steps_.Set(static_cast<double>(steps));
+}
 
 void NodeMetrics::Registered() { registrations_.Increment(); }
 

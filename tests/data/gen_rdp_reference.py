@@ -42,6 +42,11 @@ EPSILON_GRID = [
     (1e-3, 1.1, 100000, 1e-6),
     (1e-3, 10.0, 100000, 1e-8),
     (256 / 60000, 1.1, 14040, 1e-5),
+    # Issue 27's DP-SGD runs (fedmesh-node --local-only, batch 256 on Fashion-MNIST, sigma 1):
+    # one epoch (the budget test), 8 epochs (the CI test) and 15 epochs (examples).
+    (256 / 60000, 1.0, 235, 1e-5),
+    (256 / 60000, 1.0, 1880, 1e-5),
+    (256 / 60000, 1.0, 3525, 1e-5),
     (256 / 60000, 1.12, 14062, 1e-5),
     (256 / 50000, 1.5, 19531, 1e-5),
     (0.01, 0.5, 10, 1e-5),

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "tests/node/federation_fixture.h"
+#include "tests/telemetry/metrics_http.h"
 
 namespace fedmesh {
 namespace {
@@ -45,12 +46,25 @@ TEST_F(FederationTest, DpSgdSiteReportsEpsilonAndRefusesPastItsBudgetAfterAResta
   std::snprintf(budget, sizeof(budget), "privacy.epsilon_budget=%.6f", e1 * 1.02);
   std::vector<std::string> with_budget = dp;
   with_budget.push_back(budget);
+  with_budget.push_back("metrics.listen=127.0.0.1:0");
   ChildProcess* again = StartNode(3, ep, with_budget, "site-3b");
   ASSERT_NE(again, nullptr);
   ASSERT_TRUE(WaitForLog(again, "privacy budget", seconds(300))) << again->Log();
   char spent[64];
   std::snprintf(spent, sizeof(spent), "(spent so far: %.4g)", e1);
   EXPECT_NE(again->Log().find(spent), std::string::npos) << spent << "\n" << again->Log();
+  // Its Prometheus gauges show the restored ledger.
+  static const std::regex kUrl(R"(Prometheus metrics on http://127\.0\.0\.1:([0-9]+)/metrics)");
+  std::smatch url;
+  const std::string restarted = again->Log();
+  ASSERT_TRUE(std::regex_search(restarted, url, kUrl)) << restarted;
+  auto body = testing_util::HttpGet(std::stoi(url[1]));
+  ASSERT_TRUE(body.has_value());
+  std::string error;
+  auto got = testing_util::ParseExposition(*body, &error);
+  ASSERT_TRUE(got.has_value()) << error;
+  EXPECT_NEAR(got->at("fedmesh_node_dp_epsilon"), e1, 1e-3) << *body;
+  EXPECT_EQ(got->at("fedmesh_node_dp_steps"), steps) << *body;
   ASSERT_TRUE(WaitForLog(aggregator_, "site-3 failed its training task of round", seconds(60)));
   EXPECT_NE(aggregator_->Log().find("privacy budget"), std::string::npos);
 
