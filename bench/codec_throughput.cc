@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/codec/codec.h"
 #include "core/rng.h"
 
@@ -34,12 +35,7 @@ struct Timings {
   std::vector<double> secs;
   void Add(double s) { secs.push_back(s); }
   double Best() const { return *std::min_element(secs.begin(), secs.end()); }
-  double Median() const {
-    std::vector<double> v = secs;
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-  }
+  double Median() const { return fedmesh::bench::Median(secs); }
 };
 
 struct Row {

@@ -12,17 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/data/csv_reader.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using fedmesh::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 

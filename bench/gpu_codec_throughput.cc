@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/codec/codec.h"
 #include "core/cuda/cuda_codec_kernels.h"
 #include "core/cuda/cuda_codec_plan.h"
@@ -31,6 +32,8 @@
 #include "core/rng.h"
 
 namespace {
+
+using fedmesh::bench::Median;
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
@@ -43,12 +46,6 @@ double Since(Clock::time_point t0) {
 }
 void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 }  // namespace
