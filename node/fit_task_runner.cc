@@ -295,7 +295,9 @@ Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, 
     dp_steps = int64_t{prepared.epochs} * static_cast<int64_t>((n + batch - 1) / batch);
     // The site decides: a task that would overspend its budget is refused, whoever asks.
     if (Status s = ctx.privacy->CheckBudget(dp_q, dp_steps); !s.ok()) return Refuse(s.message());
-    FM_ASSIGN_OR_RETURN(prepared.trainer.dp, ctx.privacy->TrainerOptions());
+    std::optional<uint64_t> noise_seed;
+    if (ctx.seeded_privacy_noise) noise_seed = FitSeed(ctx.seed ^ 0x64702d736764ull, ctx.node_id, task.round);
+    FM_ASSIGN_OR_RETURN(prepared.trainer.dp, ctx.privacy->TrainerOptions(noise_seed));
   }
   TrainedFit trained;
   if (ctx.external != nullptr) {

@@ -78,6 +78,9 @@ struct FitContext {
   // steps once training has started (also when the task is stopped or its update refused).
   // Null (the default): no record-level DP.
   RecordPrivacyLedger* privacy = nullptr;
+  // The simulator's DP-SGD noise is seeded from (seed, node, round) so runs replay; a real
+  // site's comes from the OS CSPRNG (false, the default).
+  bool seeded_privacy_noise = false;
 };
 
 struct FitOutcome {

@@ -74,13 +74,13 @@ Result<RecordPrivacyLedger> RecordPrivacyLedger::Create(const RecordPrivacyOptio
   return RecordPrivacyLedger(options, std::move(accountant));
 }
 
-Result<DpSgdOptions> RecordPrivacyLedger::TrainerOptions() const {
+Result<DpSgdOptions> RecordPrivacyLedger::TrainerOptions(std::optional<uint64_t> seed) const {
   DpSgdOptions dp;
   dp.enabled = options_.enabled();
   dp.clip = options_.clip;
   dp.noise_multiplier = options_.noise_multiplier;
   // A fresh OS-keyed stream per trainer: the noise must be unpredictable to everyone else.
-  FM_ASSIGN_OR_RETURN(GaussianNoise noise, GaussianNoise::Create());
+  FM_ASSIGN_OR_RETURN(GaussianNoise noise, GaussianNoise::Create(seed));
   auto shared = std::make_shared<GaussianNoise>(std::move(noise));
   dp.add_noise = [shared](std::span<float> x, double stddev) { shared->Add(x, stddev); };
   return dp;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,8 +44,9 @@ class RecordPrivacyLedger {
   static Result<RecordPrivacyLedger> Create(const RecordPrivacyOptions& options);
 
   // The trainer's DP-SGD settings, with Gaussian noise from a CSPRNG-keyed stream
-  // (crypto/dp/gaussian_noise.h). Internal when libsodium cannot start.
-  Result<DpSgdOptions> TrainerOptions() const;
+  // (crypto/dp/gaussian_noise.h): keyed from the OS, or from `seed` for the simulator's
+  // reproducible runs (never on a real site). Internal when libsodium cannot start.
+  Result<DpSgdOptions> TrainerOptions(std::optional<uint64_t> seed = std::nullopt) const;
   // Epsilon (for options.delta) spent so far, and as it would be after `steps` more steps
   // at sampling rate q.
   double epsilon() const { return epsilon_; }

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <variant>
@@ -30,6 +31,7 @@
 #include "core/codec/codec.h"
 #include "core/rng.h"
 #include "node/fit_task_runner.h"
+#include "node/record_privacy.h"
 #include "sim/client_state_store.h"
 #include "sim/client_traits.h"
 #include "sim/in_process_network.h"
@@ -152,6 +154,10 @@ class AggregatorSim {
   std::vector<std::shared_ptr<Job>> pending_;
   std::map<uint64_t, std::shared_ptr<Job>> busy_;  // client -> its unfinished job
   std::unique_ptr<ClientStateStore> states_;       // only clients with state to carry
+  // [privacy] dp-sgd: each client's ledger, made when it first trains. Jobs of different
+  // clients use theirs from worker threads at once (a client has one job at a time).
+  mutable std::mutex ledgers_mu_;
+  mutable std::map<uint64_t, std::unique_ptr<RecordPrivacyLedger>> ledgers_;
   std::map<const Model*, wire::DigestMemo> memos_;  // one per worker, by its model
   uint64_t next_message_id_ = 1;
   uint64_t scheduled_round_ = 0;  // the crash schedule is applied up to this round
@@ -410,6 +416,14 @@ FitContext AggregatorSim::ContextOf(const Job& job, Model* model, const Dataset*
   fc.feedback = o_.error_feedback;
   fc.node_id = SimClientId(job.client);
   fc.seed = o_.seed;
+  if (o_.privacy.enabled()) {
+    std::lock_guard<std::mutex> lock(ledgers_mu_);
+    auto& ledger = ledgers_[job.client];
+    // Validated with the options, so Create cannot fail here.
+    if (!ledger) ledger = std::make_unique<RecordPrivacyLedger>(RecordPrivacyLedger::Create(o_.privacy).value());
+    fc.privacy = ledger.get();
+    fc.seeded_privacy_noise = true;
+  }
   if (job.attack) {
     const uint64_t seed = FitSeed(o_.seed ^ 0x617474ull, fc.node_id, job.task.round);
     fc.corrupt = [this, seed](std::vector<float>& delta) { ApplyAttack(o_, seed, delta); };
@@ -660,6 +674,12 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   if (closed.metrics.privacy) {
     m.epsilon = closed.metrics.privacy->epsilon;
     m.clip_norm = closed.metrics.privacy->clip_norm;
+  }
+  if (o_.privacy.enabled()) {
+    std::lock_guard<std::mutex> lock(ledgers_mu_);
+    double most = 0.0;
+    for (const auto& [client, ledger] : ledgers_) most = std::max(most, ledger->epsilon());
+    m.dp_sgd_epsilon_max = most;
   }
   m.participants = closed.metrics.received;
   m.dropped = closed.metrics.selected - std::min(closed.metrics.selected, closed.metrics.received);

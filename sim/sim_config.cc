@@ -194,6 +194,7 @@ const ConfigSchema& SimConfigSchema() {
       s->keys.push_back(std::move(k));
     }
     for (ConfigKey& k : StrategyConfigKeys()) s->keys.push_back(std::move(k));
+    for (ConfigKey& k : RecordPrivacyKeys()) s->keys.push_back(std::move(k));
     return s;
   }();
   return *schema;
@@ -270,6 +271,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.byzantine = v.GetFloat("faults", "byzantine");
   o.attack = ParseAttack(v.GetString("faults", "attack")).value();
   o.attack_scale = v.GetFloat("faults", "attack_scale");
+  o.privacy = RecordPrivacyFromConfig(v);
 
   // The messages of Validate name these fields.
   static const std::vector<FieldKey> kFields = {
@@ -300,6 +302,11 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"eval timeout_s", "eval", "timeout_s"},
       {"class_weights", "train", "class_weights"},
       {"pos_weight", "train", "pos_weight"},
+      {"privacy mode", "privacy", "mode"},
+      {"clip must", "privacy", "clip"},
+      {"noise_multiplier must", "privacy", "noise_multiplier"},
+      {"delta must", "privacy", "delta"},
+      {"epsilon_budget must", "privacy", "epsilon_budget"},
       {"", "sim", "mode"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(o), v, kFields));

@@ -126,6 +126,14 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
   FM_RETURN_IF_ERROR(ValidateDeviceName(o.device));
+  if (o.privacy.enabled()) {
+    FM_RETURN_IF_ERROR(ValidateRecordPrivacy(o.privacy));
+    if (o.mode != SimMode::kAggregator || o.batched_clients > 0 || o.device != "cpu" ||
+        !(o.model.name == "logreg" || o.model.name == "mlp")) {
+      return bad("privacy mode dp-sgd runs in aggregator mode with per-client training "
+                 "(batched_clients = 0) of a Dense model (logreg, mlp) on the cpu device");
+    }
+  }
   if (o.batched_clients > 0) {
     if (o.mode != SimMode::kAggregator) {
       return bad("batched_clients applies to aggregator mode only (" +

@@ -15,6 +15,7 @@
 #include "core/model_zoo.h"
 #include "core/status.h"
 #include "core/trainer.h"
+#include "node/record_privacy.h"
 #include "gossip/averager.h"
 
 namespace fedmesh {
@@ -104,6 +105,12 @@ struct SimOptions {
     t.sgd.lr = 0.05f;
     return t;
   }();
+
+  // [privacy]: every client trains with DP-SGD and keeps its own ledger (node/record_privacy.h),
+  // refusing tasks past epsilon_budget, exactly as fedmesh-node; the noise is seeded from
+  // (seed, client, round). Aggregator mode, per-client training (batched_clients = 0), Dense
+  // models on the CPU. Off by default.
+  RecordPrivacyOptions privacy;
 
   // aggregator mode: the round engine's settings.
   std::string strategy = "fedavg";  // any MakeStrategy name

@@ -35,6 +35,7 @@ JsonLine SimRoundMetrics::ToJson() const {
   if (consensus_distance) j.Add("consensus_distance", *consensus_distance);
   if (epsilon) j.Add("epsilon", *epsilon);
   if (clip_norm) j.Add("clip_norm", *clip_norm);
+  if (dp_sgd_epsilon_max) j.Add("dp_sgd_epsilon_max", *dp_sgd_epsilon_max);
   return j;
 }
 

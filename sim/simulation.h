@@ -42,6 +42,8 @@ struct SimRoundMetrics {
   std::optional<double> consensus_distance;  // gossip: mean ||x_i - mean x||^2
   std::optional<double> epsilon;           // [dp] central: privacy spent after this round
   std::optional<double> clip_norm;         // [dp] central: the clip bound of the next round
+  // [privacy] dp-sgd: the largest epsilon any client has spent so far (each has its own).
+  std::optional<double> dp_sgd_epsilon_max;
   JsonLine ToJson() const;                 // one line, fixed field order
 };
 

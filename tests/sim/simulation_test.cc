@@ -524,5 +524,81 @@ TEST(Simulation, HundredClientsTopKWithUpdatePredictionWithinAPointOfUncompresse
   EXPECT_GE(up_plain, 100 * up_topk);
 }
 
+
+namespace dp_sgd_sim {
+
+// Issue 27 in fedmesh-sim: every client trains with DP-SGD and keeps its own ledger, through
+// the node's own RunFitTask. The largest epsilon is each client's accountant's (a client that
+// trained in r rounds spent r x ceil(n / batch) steps at q = batch / n); runs replay byte for
+// byte (the noise is seeded); and a budget makes clients refuse, so rounds shrink.
+TEST(SimulationDpSgd, ClientsSpendTheirOwnEpsilonReplayAndRefusePastTheBudget) {
+  REQUIRE_DATA();
+  SimOptions a = SmallSim(4);
+  a.model.hidden = {32};
+  a.trainer.batch_size = 50;
+  a.trainer.sgd.lr = 0.5f;
+  a.partition = "iid";  // 3000 samples per client
+  a.privacy.mode = "dp-sgd";
+  a.privacy.noise_multiplier = 1.0;
+  a.metrics_path = TempPath("dpsgd_a.jsonl");
+  SimOptions b = a;
+  b.metrics_path = TempPath("dpsgd_b.jsonl");
+  b.threads = 1;
+  auto ra = RunSimulation(a);
+  auto rb = RunSimulation(b);
+  ASSERT_TRUE(ra.ok()) << ra.status().ToString();
+  ASSERT_TRUE(rb.ok()) << rb.status().ToString();
+  EXPECT_EQ(ReadFile(a.metrics_path), ReadFile(b.metrics_path));
+  ASSERT_EQ(ra->rounds.size(), 4u);
+  double last = 0;
+  for (const auto& r : ra->rounds) {
+    ASSERT_TRUE(r.dp_sgd_epsilon_max.has_value());
+    EXPECT_GE(*r.dp_sgd_epsilon_max, last);
+    last = *r.dp_sgd_epsilon_max;
+  }
+  // 60000 samples over 20 clients: 3000 each (iid), 60 steps per round at q = 50 / 3000.
+  // The largest epsilon is that of some client that trained k rounds, k in 1..4.
+  bool matches = false;
+  for (int k = 1; k <= 4; ++k) {
+    auto acc = RdpAccountant::Create().value();
+    ASSERT_TRUE(acc.Compose(50.0 / 3000.0, 1.0, 60 * k).ok());
+    matches = matches || std::abs(acc.Epsilon(1e-5)->epsilon - last) < 1e-9 * last;
+  }
+  EXPECT_TRUE(matches) << last;
+  EXPECT_NE(ReadFile(a.metrics_path).find("\"dp_sgd_epsilon_max\""), std::string::npos);
+
+  // A budget one round's spend allows: clients that trained once refuse after that.
+  SimOptions c = a;
+  auto one = RdpAccountant::Create().value();
+  ASSERT_TRUE(one.Compose(50.0 / 3000.0, 1.0, 60).ok());
+  c.privacy.epsilon_budget = one.Epsilon(1e-5)->epsilon * 1.01;
+  c.rounds = 6;
+  c.min_clients = 1;  // rounds close with whoever still has budget
+  c.metrics_path = TempPath("dpsgd_c.jsonl");
+  auto rc = RunSimulation(c);
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  uint64_t dropped = 0;
+  for (const auto& r : rc->rounds) {
+    dropped += r.dropped;
+    EXPECT_LE(*r.dp_sgd_epsilon_max, c.privacy.epsilon_budget) << r.round;
+  }
+  EXPECT_GT(dropped, 0u);  // 6 rounds x 5 of 20 clients: some are chosen twice
+  for (auto* p : {&a, &b, &c}) fs::remove(p->metrics_path);
+}
+
+TEST(SimulationDpSgd, RefusedWhereItDoesNotRun) {
+  SimOptions o = SmallSim(1);
+  o.privacy.mode = "dp-sgd";
+  o.batched_clients = 5;
+  EXPECT_THAT(Validate(o).message(), ::testing::HasSubstr("privacy mode dp-sgd"));
+  o.batched_clients = 0;
+  o.model.name = "cnn";
+  EXPECT_FALSE(Validate(o).ok());
+  auto cfg = LoadSimConfig("", {"privacy.mode=dp-sgd", "sim.model=cnn"});
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_THAT(cfg.status().message(), ::testing::HasSubstr("[privacy] mode"));
+}
+
+}  // namespace dp_sgd_sim
 }  // namespace
 }  // namespace fedmesh
