@@ -45,7 +45,16 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
   if (!(clip > 0) || !std::isfinite(clip)) {
     return Status::InvalidArgument("dp-sgd: clip must be a positive finite L2 norm");
   }
-  const Backend::LossResult loss = ForwardBackward(batch, seed);
+  // Forward, then backward for the activations' gradients only: a Dense layer's weight
+  // gradient is made once, below, from its clipped rows (not also unclipped here).
+  const Backend::LossResult loss = ForwardWithLossGradient(batch, seed);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (auto* dense = dynamic_cast<Dense*>(layers_[i].get())) {
+      if (dacts_[i] != nullptr) dense->InputGrad(*backend_, dacts_[i + 1], dacts_[i], batch);
+    } else {
+      layers_[i]->Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
+    }
+  }
   // dacts_ hold d(mean loss)/d(activation); example j's own loss gradient is batch times row j.
   const double b = batch;
   dp_sq_norms_.assign(batch, 0.0);

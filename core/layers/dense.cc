@@ -44,7 +44,11 @@ void Dense::Forward(Backend& be, const float* x, float* y, int batch, bool, uint
 void Dense::Backward(Backend& be, const float* x, const float*, const float* dy, float* dx,
                      int batch) {
   ParamGrads(be, x, dy, batch);
-  if (dx != nullptr) be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
+  if (dx != nullptr) InputGrad(be, dy, dx, batch);
+}
+
+void Dense::InputGrad(Backend& be, const float* dy, float* dx, int batch) {
+  be.Gemm(false, false, batch, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
 }
 
 void Dense::ParamGrads(Backend& be, const float* x, const float* dy, int batch) {

@@ -25,6 +25,8 @@ class Dense final : public Layer {
   // dW = dy^T x and db = the column sums of dy into the gradient slice, without dx: the
   // weight half of Backward, which DP-SGD reruns with each example's row of dy rescaled.
   void ParamGrads(Backend& be, const float* x, const float* dy, int batch);
+  // dx = dy W, without the parameter gradients: the other half of Backward.
+  void InputGrad(Backend& be, const float* dy, float* dx, int batch);
   int in() const { return in_; }
   int out() const { return out_; }
 

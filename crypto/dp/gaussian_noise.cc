@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numbers>
 
+#include "crypto/dp/box_muller.h"
 #include "crypto/sodium.h"
 
 namespace fedmesh {
@@ -70,7 +71,25 @@ double GaussianNoise::Standard() {
 
 void GaussianNoise::Add(std::span<float> x, double stddev) {
   if (stddev == 0) return;
-  for (float& v : x) v = static_cast<float>(v + stddev * Standard());
+  size_t i = 0;
+  if (spare_ && !x.empty()) x[i++] = static_cast<float>(x[0] + stddev * Standard());
+  // Whole pairs in chunks: the uniforms in the stream's order (u1, u2 per pair, as Standard
+  // draws them), then the transcendental arithmetic vectorised (crypto/dp/box_muller.h).
+  constexpr size_t kChunk = 256;
+  std::array<double, kChunk> u1, u2, c, s;
+  while (x.size() - i >= 2) {
+    const size_t pairs = std::min(kChunk, (x.size() - i) / 2);
+    for (size_t p = 0; p < pairs; ++p) {
+      u1[p] = static_cast<double>((NextU64() >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+      u2[p] = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;        // [0, 1)
+    }
+    dp_internal::BoxMullerPairs(u1.data(), u2.data(), c.data(), s.data(), pairs);
+    for (size_t p = 0; p < pairs; ++p, i += 2) {
+      x[i] = static_cast<float>(x[i] + stddev * c[p]);
+      x[i + 1] = static_cast<float>(x[i + 1] + stddev * s[p]);
+    }
+  }
+  if (i < x.size()) x[i] = static_cast<float>(x[i] + stddev * Standard());  // keeps the spare
 }
 
 }  // namespace fedmesh

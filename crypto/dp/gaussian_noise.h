@@ -32,7 +32,10 @@ class GaussianNoise {
 
   // One N(0, 1) sample.
   double Standard();
-  // Adds N(0, stddev^2) to each element of `x` (stddev 0: unchanged).
+  // Adds N(0, stddev^2) to each element of `x` (stddev 0: unchanged). The same stream
+  // words as calling Standard() per element; whole pairs go through the vectorised
+  // Box-Muller (crypto/dp/box_muller.h), so values may differ from Standard()'s in the last
+  // few ulp.
   void Add(std::span<float> x, double stddev);
 
  private:
