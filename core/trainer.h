@@ -38,6 +38,15 @@ struct DpSgdOptions {
   std::function<void(std::span<float>, double stddev)> add_noise;
 };
 
+// One DP-SGD epoch over n examples at `batch_size`: the Poisson sampling rate
+// q = min(1, batch_size / n) and the ceil(n / batch_size) steps the Trainer takes. What the
+// caller's accountant composes, and what a site checks its budget against before training.
+struct DpSgdEpoch {
+  double sampling_rate = 0.0;
+  int64_t steps = 0;
+};
+DpSgdEpoch DpSgdEpochOf(size_t n, int batch_size);
+
 struct TrainerOptions {
   int batch_size = 32;       // samples per SGD step; the last partial batch is used too
   int eval_batch_size = 500; // samples per forward pass when evaluating

@@ -6,12 +6,18 @@
 
 namespace fedmesh {
 
+DpSgdEpoch DpSgdEpochOf(size_t n, int batch_size) {
+  const size_t b = static_cast<size_t>(std::max(batch_size, 1));
+  return {n == 0 ? 0.0 : std::min(1.0, double(b) / double(n)), static_cast<int64_t>((n + b - 1) / b)};
+}
+
 Result<EpochStats> Trainer::TrainStepsDp(const Dataset& data, int64_t max_steps) {
   FM_RETURN_IF_ERROR(model_->SupportsPerExampleClipping());
   const DpSgdOptions& dp = options_.dp;
   const size_t n = data.size();
-  const double q = std::min(1.0, double(options_.batch_size) / double(n));
-  const int64_t epoch_steps = static_cast<int64_t>((n + options_.batch_size - 1) / options_.batch_size);
+  const DpSgdEpoch epoch = DpSgdEpochOf(n, options_.batch_size);
+  const double q = epoch.sampling_rate;
+  const int64_t epoch_steps = epoch.steps;
   const int64_t steps = max_steps >= 0 ? std::min(max_steps, epoch_steps) : epoch_steps;
   const size_t dim = model_->num_trainable();
   const int chunk = model_->max_batch();

@@ -289,10 +289,10 @@ Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, 
   if (ctx.privacy != nullptr && ctx.privacy->options().enabled()) {
     if (ctx.external != nullptr) return Refuse("dp-sgd cannot be applied to an external trainer's steps");
     const size_t n = ctx.train->size();
-    const int batch = prepared.trainer.batch_size;
     if (n == 0) return Refuse("this site has no training data");
-    dp_q = std::min(1.0, double(batch) / double(n));
-    dp_steps = int64_t{prepared.epochs} * static_cast<int64_t>((n + batch - 1) / batch);
+    const DpSgdEpoch epoch = DpSgdEpochOf(n, prepared.trainer.batch_size);
+    dp_q = epoch.sampling_rate;
+    dp_steps = int64_t{prepared.epochs} * epoch.steps;
     // The site decides: a task that would overspend its budget is refused, whoever asks.
     if (Status s = ctx.privacy->CheckBudget(dp_q, dp_steps); !s.ok()) return Refuse(s.message());
     std::optional<uint64_t> noise_seed;

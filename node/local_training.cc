@@ -100,9 +100,9 @@ Result<LocalTrainingReport> RunLocalTraining(
   report.train_samples = static_cast<int64_t>(train.size());
   int64_t total_samples = 0;
   // DP-SGD's sampling rate and steps per epoch (core/trainer.h, DpSgdOptions).
-  const int batch = options.trainer.batch_size;
-  const double dp_q = std::min(1.0, double(batch) / double(train.size()));
-  const int64_t dp_epoch_steps = static_cast<int64_t>((train.size() + batch - 1) / batch);
+  const DpSgdEpoch dp_epoch = DpSgdEpochOf(train.size(), options.trainer.batch_size);
+  const double dp_q = dp_epoch.sampling_rate;
+  const int64_t dp_epoch_steps = dp_epoch.steps;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     if (ledger) {
       if (Status budget = ledger->CheckBudget(dp_q, dp_epoch_steps); !budget.ok()) {
