@@ -6,7 +6,9 @@
 // Samples are Box-Muller pairs of 53-bit uniforms. Known limit: this is floating-point
 // Gaussian noise, not a discrete Gaussian; the textbook guarantee holds for real-valued
 // noise, and floating-point artefacts (Mironov 2012) are not defended against here.
-// Thread-safety: one thread at a time (the stream position is state).
+// Thread-safety: one thread at a time (the stream position is state); Add itself splits a
+// long vector over OpenMP threads (the stream is random-access by block counter), with the
+// same result for any thread count.
 #pragma once
 
 #include <array>
@@ -35,21 +37,27 @@ class GaussianNoise {
   // Adds N(0, stddev^2) to each element of `x` (stddev 0: unchanged). The same stream
   // words as calling Standard() per element; whole pairs go through the vectorised
   // Box-Muller (crypto/dp/box_muller.h), so values may differ from Standard()'s in the last
-  // few ulp.
+  // few ulp. Vectors of at least kParallelPairs pairs are split over the OpenMP threads in
+  // fixed chunks, so the values do not depend on the thread count.
   void Add(std::span<float> x, double stddev);
+  static constexpr size_t kParallelPairs = 16384;
 
  private:
   explicit GaussianNoise(const std::array<uint8_t, 32>& key) : key_(key) {}
   uint64_t NextU64();
+  // Adds stddev * N(0,1) pairs made from stream words first_word .. + 2 * pairs to x[0 ..
+  // 2 * pairs), one chunk of pairs after the other; reads no member but the key.
+  void AddPairs(float* x, size_t pairs, uint64_t first_word, double stddev) const;
 
   std::array<uint8_t, 32> key_;
   // Keystream is made 64 blocks (4 KiB) per libsodium call: one call per 8 words cost more
   // than the Box-Muller arithmetic (DP-SGD noises a whole model every step). The words
   // come out in the same order either way.
   static constexpr size_t kWords = 512;
-  uint64_t block_ = 0;                 // 64-byte keystream blocks used
-  std::array<uint64_t, kWords> buf_{};  // keystream blocks block_ - 64 .. block_ - 1
-  size_t pos_ = kWords;                // next unused word of buf_
+  uint64_t word_ = 0;                   // index in the stream of the next unused 64-bit word
+  uint64_t buf_first_ = 0;              // stream index of buf_[0]
+  size_t buf_valid_ = 0;                // words of buf_ that hold the stream (0: none yet)
+  std::array<uint64_t, kWords> buf_{};
   std::optional<double> spare_;     // the second value of the last Box-Muller pair
 };
 

@@ -1,9 +1,12 @@
 // GaussianNoise (crypto/dp/gaussian_noise.h): a seeded stream replays exactly and differs by
 // seed; two OS-keyed streams differ; 400,000 samples have mean 0, variance 1, the normal
-// 1-sigma and 2-sigma masses, and Add scales them by its stddev.
+// 1-sigma and 2-sigma masses, and Add scales them by its stddev; Add's parallel path takes
+// the same stream words as Standard() one by one, whatever the thread count.
 #include "crypto/dp/gaussian_noise.h"
 
 #include <gtest/gtest.h>
+
+#include <omp.h>
 
 #include <cmath>
 #include <vector>
@@ -63,6 +66,31 @@ TEST(GaussianNoise, AddScalesByTheStandardDeviation) {
   }
   EXPECT_NEAR(sum / x.size(), 0.0, 0.04);
   EXPECT_NEAR(std::sqrt(sq / x.size()), 3.0, 0.03);
+}
+
+TEST(GaussianNoise, ParallelAddTakesTheStreamInOrderForAnyThreadCount) {
+  // Odd length after an odd draw: a spare first, whole pairs split over threads, one left.
+  const size_t n = 2 * GaussianNoise::kParallelPairs + 1001;
+  auto reference = GaussianNoise::Create(11).value();
+  reference.Standard();
+  std::vector<double> expect(n);
+  for (double& v : expect) v = reference.Standard();
+  const double after = reference.Standard();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    auto g = GaussianNoise::Create(11).value();
+    g.Standard();
+    std::vector<float> x(n, 0.0f);
+    g.Add(x, 1.0);
+    // The stream goes on where Standard() one by one would be.
+    EXPECT_EQ(g.Standard(), after);
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(x[i], expect[i], 1e-5) << i;
+    runs.push_back(std::move(x));
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
 }
 
 }  // namespace
