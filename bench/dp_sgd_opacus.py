@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """DP-SGD step time with Opacus on PyTorch (CPU), against the non-private PyTorch step, for
-fedmesh's mlp (784-256-10) on real Fashion-MNIST at a fixed batch: the baseline of
+fedmesh's mlp (784-256-10) or cnn (--model cnn: the built-in two 5x5 convolutions, 32 and
+64 channels, each with ReLU and 2x2 max pooling, Dense 512, Dense 10) on real
+Fashion-MNIST at a fixed batch: the baseline of
 bench/dp_sgd_step.sh. Opacus computes per-sample gradients with its hooks
 (GradSampleModule) and clips, noises and averages them in its DPOptimizer; the batches are
 tensors built before timing. Prints one JSON line per repeat and variant.
@@ -20,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=200)
@@ -41,7 +44,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     x, y = load_split("/usr/share/datasets/fashion-mnist", "train")
-    x = x.reshape(-1, 784)
+    x = x.reshape(-1, 784) if a.model == "mlp" else x.reshape(-1, 1, 28, 28)
     n = x.shape[0]
     batches = [(x[(i * a.batch) % (n - a.batch):][:a.batch].contiguous(),
                 y[(i * a.batch) % (n - a.batch):][:a.batch].contiguous())
@@ -50,12 +53,16 @@ def main():
     if a.accuracy_epochs > 0:
         return accuracy(a, x, y, loss_fn)
 
-    def mlp():
+    def make():
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        if a.model == "mlp":
+            return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
 
     def run(private):
-        model = mlp()
+        model = make()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         if private:
             model = GradSampleModule(model)
@@ -79,7 +86,7 @@ def main():
         for variant in ("non-private", "dp-sgd"):
             s = run(variant == "dp-sgd")
             print(json.dumps({"impl": "pytorch" if variant == "non-private" else "opacus",
-                              "variant": variant, "model": "mlp", "batch": a.batch,
+                              "variant": variant, "model": a.model, "batch": a.batch,
                               "threads": a.threads, "repeat": r, "step_ms": s * 1e3,
                               "torch": torch.__version__, "opacus": opacus.__version__}))
 

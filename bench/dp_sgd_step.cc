@@ -1,5 +1,5 @@
 // DP-SGD step time against the non-private step, same model, batch and threads, in one
-// run (issue 27): fedmesh's mlp (784-256-10) on real Fashion-MNIST, batches already in
+// run (issue 27): fedmesh's mlp (784-256-10) or cnn on real Fashion-MNIST, batches already in
 // memory, fixed-size batches on both sides (the trainer's Poisson batches vary around the
 // same mean). Non-private: ForwardBackward + SGD step. DP-SGD: ForwardBackwardClipped
 // (per-example norms from the Dense layers' activations and output gradients, one
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   int batch = 256, threads = 2, steps = 200, warmup = 20, repeats = 3;
   double clip = 1.0, noise_multiplier = 1.0;
   CLI::App app{"fedmesh DP-SGD step time vs the non-private step"};
-  app.add_option("--model", model_name, "logreg or mlp");
+  app.add_option("--model", model_name, "logreg, mlp or cnn");
   app.add_option("--batch", batch);
   app.add_option("--threads", threads);
   app.add_option("--steps", steps);

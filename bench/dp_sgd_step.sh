@@ -5,20 +5,26 @@
 # Opacus. Needs a build with FEDMESH_BUILD_BENCH and a venv with Opacus (see
 # bench/dp_sgd_opacus.py; OPACUS_PY points at its python).
 #   bench/dp_sgd_step.sh                  # batch 256, 2 threads
-# Environment: BATCH (256), THREADS (2), REPEATS (3), BUILD (build), OPACUS_PY (/tmp/opacus-venv/bin/python).
+#   MODEL=cnn BATCH=64 STEPS=20 bench/dp_sgd_step.sh   # the built-in cnn (Conv2d per-example gradients)
+# Environment: MODEL (mlp), BATCH (256), THREADS (2), REPEATS (3), STEPS (200), BUILD (build),
+# OPACUS_PY (/tmp/opacus-venv/bin/python).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
 batch=${BATCH:-256}
 threads=${THREADS:-2}
 repeats=${REPEATS:-3}
+model=${MODEL:-mlp}
+steps=${STEPS:-200}
+warmup=$(( steps / 10 > 0 ? steps / 10 : 1 ))
 py=${OPACUS_PY:-/tmp/opacus-venv/bin/python}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 0; r < repeats; ++r)); do  # alternate the implementations
-  OMP_WAIT_POLICY=passive "$build/bench/fedmesh_dp_sgd_step" --batch "$batch" --threads "$threads" \
-    --repeats 1 | tee -a "$out"
-  "$py" "$root/bench/dp_sgd_opacus.py" --batch "$batch" --threads "$threads" --repeats 1 | tee -a "$out"
+  OMP_WAIT_POLICY=passive "$build/bench/fedmesh_dp_sgd_step" --model "$model" --batch "$batch" --threads "$threads" \
+    --steps "$steps" --warmup "$warmup" --repeats 1 | tee -a "$out"
+  "$py" "$root/bench/dp_sgd_opacus.py" --model "$model" --batch "$batch" --threads "$threads" \
+    --steps "$steps" --warmup "$warmup" --repeats 1 | tee -a "$out"
 done
 /usr/bin/python3 - "$out" <<'PY'
 import json, sys

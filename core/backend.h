@@ -115,6 +115,18 @@ class Backend {
   virtual void Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
                               int out_channels, const float* dy, float* dw, float* dbias,
                               float* dx, float* workspace, size_t workspace_floats) = 0;
+  // DP-SGD's per-example convolution gradients: row n of per_example ([batch, out_channels *
+  // KH*KW*C + out_channels], overwritten) is example n's own dw then dbias, whose sum over n
+  // is Conv2dBackward's dw and dbias; dx as Conv2dBackward. The same arithmetic as one
+  // Conv2dBackward (each example's dw is its own GEMM there too). Unimplemented by default
+  // (DP-SGD runs on the CPU backend).
+  virtual Status Conv2dPerExampleBackward(const float* x, const WindowGeometry& g, const float* w,
+                                          int out_channels, const float* dy, float* per_example,
+                                          float* dx, float* workspace, size_t workspace_floats) {
+    (void)x, (void)g, (void)w, (void)out_channels, (void)dy, (void)per_example, (void)dx,
+        (void)workspace, (void)workspace_floats;
+    return Status::Unimplemented("per-example convolution gradients on backend " + name());
+  }
   // Max pooling; argmax[i] is the flat NHWC input index chosen for output i.
   virtual void MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
                               int32_t* argmax) = 0;

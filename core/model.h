@@ -100,16 +100,20 @@ class Model {
   // backward pass, then grads() := the sum over the batch's examples of
   // g_j * min(1, clip / (||g_j|| + 1e-6)), g_j being example j's own loss gradient (the
   // batch loss is the mean of the examples'). `norms` (host memory, `batch` floats, may be
-  // null) receives each ||g_j||. No per-example gradient is built: a Dense layer's share of
-  // ||g_j||^2 is ||dy_j||^2 (||x_j||^2 + 1) from its input and output gradient rows, and the
-  // clipped sum is one GEMM per Dense layer over dy with each row rescaled. Fails, changing
-  // nothing, where SupportsPerExampleClipping() does.
+  // null) receives each ||g_j||. Layer models: a Dense layer's share of ||g_j||^2 is
+  // ||dy_j||^2 (||x_j||^2 + 1) from its input and output gradient rows, and its clipped sum
+  // one GEMM over dy with each row rescaled (no per-example gradient); a Conv2d layer's
+  // per-example gradients come from one batched pass (Backend::Conv2dPerExampleBackward,
+  // batch x its parameters floats) and are summed with their factors. Graph models run each
+  // example alone (batch 1) and add its clipped gradient. Fails, changing nothing, where
+  // SupportsPerExampleClipping() does.
   Result<Backend::LossResult> ForwardBackwardClipped(int batch, uint64_t seed, double clip,
                                                      float* norms);
-  // OK when ForwardBackwardClipped can run: a layer model whose only parameterised layers are
-  // Dense (logreg, mlp), on a backend with host memory, with a loss that is a plain mean over
-  // the examples (no class weights). Otherwise Unimplemented or InvalidArgument saying why;
-  // a graph holding BatchNormalization is refused because it mixes a batch's examples.
+  // OK when ForwardBackwardClipped can run: a layer model whose parameterised layers are
+  // Dense or Conv2d (logreg, mlp, cnn) or a graph model without BatchNormalization (it mixes
+  // a batch's examples), on a backend with host memory, with a loss that is a plain mean
+  // over the examples (no class weights). Otherwise Unimplemented or InvalidArgument saying
+  // why.
   Status SupportsPerExampleClipping() const;
   // Forward only, in inference mode (dropout off).
   Backend::LossResult Evaluate(int batch);
@@ -134,6 +138,9 @@ class Model {
   // Copies the batch's regression targets (rows `indices`, or `first` onward) for Loss.
   void StageTargets(const Dataset& data, const uint32_t* indices, size_t first, int batch);
   bool GraphForward(int batch, bool training, uint64_t seed);
+  // ForwardBackwardClipped for a graph model: its examples one at a time (core/model_dp.cc).
+  Result<Backend::LossResult> GraphForwardBackwardClipped(int batch, uint64_t seed, double clip,
+                                                          float* norms);
 
   size_t num_params_ = 0, num_trainable_ = 0;
   DeviceBuffer<float> params_, grads_;
@@ -148,6 +155,8 @@ class Model {
   std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
   std::vector<double> dp_sq_norms_;    // ForwardBackwardClipped's per-example squared norms
   std::vector<float> dp_scaled_dy_;    // ... and a Dense layer's dy with rows rescaled
+  std::vector<std::vector<float>> dp_conv_rows_;  // ... a Conv2d layer's per-example gradients
+  std::vector<float> dp_sum_;                     // ... a graph model's clipped sum
 
   int max_batch_ = 0;
   std::vector<DeviceBuffer<float>> owned_;  // activation and gradient storage

@@ -298,8 +298,6 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
     if (!x.argv.empty() || !x.endpoint.empty()) {
       why = "cannot be enforced on an external trainer's steps ([train] external): its own code "
             "trains, so record-level DP is its to apply";
-    } else if (t.model.name == "cnn" || !v.GetString("model", "onnx").empty()) {
-      why = "runs on Dense models ([model] name = \"logreg\" or \"mlp\") in this version";
     } else if (!v.GetString("gossip", "listen").empty()) {
       why = "is not wired into gossip training yet ([gossip] listen): use it with an aggregator";
     } else if (t.device != "cpu") {

@@ -13,7 +13,7 @@ std::vector<ConfigKey> RecordPrivacyKeys() {
   return {
       StringKey("privacy", "mode", "off",
                 "Record-level DP in this site's training: \"dp-sgd\" (per-example clipping, "
-                "Gaussian noise, Poisson-sampled batches; Dense models) or \"off\"")
+                "Gaussian noise, Poisson-sampled batches; not with BatchNormalization) or \"off\"")
           .Choices({"off", "dp-sgd"}),
       FloatKey("privacy", "clip", 1.0, "dp-sgd: L2 bound on one record's gradient").Min(0, true),
       FloatKey("privacy", "noise_multiplier", 1.0,

@@ -128,10 +128,9 @@ Status Validate(const SimOptions& o) {
   FM_RETURN_IF_ERROR(ValidateDeviceName(o.device));
   if (o.privacy.enabled()) {
     FM_RETURN_IF_ERROR(ValidateRecordPrivacy(o.privacy));
-    if (o.mode != SimMode::kAggregator || o.batched_clients > 0 || o.device != "cpu" ||
-        !(o.model.name == "logreg" || o.model.name == "mlp")) {
+    if (o.mode != SimMode::kAggregator || o.batched_clients > 0 || o.device != "cpu") {
       return bad("privacy mode dp-sgd runs in aggregator mode with per-client training "
-                 "(batched_clients = 0) of a Dense model (logreg, mlp) on the cpu device");
+                 "(batched_clients = 0) on the cpu device");
     }
   }
   if (o.batched_clients > 0) {

@@ -190,6 +190,9 @@ Result<SimReport> RunSimulation(const SimOptions& options,
     FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get()));
     model->InitParams(options.seed);
     initial = model->GetParams();
+    if (options.privacy.enabled()) {  // a BatchNorm graph, before any client trains
+      FM_RETURN_IF_ERROR(model->SupportsPerExampleClipping().WithContext("[privacy] mode"));
+    }
   }
   if (!options.metrics_path.empty()) {
     std::ofstream truncate(options.metrics_path, std::ios::trunc);

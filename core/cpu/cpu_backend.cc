@@ -296,6 +296,40 @@ void CpuBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const f
   }
 }
 
+Status CpuBackend::Conv2dPerExampleBackward(const float* x, const WindowGeometry& g,
+                                            const float* w, int out_channels, const float* dy,
+                                            float* per_example, float* dx, float* workspace,
+                                            size_t workspace_floats) {
+  const ConvThreadSpace sp = ConvSpace(g, out_channels);
+  const int teams = std::max<int>(1, std::min<size_t>(threads_, workspace_floats / sp.total()));
+  FM_CHECK_GE(workspace_floats, sp.total());
+  const int img_rows = g.out_h() * g.out_w();
+  const int row_len = g.kernel_h * g.kernel_w * g.channels;
+  const size_t nw = static_cast<size_t>(out_channels) * row_len;
+#pragma omp parallel for schedule(static) num_threads(teams)
+  for (int n = 0; n < g.batch; ++n) {
+    float* cols = workspace + sp.total() * omp_get_thread_num();
+    float* dcols = cols + sp.cols;
+    const float* dyn = dy + static_cast<size_t>(n) * img_rows * out_channels;
+    float* dw = per_example + static_cast<size_t>(n) * (nw + out_channels);
+    float* db = dw + nw;
+    Im2ColRows(x, g, n * img_rows, (n + 1) * img_rows, cols);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_channels, row_len, img_rows, 1.0f,
+                dyn, out_channels, cols, row_len, 0.0f, dw, row_len);
+    std::fill(db, db + out_channels, 0.0f);
+    for (int r = 0; r < img_rows; ++r) {
+      const float* row = dyn + static_cast<size_t>(r) * out_channels;
+      for (int c = 0; c < out_channels; ++c) db[c] += row[c];
+    }
+    if (dx != nullptr) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, img_rows, row_len, out_channels,
+                  1.0f, dyn, out_channels, w, row_len, 0.0f, dcols, row_len);
+      Col2ImImages(dcols, g, n, n + 1, dx);
+    }
+  }
+  return Status::OK();
+}
+
 void CpuBackend::MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
                                 int32_t* argmax) {
   const int oh_n = g.out_h(), ow_n = g.out_w(), C = g.channels;

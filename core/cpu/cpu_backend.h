@@ -49,6 +49,9 @@ class CpuBackend final : public Backend {
   void Conv2dBackward(const float* x, const WindowGeometry& g, const float* w, int out_channels,
                       const float* dy, float* dw, float* dbias, float* dx, float* workspace,
                       size_t workspace_floats) override;
+  Status Conv2dPerExampleBackward(const float* x, const WindowGeometry& g, const float* w,
+                                  int out_channels, const float* dy, float* per_example, float* dx,
+                                  float* workspace, size_t workspace_floats) override;
   void MaxPoolForward(const float* x, const WindowGeometry& g, float* y,
                       int32_t* argmax) override;
   void MaxPoolBackward(const float* dy, const int32_t* argmax, size_t out_size, float* dx,

@@ -65,4 +65,10 @@ void Conv2d::Backward(Backend& be, const float* x, const float*, const float* dy
                     workspace_.data(), workspace_.size());
 }
 
+Status Conv2d::PerExampleBackward(Backend& be, const float* x, const float* dy, float* dx,
+                                  int batch, float* per_example) {
+  return be.Conv2dPerExampleBackward(x, Geometry(batch), w_, o_.out_channels, dy, per_example, dx,
+                                     workspace_.data(), workspace_.size());
+}
+
 }  // namespace fedmesh

@@ -28,6 +28,11 @@ class Conv2d final : public Layer {
                uint64_t seed) override;
   void Backward(Backend& be, const float* x, const float* y, const float* dy, float* dx,
                 int batch) override;
+  // DP-SGD: dx as Backward, and row n of per_example ([batch, num_params()], in this
+  // layer's parameter order: weights then bias) example n's own parameter gradient
+  // (Backend::Conv2dPerExampleBackward). Leaves the layer's gradient slice alone.
+  Status PerExampleBackward(Backend& be, const float* x, const float* dy, float* dx, int batch,
+                            float* per_example);
 
  private:
   int col_len() const { return o_.kernel * o_.kernel * geom_.channels; }

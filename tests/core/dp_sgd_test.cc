@@ -16,10 +16,12 @@
 namespace fedmesh {
 namespace {
 
-Dataset RandomData(size_t n, int features, int classes, uint64_t seed) {
+Dataset RandomData(size_t n, std::vector<int> shape, int classes, uint64_t seed) {
   Dataset d;
-  d.sample_shape = {features};
+  d.sample_shape = shape;
   d.num_classes = classes;
+  int features = 1;
+  for (int v : shape) features *= v;
   Rng rng(seed);
   for (size_t i = 0; i < n; ++i) {
     const int label = static_cast<int>(i % classes);
@@ -32,11 +34,15 @@ Dataset RandomData(size_t n, int features, int classes, uint64_t seed) {
   return d;
 }
 
-std::unique_ptr<Model> Build(const std::string& name, Backend* be, int features, int classes,
-                             std::vector<int> hidden = {16}) {
+Dataset RandomData(size_t n, int features, int classes, uint64_t seed) {
+  return RandomData(n, std::vector<int>{features}, classes, seed);
+}
+
+std::unique_ptr<Model> Build(const std::string& name, Backend* be, std::vector<int> input,
+                             int classes, std::vector<int> hidden = {16}) {
   ModelSpec spec;
   spec.name = name;
-  spec.input_shape = {features};
+  spec.input_shape = std::move(input);
   spec.num_classes = classes;
   spec.hidden = std::move(hidden);
   auto m = BuildModel(spec, be);
@@ -44,6 +50,11 @@ std::unique_ptr<Model> Build(const std::string& name, Backend* be, int features,
   (*m)->InitParams(3);
   (*m)->Reserve(64);
   return std::move(*m);
+}
+
+std::unique_ptr<Model> Build(const std::string& name, Backend* be, int features, int classes,
+                             std::vector<int> hidden = {16}) {
+  return Build(name, be, std::vector<int>{features}, classes, std::move(hidden));
 }
 
 double Norm(const std::vector<float>& v) {
@@ -69,13 +80,28 @@ void LoopReference(Model& m, const Dataset& d, const std::vector<uint32_t>& idx,
   }
 }
 
-class PerExampleClipping : public ::testing::TestWithParam<std::string> {};
+// A model to clip: a built-in one (its efficient per-layer rules) or an ONNX graph (one
+// example at a time), with the input its data has.
+struct ClipCase {
+  std::string label;
+  std::string model;  // built-in name, or a path under tests/fixtures/onnx
+  std::vector<int> input;
+  int classes = 4;
+};
+
+std::ostream& operator<<(std::ostream& os, const ClipCase& c) { return os << c.label; }
+
+class PerExampleClipping : public ::testing::TestWithParam<ClipCase> {};
 
 TEST_P(PerExampleClipping, NormsAndClippedSumEqualALoopOverSingleExamples) {
+  const ClipCase& c = GetParam();
   auto be = MakeCpuBackend(1);
-  const int features = 12, classes = 4, batch = 10;
-  const Dataset d = RandomData(40, features, classes, 11);
-  auto m = Build(GetParam(), be.get(), features, classes, {16, 8});
+  const int batch = 10;
+  const Dataset d = RandomData(40, c.input, c.classes, 11);
+  const bool onnx = c.model.find(".onnx") != std::string::npos;
+  auto m = Build(onnx ? std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/" + c.model : c.model,
+                 be.get(), c.input, c.classes, {16, 8});
+  ASSERT_TRUE(m->SupportsPerExampleClipping().ok()) << m->SupportsPerExampleClipping().ToString();
   std::vector<uint32_t> idx(batch);
   std::iota(idx.begin(), idx.end(), 5u);
   for (double clip : {1e9, 0.0 /* the median norm, set below */}) {
@@ -88,6 +114,7 @@ TEST_P(PerExampleClipping, NormsAndClippedSumEqualALoopOverSingleExamples) {
       LoopReference(*m, d, idx, clip, &ref_norms, &ref_sum);
     }
     m->LoadBatch(d, idx.data(), batch);
+    const double loaded_loss = m->Evaluate(batch).loss_sum;
     std::vector<float> norms(batch);
     auto r = m->ForwardBackwardClipped(batch, 0, clip, norms.data());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -98,22 +125,24 @@ TEST_P(PerExampleClipping, NormsAndClippedSumEqualALoopOverSingleExamples) {
       err += (g[k] - ref_sum[k]) * (g[k] - ref_sum[k]);
       ref += ref_sum[k] * ref_sum[k];
     }
+    EXPECT_GT(ref, 0.0);
     EXPECT_LT(std::sqrt(err / ref), 1e-5) << "clip " << clip;
+    // The loaded batch is intact: the same loss as before clipping.
+    EXPECT_DOUBLE_EQ(m->Evaluate(batch).loss_sum, loaded_loss);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseModels, PerExampleClipping, ::testing::Values("logreg", "mlp"));
+INSTANTIATE_TEST_SUITE_P(
+    Models, PerExampleClipping,
+    ::testing::Values(ClipCase{"logreg", "logreg", {12}}, ClipCase{"mlp", "mlp", {12}},
+                      // Conv2d (5x5, 32 and 64 channels), MaxPool, Dense, on 8x8 images.
+                      ClipCase{"cnn", "cnn", {8, 8, 1}},
+                      // Gemm, LayerNormalization, Gelu (Erf and tanh forms): a graph model.
+                      ClipCase{"onnx_tabular_mlp", "tabular_mlp/model_eval.onnx", {20}, 3}),
+    [](const ::testing::TestParamInfo<ClipCase>& i) { return i.param.label; });
 
-TEST(PerExampleClippingRefusals, ConvClassWeightsAndBadClipAreRefused) {
+TEST(PerExampleClippingRefusals, ClassWeightsAndBadClipAreRefused) {
   auto be = MakeCpuBackend(1);
-  ModelSpec spec;
-  spec.name = "cnn";
-  auto cnn = BuildModel(spec, be.get());
-  ASSERT_TRUE(cnn.ok());
-  const Status s = (*cnn)->SupportsPerExampleClipping();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("Conv2d"), std::string::npos) << s.message();
-
   auto mlp = Build("mlp", be.get(), 6, 3);
   LossOptions weighted;
   weighted.class_weights = {1, 2, 3};

@@ -201,9 +201,12 @@ TEST(FedmeshNodeCliDpSgd, BadPrivacySettingsExitTwoNamingTheKey) {
   r = RunNode(std::string(kLocal) + "--set train.lr=0.1");  // has a flag: --lr
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("[privacy]"), std::string::npos) << r.output;
-  r = RunNode(std::string(kLocal) + "--model cnn --set privacy.mode=dp-sgd");
+  // BatchNorm mixes a batch's examples: refused before any training, naming the node.
+  r = RunNode(std::string(kLocal) + "--model " + FEDMESH_SOURCE_DIR +
+              "/tests/fixtures/onnx/resnet_bn/model_train.onnx --set privacy.mode=dp-sgd");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("Dense models"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has BatchNormalization (node '/bn1/BatchNormalization')"),
+            std::string::npos) << r.output;
 }
 
 }  // namespace

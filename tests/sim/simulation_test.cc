@@ -592,11 +592,18 @@ TEST(SimulationDpSgd, RefusedWhereItDoesNotRun) {
   o.batched_clients = 5;
   EXPECT_THAT(Validate(o).message(), ::testing::HasSubstr("privacy mode dp-sgd"));
   o.batched_clients = 0;
-  o.model.name = "cnn";
-  EXPECT_FALSE(Validate(o).ok());
-  auto cfg = LoadSimConfig("", {"privacy.mode=dp-sgd", "sim.model=cnn"});
+  o.device = "cuda";
+  EXPECT_THAT(Validate(o).message(), ::testing::HasSubstr("cpu device"));
+  auto cfg = LoadSimConfig("", {"privacy.mode=dp-sgd", "sim.batched_clients=4"});
   ASSERT_FALSE(cfg.ok());
   EXPECT_THAT(cfg.status().message(), ::testing::HasSubstr("[privacy] mode"));
+  // A graph with BatchNormalization: refused at the start, before any client trains.
+  o.device = "cpu";
+  o.model.name = std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/resnet_bn/model_train.onnx";
+  ASSERT_TRUE(Validate(o).ok()) << Validate(o).ToString();
+  auto run = RunSimulation(o);
+  ASSERT_FALSE(run.ok());
+  EXPECT_THAT(run.status().message(), ::testing::HasSubstr("has BatchNormalization"));
 }
 
 }  // namespace dp_sgd_sim
