@@ -584,6 +584,22 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                   "test loss {:.4f}, {:.2f} s",
                   c.round, c.model_version, m.received, m.selected, m.test_accuracy, m.test_loss,
                   m.wall_s);
+              if (c.metrics.privacy || c.metrics.record_privacy) {
+                std::string text = "round " + std::to_string(c.round) + " privacy:";
+                if (const auto& p = c.metrics.privacy) {
+                  text += fmt::format(" site-level (this aggregator's DP) epsilon {:.4g} at delta {:.3g};",
+                                      p->epsilon, p->delta);
+                } else {
+                  text += " no site-level DP at the aggregator;";
+                }
+                if (const auto& r = c.metrics.record_privacy) {
+                  text += fmt::format(" record-level (DP-SGD at {} of {} sites) epsilon up to {:.4g} at delta {:.3g}",
+                                      r->sites, m.received, r->epsilon_max, r->delta);
+                } else {
+                  text += " no site reported record-level DP-SGD";
+                }
+                spdlog::info("{}", text);
+              }
               Status line = AppendMetricsLine(c, m);
               if (!line.ok()) spdlog::error("metrics line not written: {}", line.ToString());
               bytes_down_ = 0;
@@ -723,6 +739,10 @@ Status AggregatorService::AppendMetricsLine(const RoundEngine::RoundClosed& c,
     if (name != "accuracy") line.Add("test_" + name, value);  // test_accuracy is above
   if (const auto& p = c.metrics.privacy) {
     line.Add("epsilon", p->epsilon).Add("delta", p->delta).Add("clip_norm", p->clip_norm);
+  }
+  if (const auto& r = c.metrics.record_privacy) {  // the sites' own DP-SGD, beside the above
+    line.Add("record_epsilon_max", r->epsilon_max).Add("record_delta", r->delta)
+        .Add("record_dp_sites", static_cast<int64_t>(r->sites));
   }
   return AppendJsonLine(config_.metrics_path, line);
 }

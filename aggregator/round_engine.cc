@@ -567,7 +567,7 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
                                options_.report_update_params ? *params : std::vector<float>{},
                                claimed_examples});
   accepted_.emplace(from, Accepted{ClientUpdate{from, weight, std::move(*params)},
-                                   r.train_loss, r.update.bytes.size()});
+                                   r.train_loss, r.update.bytes.size(), r.record_privacy});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
   if (RoundFull()) CloseRound(out);
 }
@@ -720,7 +720,17 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   updates.reserve(accepted_.size());
   RoundMetrics metrics;
   double loss_sum = 0.0, loss_weight = 0.0;
+  auto note_record_privacy = [&metrics](const wire::RecordPrivacyReport& r) {
+    auto& s = metrics.record_privacy;
+    if (!s) s.emplace();
+    ++s->sites;
+    if (s->sites == 1 || r.epsilon > s->epsilon_max) {
+      s->epsilon_max = r.epsilon;
+      s->delta = r.delta;
+    }
+  };
   for (auto& [id, a] : accepted_) {
+    if (a.record_privacy) note_record_privacy(*a.record_privacy);
     metrics.num_examples += a.update.num_examples;
     if (a.encoded_bytes > 0) {
       metrics.update_bytes += a.encoded_bytes;
@@ -754,6 +764,7 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
   if (secagg_) {  // one aggregate update stands for the contributors' masked inputs
     metrics.received = secagg_contributors_;
     metrics.update_bytes = secagg_->masked_bytes();
+    for (const auto& [id, r] : secagg_->record_privacy()) note_record_privacy(r);
     metrics.update_bytes_raw = 4 * static_cast<uint64_t>(global_.size()) * secagg_contributors_;
   }
   metrics.rejected = rejected_in_round_;

@@ -275,6 +275,15 @@ class RoundEngine {
     // Differential privacy spent after this round (Strategy::privacy()); empty when the
     // strategy is not private.
     std::optional<PrivacyReport> privacy;
+    // Record-level DP (sites' own DP-SGD, FitResult / SecAggMaskedInput record_privacy) of
+    // the updates aggregated: how many reported it and the largest epsilon (with its
+    // delta). Reported beside `privacy`, never composed with it. Empty when none did.
+    struct RecordPrivacy {
+      uint32_t sites = 0;
+      double epsilon_max = 0.0;
+      double delta = 0.0;
+    };
+    std::optional<RecordPrivacy> record_privacy;
   };
   // The round closed and `global` is model `model_version`: commit both in one transaction.
   struct RoundClosed {
@@ -420,6 +429,7 @@ class RoundEngine {
     ClientUpdate update;
     double train_loss = 0.0;  // NaN when not known
     uint64_t encoded_bytes = 0;  // 0 when not known (restored)
+    std::optional<wire::RecordPrivacyReport> record_privacy;  // not kept over a restart
   };
 
   RoundEngine(RoundEngineOptions options, Env* env, std::unique_ptr<Strategy> strategy,

@@ -57,6 +57,7 @@ Status SecAggRound::OnMessage(const std::string& from, const wire::Body& body) {
     FM_ASSIGN_OR_RETURN(MaskedInput msg, FromWire(*m));
     FM_RETURN_IF_ERROR(server_.OnMaskedInput(msg));
     masked_bytes_ += m->masked.bytes.size();
+    if (m->record_privacy) record_privacy_[from] = *m->record_privacy;
     return Status::OK();
   }
   if (const auto* m = std::get_if<wire::SecAggUnmaskShares>(&body)) {

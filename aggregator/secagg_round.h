@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -80,6 +81,10 @@ class SecAggRound {
   bool Withdraw(std::string_view node) { return server_.Withdraw(node); }
 
   uint64_t masked_bytes() const { return masked_bytes_; }
+  // The record_privacy of each accepted masked input (the sum's contributors), by node.
+  const std::map<std::string, wire::RecordPrivacyReport>& record_privacy() const {
+    return record_privacy_;
+  }
 
  private:
   SecAggRound(SecAggServer server, wire::SecAggParameters parameters)
@@ -88,6 +93,7 @@ class SecAggRound {
   SecAggServer server_;
   wire::SecAggParameters parameters_;
   uint64_t masked_bytes_ = 0;
+  std::map<std::string, wire::RecordPrivacyReport> record_privacy_;
 };
 
 }  // namespace fedmesh

@@ -814,6 +814,7 @@ Status FederatedClient::HandleSecAgg(const wire::Message& m) {
     return Status::OK();
   }
   const bool masked = std::holds_alternative<wire::SecAggMaskedInput>(*reply);
+  if (masked && privacy_.has_value()) std::get<wire::SecAggMaskedInput>(*reply).record_privacy = privacy_->Report();
   if (Status s = transport_->Send(wire::Message{OutHeader(m.header.round), std::move(*reply)}); !s.ok()) {
     Log("sending a secure aggregation message for " + round + " failed: " + s.message());
     secagg_.reset();

@@ -317,7 +317,9 @@ Result<FitOutcome> RunFitTask(const FitContext& ctx, const wire::FitTask& task, 
     out.last_epoch = trained.last_epoch;
     return out;
   }
-  return FinishFitTask(ctx, prepared, std::move(trained), carry);
+  FM_ASSIGN_OR_RETURN(FitOutcome out, FinishFitTask(ctx, prepared, std::move(trained), carry));
+  if (dp_steps > 0) out.result.record_privacy = ctx.privacy->Report();
+  return out;
 }
 
 }  // namespace fedmesh

@@ -17,6 +17,7 @@
 #include "config/config_schema.h"
 #include "core/status.h"
 #include "core/trainer.h"
+#include "core/wire/messages.h"
 #include "crypto/dp/rdp_accountant.h"
 
 namespace fedmesh {
@@ -57,6 +58,10 @@ class RecordPrivacyLedger {
   // Composes `steps` DP-SGD steps at rate q.
   Status Spend(double q, int64_t steps);
   int64_t steps() const { return steps_; }
+  // epsilon(), delta and steps() as a FitResult / SecAggMaskedInput carries them.
+  wire::RecordPrivacyReport Report() const {
+    return {epsilon_, options_.delta, static_cast<uint64_t>(steps_)};
+  }
 
   // What the node's store keeps (attributes "privacy/rdp", the RDP per order as exact
   // decimal doubles, and "privacy/steps"), and back. FromAttributes leaves the ledger empty

@@ -242,6 +242,16 @@ struct FitTask {
 // Node -> aggregator: the trained update. `update` is the change the node made to the
 // model it received: local weights minus the FitTask's (decoded) global model, encoded with
 // the codec chain named in update.codec.
+// A site's record-level DP-SGD spending (node/record_privacy.h): epsilon for delta after
+// `steps` steps. Checked on decode: epsilon finite and >= 0, delta in (0, 1).
+struct RecordPrivacyReport {
+  double epsilon = 0.0;
+  double delta = 0.0;
+  uint64_t steps = 0;
+
+  friend bool operator==(const RecordPrivacyReport&, const RecordPrivacyReport&) = default;
+};
+
 struct FitResult {
   uint64_t round = 0;  // must equal Header::round
   uint64_t num_examples = 0;
@@ -266,6 +276,9 @@ struct FitResult {
   // The site's Ed25519 signature (crypto/update_signature.h); empty = unsigned. 0 or 64
   // bytes.
   std::vector<uint8_t> signature;
+  // The site's DP-SGD ledger after this training; empty without [privacy] dp-sgd. Not
+  // covered by the signature (reported, not aggregated).
+  std::optional<RecordPrivacyReport> record_privacy;
 
   friend bool operator==(const FitResult&, const FitResult&) = default;
 };
@@ -449,6 +462,7 @@ struct SecAggMaskedInput {
   uint64_t round = 0;
   std::string client_id;
   TensorPayload masked;
+  std::optional<RecordPrivacyReport> record_privacy;  // as FitResult::record_privacy
 
   friend bool operator==(const SecAggMaskedInput&, const SecAggMaskedInput&) = default;
 };

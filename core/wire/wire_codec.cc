@@ -96,6 +96,20 @@ const TensorPayload* PayloadOf(const Body& body) {
 
 // Identifiers: 1..max_id_bytes of printable ASCII without space (0x21..0x7E), so that an id
 // is safe in a log line, a file name or an SQL literal. Never echoes a bad value.
+// A site's DP-SGD report: epsilon finite and >= 0, delta in (0, 1).
+Status CheckRecordPrivacy(const std::optional<RecordPrivacyReport>& r, std::string_view type) {
+  if (!r) return Status::OK();
+  if (!std::isfinite(r->epsilon) || r->epsilon < 0) {
+    return Status::InvalidArgument(
+        StrCat(type, " record_privacy epsilon is ", r->epsilon, "; it must be finite and >= 0"));
+  }
+  if (!(r->delta > 0 && r->delta < 1)) {
+    return Status::InvalidArgument(
+        StrCat(type, " record_privacy delta is ", r->delta, "; it must be in (0, 1)"));
+  }
+  return Status::OK();
+}
+
 Status CheckId(std::string_view value, std::string_view field, const WireLimits& l) {
   if (value.empty()) return Status::InvalidArgument(StrCat(field, " is empty; it is required"));
   if (value.size() > l.max_id_bytes) {
@@ -643,6 +657,7 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
     FM_RETURN_IF_ERROR(
         CheckPayloadDescription(m->global_model, payload_bytes, "FitTask.global_model", l));
   } else if (const auto* m = std::get_if<FitResult>(&body)) {
+    FM_RETURN_IF_ERROR(CheckRecordPrivacy(m->record_privacy, "FitResult"));
     if (!m->signature.empty() && m->signature.size() != 64) {
       return Status::InvalidArgument(StrCat("FitResult signature is ", m->signature.size(),
                                             " bytes; an Ed25519 signature is 64"));
@@ -740,6 +755,7 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
   } else if (const auto* m = std::get_if<SecAggMaskedInput>(&body)) {
     FM_RETURN_IF_ERROR(CheckSecAggScope("SecAggMaskedInput", m->federation_id, m->round, h));
     FM_RETURN_IF_ERROR(CheckSecAggClient("SecAggMaskedInput", m->client_id, h, l));
+    FM_RETURN_IF_ERROR(CheckRecordPrivacy(m->record_privacy, "SecAggMaskedInput"));
     if (m->masked.codec != kCodecNone) {
       return Status::InvalidArgument(
           "SecAggMaskedInput.masked codec must be \"none\": masked words are uniformly "

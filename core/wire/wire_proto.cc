@@ -82,6 +82,16 @@ Status FromProto(const pb::TensorPayload& p, std::string_view what, const WireLi
   return Status::OK();
 }
 
+void ToProto(const RecordPrivacyReport& r, pb::RecordPrivacyReport* out) {
+  out->set_epsilon(r.epsilon);
+  out->set_delta(r.delta);
+  out->set_steps(r.steps);
+}
+
+RecordPrivacyReport FromProto(const pb::RecordPrivacyReport& r) {
+  return {r.epsilon(), r.delta(), r.steps()};
+}
+
 void SealedSharesToProto(const std::vector<SecAggSealedShares>& boxes,
                          google::protobuf::RepeatedPtrField<pb::SecAggSealedShares>* out) {
   out->Reserve(static_cast<int>(boxes.size()));
@@ -177,6 +187,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     o->set_local_model(m->local_model);
     o->set_signature(m->signature.data(), m->signature.size());
+    if (m->record_privacy) ToProto(*m->record_privacy, o->mutable_record_privacy());
   } else if (const auto* m = std::get_if<Heartbeat>(&body)) {
     env->mutable_heartbeat()->set_sequence(m->sequence);
   } else if (const auto* m = std::get_if<Membership>(&body)) {
@@ -242,6 +253,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_round(m->round);
     o->set_client_id(m->client_id);
     ToProto(m->masked, framing, o->mutable_masked());
+    if (m->record_privacy) ToProto(*m->record_privacy, o->mutable_record_privacy());
   } else if (const auto* m = std::get_if<SecAggUnmaskRequest>(&body)) {
     auto* o = env->mutable_secagg_unmask_request();
     o->set_federation_id(m->federation_id);
@@ -349,6 +361,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       m.local_model = i.local_model();
       m.signature.assign(i.signature().begin(), i.signature().end());
+      if (i.has_record_privacy()) m.record_privacy = FromProto(i.record_privacy());
       *body = std::move(m);
       return Status::OK();
     }
@@ -487,6 +500,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
       m.round = i.round();
       m.client_id = i.client_id();
       FM_RETURN_IF_ERROR(FromProto(i.masked(), "SecAggMaskedInput.masked", l, &m.masked, framing));
+      if (i.has_record_privacy()) m.record_privacy = FromProto(i.record_privacy());
       *body = std::move(m);
       return Status::OK();
     }

@@ -101,6 +101,38 @@ TEST(WireRoundTrip, FitResultFieldByField) {
   EXPECT_TRUE(*got == WithHash(m));
 }
 
+// A site's DP-SGD report travels with its update (a SecAggMaskedInput's is checked the
+// same way); absent by default; a NaN or negative epsilon or a delta outside (0, 1) is
+// refused on both sides.
+TEST(WireRoundTrip, RecordPrivacyReportTravelsAndIsChecked) {
+  Message m = FitResultMessage(Values(16, 30));
+  auto got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(std::get<FitResult>(got->body).record_privacy.has_value());
+  std::get<FitResult>(m.body).record_privacy = RecordPrivacyReport{1.25, 1e-5, 470};
+  got = Decode(MustEncode(m));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(std::get<FitResult>(got->body).record_privacy.has_value());
+  EXPECT_EQ(*std::get<FitResult>(got->body).record_privacy, (RecordPrivacyReport{1.25, 1e-5, 470}));
+  EXPECT_TRUE(*got == WithHash(m));
+  for (const auto& [bad, text] : std::vector<std::pair<RecordPrivacyReport, std::string>>{
+           {{NAN, 1e-5, 1}, "record_privacy epsilon is nan; it must be finite and >= 0"},
+           {{-0.5, 1e-5, 1}, "record_privacy epsilon is -0.5"},
+           {{1.0, 0.0, 1}, "record_privacy delta is 0; it must be in (0, 1)"},
+           {{1.0, 1.0, 1}, "record_privacy delta is 1"}}) {
+    Message b = FitResultMessage(Values(16, 30));
+    std::get<FitResult>(b.body).record_privacy = bad;
+    EXPECT_TRUE(HasCode(Encode(b).status(), StatusCode::kInvalidArgument, text)) << text;
+    std::vector<Frame> f = MustEncode(FitResultMessage(Values(16, 30)));
+    f[0] = Rewrite(f[0], [&](pb::Envelope& e) {
+      auto* r = e.mutable_fit_result()->mutable_record_privacy();
+      r->set_epsilon(bad.epsilon);
+      r->set_delta(bad.delta);
+    });
+    EXPECT_TRUE(HasCode(Decode(f).status(), StatusCode::kInvalidArgument, text)) << text;
+  }
+}
+
 // Federated evaluation: an evaluate_only FitTask and the evaluation FitResult that answers
 // it (metrics by name, no update) survive the round trip; metrics outside an evaluation,
 // an evaluation carrying an update, NaN or badly named metrics, and an evaluation task
