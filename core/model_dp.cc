@@ -14,14 +14,8 @@
 #include "core/model.h"
 
 namespace fedmesh {
-namespace {
 
-// Opacus's factor: min(1, clip / (||g|| + 1e-6)).
-float ClipScale(double norm, double clip) {
-  return static_cast<float>(std::min(1.0, clip / (norm + 1e-6)));
-}
-
-}  // namespace
+using graph::DpClipFactor;
 
 Status Model::SupportsPerExampleClipping() const {
   if (graph_) {
@@ -106,7 +100,7 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
   for (int j = 0; j < batch; ++j) {
     const double norm = std::sqrt(dp_sq_norms_[j]);
     if (norms != nullptr) norms[j] = static_cast<float>(norm);
-    scale[j] = static_cast<float>(b) * ClipScale(norm, clip);
+    scale[j] = static_cast<float>(b) * DpClipFactor(norm, clip);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (auto* dense = dynamic_cast<Dense*>(layers_[i].get())) {
@@ -127,11 +121,19 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
   return loss;
 }
 
-// A graph's ops have no per-example rule each yet, so each example runs forward and backward
-// alone (batch 1) and its gradient is clipped and added as it comes: exact for every op
-// that keeps examples apart, at the speed of batch-1 passes.
+// A graph whose parameterised nodes all have per-example norm rules (Gemm, LayerNorm) is
+// clipped in one batched pass (GraphModel::ClippedBackward). Otherwise each example runs
+// forward and backward alone (batch 1) and its gradient is clipped and added as it comes:
+// exact for every op that keeps examples apart, at the speed of batch-1 passes.
 Result<Backend::LossResult> Model::GraphForwardBackwardClipped(int batch, uint64_t seed,
                                                                double clip, float* norms) {
+  if (graph_->PerExampleRulesCover().ok()) {
+    const Backend::LossResult loss = ForwardWithLossGradient(batch, seed);
+    FM_RETURN_IF_ERROR(status_);
+    const Status s = graph_->ClippedBackward(clip, norms);
+    if (s.ok()) return loss;
+    if (s.code() != StatusCode::kUnimplemented) return s;
+  }
   FM_RETURN_IF_ERROR(graph_->Plan(1).WithContext("dp-sgd: model '" + name_ +
                                                  "' runs one example at a time"));
   const float* all = graph_->input(0, batch);
@@ -163,7 +165,7 @@ Result<Backend::LossResult> Model::GraphForwardBackwardClipped(int batch, uint64
     for (size_t k = 0; k < n; ++k) sq += double(g[k]) * g[k];
     const double norm = std::sqrt(sq);
     if (norms != nullptr) norms[j] = static_cast<float>(norm);
-    cblas_saxpy(static_cast<int>(n), ClipScale(norm, clip), g, 1, dp_sum_.data(), 1);
+    cblas_saxpy(static_cast<int>(n), DpClipFactor(norm, clip), g, 1, dp_sum_.data(), 1);
   }
   // Row 0 back as loaded; the clipped sum into grads() (state gradients stay zero).
   if (batch > 0) {

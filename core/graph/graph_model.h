@@ -17,6 +17,7 @@
 // Thread-safety: one thread drives a GraphModel at a time.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,6 +103,19 @@ class GraphModel {
   // gradients and one SgdStep. Equal to Backward then the step up to rounding; grads() is
   // left unspecified.
   void BackwardSgd(float lr);
+  // DP-SGD without a per-example gradient (core/graph/graph_model_dp.cc): OK when every
+  // node with trainable parameters has a per-example norm rule: a Gemm whose A is not a
+  // parameter and not transposed (B and C parameters: nn.Linear), or a
+  // LayerNormalization over axes >= 1 (Scale and B). Unimplemented naming the first node
+  // without one (the caller then runs the examples one at a time).
+  Status PerExampleRulesCover() const;
+  // After a training Forward of `batch` rows and output_grad() = d(mean loss)/d(output):
+  // grads() := sum_j min(1, clip / (||g_j|| + 1e-6)) g_j, g_j being example j's own loss
+  // gradient (batch times its rows' share), with ||g_j|| from each node's rule (norms[j]
+  // when not null). One backward pass, then the parameterised nodes' backward again with
+  // each example's output gradient rows rescaled. REQUIRES: PerExampleRulesCover() is OK.
+  // Unimplemented (grads() then unspecified) where a shape defeats a rule at run time.
+  Status ClippedBackward(double clip, float* norms);
   // Any value of the last Forward by name (tests, debugging); null if unknown.
   const float* value(const std::string& name, Dims* dims = nullptr) const;
 
@@ -116,6 +130,8 @@ class GraphModel {
   enum class Where;
   GraphModel() = default;
   Status Init(const GraphModelOptions& options);
+  // Which inputs of node k are trainable parameters.
+  std::vector<bool> ParamInputs(size_t k) const;
 
   Graph graph_;
   std::string hash_;
@@ -130,7 +146,15 @@ class GraphModel {
   std::unique_ptr<Values_> values_;  // where every named value lives
   std::map<int64_t, std::unique_ptr<Plan_>> plans_;
   Plan_* current_ = nullptr;  // the plan of the last Forward
+  std::vector<double> dp_sq_;       // ClippedBackward's per-example squared norms
+  std::vector<float> dp_scaled_;    // ... and one node's output gradient, rows rescaled
 };
+
+// DP-SGD's clip factor for an example of gradient norm `norm`: min(1, clip / (norm + 1e-6)),
+// as Opacus.
+inline float DpClipFactor(double norm, double clip) {
+  return static_cast<float>(std::min(1.0, clip / (norm + 1e-6)));
+}
 
 // The ranges (offset, size) of the flat vector whose tensor names match any of `patterns`
 // (globs: '*' any run of characters, '?' one), trainable and state tensors alike, in

@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/env.h"
+#include "core/graph/graph_model.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
 #include "core/trainer.h"
@@ -87,6 +88,9 @@ struct ClipCase {
   std::string model;  // built-in name, or a path under tests/fixtures/onnx
   std::vector<int> input;
   int classes = 4;
+  // Graph models: every parameterised node has a per-example norm rule (one batched pass,
+  // GraphModel::ClippedBackward); false: the examples run one at a time.
+  bool rules = true;
 };
 
 std::ostream& operator<<(std::ostream& os, const ClipCase& c) { return os << c.label; }
@@ -102,6 +106,10 @@ TEST_P(PerExampleClipping, NormsAndClippedSumEqualALoopOverSingleExamples) {
   auto m = Build(onnx ? std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/" + c.model : c.model,
                  be.get(), c.input, c.classes, {16, 8});
   ASSERT_TRUE(m->SupportsPerExampleClipping().ok()) << m->SupportsPerExampleClipping().ToString();
+  if (onnx) {
+    EXPECT_EQ(m->graph_model()->PerExampleRulesCover().ok(), c.rules)
+        << m->graph_model()->PerExampleRulesCover().ToString();
+  }
   std::vector<uint32_t> idx(batch);
   std::iota(idx.begin(), idx.end(), 5u);
   for (double clip : {1e9, 0.0 /* the median norm, set below */}) {
@@ -137,8 +145,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ClipCase{"logreg", "logreg", {12}}, ClipCase{"mlp", "mlp", {12}},
                       // Conv2d (5x5, 32 and 64 channels), MaxPool, Dense, on 8x8 images.
                       ClipCase{"cnn", "cnn", {8, 8, 1}},
-                      // Gemm, LayerNormalization, Gelu (Erf and tanh forms): a graph model.
-                      ClipCase{"onnx_tabular_mlp", "tabular_mlp/model_eval.onnx", {20}, 3}),
+                      // Graph models: Gemm, LayerNormalization, Gelu (Erf and tanh forms) ...
+                      ClipCase{"onnx_tabular_mlp", "tabular_mlp/model_eval.onnx", {20}, 3},
+                      // ... Gemm under Softmax, Concat, Reshape, Transpose, ReduceMean ...
+                      ClipCase{"onnx_opzoo", "opzoo/model_eval.onnx", {6}, 5},
+                      // ... and Conv (no rule yet: one example at a time), pooling, Gemm.
+                      ClipCase{"onnx_conv", "resnet_bn/model_eval.onnx", {28, 28, 1}, 10, false}),
     [](const ::testing::TestParamInfo<ClipCase>& i) { return i.param.label; });
 
 TEST(PerExampleClippingRefusals, ClassWeightsAndBadClipAreRefused) {

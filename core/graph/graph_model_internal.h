@@ -1,0 +1,51 @@
+// The private parts of GraphModel (core/graph/graph_model.h): where each named value lives
+// and the buffers and kernel calls planned for one batch size. Shared by the files that
+// implement GraphModel (graph_model.cc, graph_model_dp.cc); nothing else includes it.
+#pragma once
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/graph/graph_model.h"
+
+namespace fedmesh::graph {
+
+enum class GraphModel::Where { kInput, kParam, kState, kConst, kActivation };
+
+struct GraphModel::ValueRef {
+  Where where = Where::kActivation;
+  size_t index = 0;  // input number, offset into params/state/consts, or activation slot
+  Dims dims;         // fixed dims (params, state, consts); inputs: declared
+};
+
+struct GraphModel::Values_ {
+  std::unordered_map<std::string, ValueRef> refs;
+  size_t num_acts = 0;
+};
+
+// Buffers and kernel calls for one batch size.
+struct GraphModel::Plan_ {
+  int64_t batch = 0;
+  std::vector<Dims> act_dims;          // per activation slot
+  std::vector<float*> act;             // per activation slot
+  std::vector<float*> act_grad;        // per activation slot; null when no gradient flows
+  std::vector<float*> input_data;      // per graph input
+  std::vector<float*> input_grad;      // per graph input (null unless requested)
+  std::vector<KernelCall> calls;       // per node (unused for Constant nodes)
+  // BackwardSgd: the calls with parameters read by one kernel that can step them stepped
+  // in place, and the (offset, size) ranges left for a separate SgdStep.
+  std::vector<KernelCall> sgd_calls;
+  std::vector<std::pair<size_t, size_t>> sgd_rest;
+  // Backward: the (offset, size) ranges of the gradient vector to zero first; parameters
+  // whose one reader overwrites their gradient (KernelCall::overwrite_input) are left out.
+  std::vector<std::pair<size_t, size_t>> grad_zero;
+  std::vector<bool> run_backward;      // per node
+  std::vector<Dims> input_dims;        // per graph input
+  std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
+  DeviceBuffer<float> arena;           // activations, workspaces
+  DeviceBuffer<float> grad_arena;      // output gradients first, then the rest
+  size_t output_grad_floats = 0;       // the head of grad_arena that Backward keeps
+};
+
+}  // namespace fedmesh::graph
