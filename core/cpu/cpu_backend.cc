@@ -249,15 +249,41 @@ void CpuBackend::Conv2dForward(const float* x, const WindowGeometry& g, const fl
   }
 }
 
+namespace {
+
+// Image n's share of a convolution's backward pass: dw and db get (accumulate) or are set to
+// (otherwise) dy_n^T cols_n and the sum of dy_n's rows; image n of dx is written when dx is
+// not null. cols and dcols: scratch of one image's im2col size each.
+void ConvImageBackward(const float* x, const WindowGeometry& g, int n, const float* w,
+                       int out_channels, const float* dy, float* cols, float* dcols, float* dw,
+                       float* db, bool accumulate, float* dx) {
+  const int img_rows = g.out_h() * g.out_w();
+  const int row_len = g.kernel_h * g.kernel_w * g.channels;
+  const float* dyn = dy + static_cast<size_t>(n) * img_rows * out_channels;
+  Im2ColRows(x, g, n * img_rows, (n + 1) * img_rows, cols);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_channels, row_len, img_rows, 1.0f, dyn,
+              out_channels, cols, row_len, accumulate ? 1.0f : 0.0f, dw, row_len);
+  if (!accumulate) std::fill(db, db + out_channels, 0.0f);
+  for (int r = 0; r < img_rows; ++r) {
+    const float* row = dyn + static_cast<size_t>(r) * out_channels;
+    for (int c = 0; c < out_channels; ++c) db[c] += row[c];
+  }
+  if (dx != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, img_rows, row_len, out_channels, 1.0f,
+                dyn, out_channels, w, row_len, 0.0f, dcols, row_len);
+    Col2ImImages(dcols, g, n, n + 1, dx);
+  }
+}
+
+}  // namespace
+
 void CpuBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
                                 int out_channels, const float* dy, float* dw, float* dbias,
                                 float* dx, float* workspace, size_t workspace_floats) {
   const ConvThreadSpace sp = ConvSpace(g, out_channels);
   const int teams = std::max<int>(1, std::min<size_t>(threads_, workspace_floats / sp.total()));
   FM_CHECK_GE(workspace_floats, sp.total());
-  const int img_rows = g.out_h() * g.out_w();
-  const int row_len = g.kernel_h * g.kernel_w * g.channels;
-  const size_t nw = static_cast<size_t>(out_channels) * row_len;
+  const size_t nw = static_cast<size_t>(out_channels) * g.kernel_h * g.kernel_w * g.channels;
   int team_size = 1;  // the team actually formed (1 when called inside another region)
 #pragma omp parallel num_threads(teams)
   {
@@ -269,20 +295,8 @@ void CpuBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const f
     std::fill(my_dw, my_dw + nw + out_channels, 0.0f);
 #pragma omp for schedule(static)
     for (int n = 0; n < g.batch; ++n) {
-      const float* dyn = dy + static_cast<size_t>(n) * img_rows * out_channels;
-      Im2ColRows(x, g, n * img_rows, (n + 1) * img_rows, cols);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_channels, row_len, img_rows, 1.0f,
-                  dyn, out_channels, cols, row_len, 1.0f, my_dw, row_len);
-      float* my_db = my_dw + nw;
-      for (int r = 0; r < img_rows; ++r) {
-        const float* row = dyn + static_cast<size_t>(r) * out_channels;
-        for (int c = 0; c < out_channels; ++c) my_db[c] += row[c];
-      }
-      if (dx != nullptr) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, img_rows, row_len, out_channels,
-                    1.0f, dyn, out_channels, w, row_len, 0.0f, dcols, row_len);
-        Col2ImImages(dcols, g, n, n + 1, dx);
-      }
+      ConvImageBackward(x, g, n, w, out_channels, dy, cols, dcols, my_dw, my_dw + nw,
+                        /*accumulate=*/true, dx);
     }
   }
   // Sum the per-thread partial gradients (small: out_channels * (row_len + 1) floats).
@@ -303,29 +317,13 @@ Status CpuBackend::Conv2dPerExampleBackward(const float* x, const WindowGeometry
   const ConvThreadSpace sp = ConvSpace(g, out_channels);
   const int teams = std::max<int>(1, std::min<size_t>(threads_, workspace_floats / sp.total()));
   FM_CHECK_GE(workspace_floats, sp.total());
-  const int img_rows = g.out_h() * g.out_w();
-  const int row_len = g.kernel_h * g.kernel_w * g.channels;
-  const size_t nw = static_cast<size_t>(out_channels) * row_len;
+  const size_t nw = static_cast<size_t>(out_channels) * g.kernel_h * g.kernel_w * g.channels;
 #pragma omp parallel for schedule(static) num_threads(teams)
   for (int n = 0; n < g.batch; ++n) {
     float* cols = workspace + sp.total() * omp_get_thread_num();
-    float* dcols = cols + sp.cols;
-    const float* dyn = dy + static_cast<size_t>(n) * img_rows * out_channels;
     float* dw = per_example + static_cast<size_t>(n) * (nw + out_channels);
-    float* db = dw + nw;
-    Im2ColRows(x, g, n * img_rows, (n + 1) * img_rows, cols);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_channels, row_len, img_rows, 1.0f,
-                dyn, out_channels, cols, row_len, 0.0f, dw, row_len);
-    std::fill(db, db + out_channels, 0.0f);
-    for (int r = 0; r < img_rows; ++r) {
-      const float* row = dyn + static_cast<size_t>(r) * out_channels;
-      for (int c = 0; c < out_channels; ++c) db[c] += row[c];
-    }
-    if (dx != nullptr) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, img_rows, row_len, out_channels,
-                  1.0f, dyn, out_channels, w, row_len, 0.0f, dcols, row_len);
-      Col2ImImages(dcols, g, n, n + 1, dx);
-    }
+    ConvImageBackward(x, g, n, w, out_channels, dy, cols, cols + sp.cols, dw, dw + nw,
+                      /*accumulate=*/false, dx);
   }
   return Status::OK();
 }

@@ -105,9 +105,10 @@ class GraphModel {
   void BackwardSgd(float lr);
   // DP-SGD without a per-example gradient (core/graph/graph_model_dp.cc): OK when every
   // node with trainable parameters has a per-example norm rule: a Gemm whose A is not a
-  // parameter and not transposed (B and C parameters: nn.Linear), or a
-  // LayerNormalization over axes >= 1 (Scale and B). Unimplemented naming the first node
-  // without one (the caller then runs the examples one at a time).
+  // parameter and not transposed (B and C parameters: nn.Linear), a LayerNormalization
+  // over axes >= 1 (Scale and B), or a Conv (W and B; each example's gradient made and
+  // dropped in turn). Unimplemented naming the first node without one (the caller then
+  // runs the examples one at a time).
   Status PerExampleRulesCover() const;
   // After a training Forward of `batch` rows and output_grad() = d(mean loss)/d(output):
   // grads() := sum_j min(1, clip / (||g_j|| + 1e-6)) g_j, g_j being example j's own loss

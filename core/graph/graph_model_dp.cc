@@ -1,7 +1,8 @@
 // GraphModel's DP-SGD path (core/graph/graph_model.h, ClippedBackward): each example's
-// gradient norm from a rule per parameterised op, without a per-example gradient, and the
-// clipped sum from the parameterised nodes' backward pass run again over output gradients
-// whose rows are rescaled (their parameter gradients are linear in those rows).
+// gradient norm from a rule per parameterised op (Gemm and LayerNormalization without a
+// per-example gradient; Conv from one example's gradient at a time), and the clipped sum
+// from the parameterised nodes' backward pass run again over output gradients whose rows
+// are rescaled (their parameter gradients are linear in those rows).
 #include <algorithm>
 #include <cmath>
 
@@ -39,8 +40,9 @@ Status GraphModel::PerExampleRulesCover() const {
     }();
     if (n.op_type == "Gemm" && !param[0] && n.Int("transA", 0) == 0 && c_ok) continue;
     if (n.op_type == "LayerNormalization" && !param[0] && n.Int("axis", -1) != 0) continue;
+    if (n.op_type == "Conv" && !param[0]) continue;
     return Status::Unimplemented(n.Label() + " has trainable parameters and no per-example "
-                                 "norm rule (Gemm over an activation, LayerNormalization)");
+                                 "norm rule (Gemm over an activation, Conv, LayerNormalization)");
   }
   return Status::OK();
 }
@@ -85,6 +87,36 @@ Status GraphModel::ClippedBackward(double clip, float* norms) {
         if (param[1]) dp_sq_[j] += alpha * alpha * aa * gg;
         if (c_count == m) dp_sq_[j] += beta * beta * gg;
         else if (c_count == 1) dp_sq_[j] += beta * beta * sg * sg;
+      }
+    } else if (n.op_type == "Conv") {
+      // Each example's W and B gradients from the kernel's own backward pass over that
+      // example alone (its workspace is scratch there), one example at a time: the same
+      // GEMMs as the batch's weight gradient, materialised per example, then dropped.
+      const Dims& x = *c.in_dims[0];
+      const Dims& y = *c.out_dims[0];
+      if (x.empty() || x[0] != batch || y.empty() || y[0] != batch) {
+        return Status::Unimplemented(n.Label() + ": X " + DimsToString(x) + " is not batch-major");
+      }
+      Dims x1 = x, y1 = y;
+      x1[0] = y1[0] = 1;
+      const int64_t per_x = NumElements(x) / batch, per_y = NumElements(y) / batch;
+      const int64_t nw = param[1] ? NumElements(*c.in_dims[1]) : 0;
+      const int64_t nb = param.size() > 2 && param[2] ? NumElements(*c.in_dims[2]) : 0;
+      dp_scaled_.resize(static_cast<size_t>(nw + nb));
+      KernelCall one = c;
+      one.in_dims[0] = &x1;
+      one.out_dims[0] = &y1;
+      one.step_input.clear();
+      one.overwrite_input.clear();
+      one.din.assign(c.din.size(), nullptr);
+      if (nw > 0) one.din[1] = dp_scaled_.data();
+      if (nb > 0) one.din[2] = dp_scaled_.data() + nw;
+      for (int64_t j = 0; j < batch; ++j) {
+        one.in[0] = c.in[0] + j * per_x;
+        one.dout[0] = dy + j * per_y;
+        std::fill(dp_scaled_.begin(), dp_scaled_.end(), 0.0f);
+        kernels_[k]->Backward(one);
+        for (float v : dp_scaled_) dp_sq_[j] += double(v) * v;
       }
     } else {  // LayerNormalization (PerExampleRulesCover)
       const Dims& x = *c.in_dims[0];

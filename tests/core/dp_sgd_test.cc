@@ -91,6 +91,7 @@ struct ClipCase {
   // Graph models: every parameterised node has a per-example norm rule (one batched pass,
   // GraphModel::ClippedBackward); false: the examples run one at a time.
   bool rules = true;
+  int ids = 0;  // > 0: the features are integer ids in [0, ids) (an embedding's input)
 };
 
 std::ostream& operator<<(std::ostream& os, const ClipCase& c) { return os << c.label; }
@@ -101,7 +102,11 @@ TEST_P(PerExampleClipping, NormsAndClippedSumEqualALoopOverSingleExamples) {
   const ClipCase& c = GetParam();
   auto be = MakeCpuBackend(1);
   const int batch = 10;
-  const Dataset d = RandomData(40, c.input, c.classes, 11);
+  Dataset d = RandomData(40, c.input, c.classes, 11);
+  if (c.ids > 0) {
+    Rng rng(12);
+    for (float& v : d.features) v = static_cast<float>(rng.NextU64() % c.ids);
+  }
   const bool onnx = c.model.find(".onnx") != std::string::npos;
   auto m = Build(onnx ? std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/onnx/" + c.model : c.model,
                  be.get(), c.input, c.classes, {16, 8});
@@ -149,8 +154,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ClipCase{"onnx_tabular_mlp", "tabular_mlp/model_eval.onnx", {20}, 3},
                       // ... Gemm under Softmax, Concat, Reshape, Transpose, ReduceMean ...
                       ClipCase{"onnx_opzoo", "opzoo/model_eval.onnx", {6}, 5},
-                      // ... and Conv (no rule yet: one example at a time), pooling, Gemm.
-                      ClipCase{"onnx_conv", "resnet_bn/model_eval.onnx", {28, 28, 1}, 10, false}),
+                      // ... Conv (grouped, strided, dilated), pooling, Gemm ...
+                      ClipCase{"onnx_conv", "resnet_bn/model_eval.onnx", {28, 28, 1}, 10},
+                      // ... and Gather with a trained embedding (no rule: one example at a time).
+                      ClipCase{"onnx_embedding", "embedding/model_eval.onnx", {4}, 2, false, 50}),
     [](const ::testing::TestParamInfo<ClipCase>& i) { return i.param.label; });
 
 TEST(PerExampleClippingRefusals, ClassWeightsAndBadClipAreRefused) {
