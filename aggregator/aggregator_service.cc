@@ -70,6 +70,9 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   s->options_.transport.deliver_heartbeats = true;  // see ZmqServerOptions
   s->register_limiter_ = PeerRateLimiter(s->options_.register_limit);
   s->reject_limiter_ = PeerRateLimiter(s->options_.reject_limit);
+  if (s->options_.progress && config.rounds.total_rounds > 0) {
+    s->progress_ = std::make_unique<RoundProgress>(config.rounds.total_rounds, s->options_.progress);
+  }
   s->options_.transport.heartbeat_interval_ms =
       static_cast<int>(std::min<uint64_t>(config.rounds.heartbeat_interval_ms, 86400000));
 
@@ -504,6 +507,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               if (prom_) prom_->RoundOpened(o.round, o.selected.size());
               spdlog::info("round {} attempt {} opened with {} node(s), model version {}", o.round,
                            o.attempt, o.selected.size(), o.model_version);
+              if (progress_) progress_->Opened(o.round, o.attempt, o.selected.size(), env_->NowSeconds());
               return Status::OK();
             },
             [&](RoundEngine::UpdateAccepted& a) -> Status {
@@ -525,6 +529,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               if (prom_) prom_->UpdateAccepted();
               spdlog::info("round {}: accepted update from {} ({} examples, loss {:.4f})",
                            a.round, a.node_id, a.num_examples, a.train_loss);
+              if (progress_) progress_->Accepted(env_->NowSeconds());
               return Status::OK();
             },
             [&](RoundEngine::UpdateRejected& r) -> Status {
@@ -600,6 +605,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                 }
                 spdlog::info("{}", text);
               }
+              if (progress_) progress_->Closed(c.round, m.wall_s, env_->NowSeconds());
               Status line = AppendMetricsLine(c, m);
               if (!line.ok()) spdlog::error("metrics line not written: {}", line.ToString());
               bytes_down_ = 0;
@@ -640,6 +646,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                 spdlog::info("cross-evaluation: every model scored at every site (held-out rows)\n{}", m);
               }
               finish_status_ = f.status;
+              if (progress_) progress_->Finished();
               if (f.status.ok() && !f.stopped_early.empty()) {
                 spdlog::warn("federation stopped after {} rounds: {}", f.rounds_completed,
                              f.stopped_early);

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "aggregator/peer_rate_limiter.h"
 #include "aggregator/aggregator_metrics.h"
 #include "aggregator/round_engine.h"
+#include "aggregator/round_progress.h"
 #include "telemetry/metrics_exporter.h"
 #include "core/backend.h"
 #include "core/data/dataset.h"
@@ -56,6 +58,9 @@ struct AggregatorServiceOptions {
   // messages are dropped unread until it is under the rate again (a rejection costs a
   // decode, a reply and a log line).
   PeerRateLimitOptions reject_limit{20.0, 2.0};
+  // Receives the live progress line (aggregator/round_progress.h) at every round event; ""
+  // erases it. Default: none (fedmesh-aggregator passes its terminal line).
+  std::function<void(const std::string&)> progress;
 };
 
 class AggregatorService {
@@ -122,6 +127,7 @@ class AggregatorService {
   AggregatorConfig config_;
   AggregatorServiceOptions options_;
   Env* env_ = nullptr;
+  std::unique_ptr<RoundProgress> progress_;  // when options_.progress is set
 
   std::unique_ptr<AggregatorStore> store_;
   std::unique_ptr<Backend> backend_;

@@ -5,6 +5,7 @@
 // state is in the store and a restart resumes it). SIGHUP re-reads the allowlist.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "core/env.h"
 #include "aggregator/aggregator_service.h"
 #include "aggregator/aggregator_config.h"
+#include "telemetry/terminal_progress.h"
 
 namespace {
 
@@ -53,9 +55,16 @@ void StartSignalThread() {
   }).detach();
 }
 
-void SetLogger(const std::string& id) {
-  auto logger = spdlog::stderr_color_mt("fedmesh-aggregator:" + id);
-  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [" + id + "] %v");
+// Log lines on stderr, above the live progress line when there is one.
+void SetLogger(const std::string& id, fedmesh::TerminalProgress* progress = nullptr) {
+  const std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [" + id + "] %v";
+  std::shared_ptr<spdlog::logger> logger;
+  if (progress != nullptr) {
+    logger = progress->MakeLogger("fedmesh-aggregator:" + id, pattern);
+  } else {
+    logger = spdlog::stderr_color_mt("fedmesh-aggregator:" + id);
+    logger->set_pattern(pattern);
+  }
   spdlog::set_default_logger(logger);
 }
 
@@ -86,6 +95,11 @@ int main(int argc, char** argv) {
   app.add_flag("--stats", stats,
                "Collect federated statistics before round 1 (= --set stats.enabled=true; "
                "docs/data.md)");
+  std::string progress_mode = "auto";
+  app.add_option("--progress", progress_mode,
+                 "Live progress line (round, updates in, ETA) under the logs: auto (when "
+                 "stderr is a terminal), always, never")
+      ->capture_default_str();
   bool cross_eval = false;
   app.add_flag("--cross-eval", cross_eval,
                "After the last round, score every shared local-only model at every site too "
@@ -99,16 +113,26 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  auto mode = fedmesh::ParseProgressMode(progress_mode);
+  if (!mode.ok()) {
+    spdlog::error("{}", mode.status().message());
+    return 2;
+  }
   auto config = fedmesh::LoadAggregatorConfig(config_path, overrides);
   if (!config.ok()) {
     spdlog::error("{}", config.status().message());
     return 2;
   }
   spdlog::drop_all();
-  SetLogger(config->rounds.aggregator_id);
+  static fedmesh::TerminalProgress progress(*mode, STDERR_FILENO);
+  SetLogger(config->rounds.aggregator_id, &progress);
 
   fedmesh::SystemEnv env(config->model_seed ^ 0x9e3779b97f4a7c15ULL);
-  auto service = fedmesh::AggregatorService::Create(*config, &env);
+  fedmesh::AggregatorServiceOptions service_options;
+  if (progress.enabled()) {
+    service_options.progress = [](const std::string& line) { progress.Set(line); };
+  }
+  auto service = fedmesh::AggregatorService::Create(*config, &env, std::move(service_options));
   if (!service.ok()) {
     spdlog::error("{}", service.status().ToString());
     return IsConfigError(service.status().code()) ? 2 : 1;

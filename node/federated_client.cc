@@ -288,6 +288,10 @@ void FederatedClient::Log(const std::string& line) const {
   if (log_) log_(line);
 }
 
+void FederatedClient::Progress(const std::string& line) const {
+  if (options_.progress) options_.progress(line);
+}
+
 const std::vector<float>& FederatedClient::residual() const { return carry_.feedback->residual(); }
 
 
@@ -409,6 +413,7 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
         Log("registered with the aggregator (heartbeat every " +
             std::to_string(ack->heartbeat_interval_ms) + " ms)");
       }
+      if (!registered) Progress("registered with the aggregator · waiting for a task");
       registered = true;
       attempt = 0;
       ++stats_.registrations;
@@ -692,6 +697,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   wire::FitTask effective = task;
   if (task.secagg) effective.update_codec = "none";
   const int64_t dp_steps_before = privacy_ ? privacy_->steps() : 0;
+  Progress(round + ": training on " + std::to_string(ctx.train->size()) + " examples · " +
+           std::to_string(stats_.rounds_served) + " round(s) trained so far");
   FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, effective, carry_));
   // What DP-SGD spent is durable before anything trained on this data leaves the site.
   if (privacy_ && privacy_->steps() != dp_steps_before) {
@@ -740,6 +747,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     }
   }
   ++stats_.rounds_served;
+  Progress(round + (task.secagg ? ": masked update under way" : ": update sent") + " · " +
+           std::to_string(stats_.rounds_served) + " round(s) trained · waiting for the next task");
   stats_.bytes_up_raw += bytes_raw;
   stats_.bytes_up += bytes_sent;
   const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -85,6 +85,9 @@ struct FederatedClientOptions {
   // Registered but nothing heard from the aggregator for this long: register again.
   // Default: 60,000 ms. 0 disables.
   int reregister_after_silence_ms = 60000;
+  // Receives the live progress line (telemetry/terminal_progress.h): registered, training a
+  // round, update sent and rounds trained. Default: none.
+  std::function<void(const std::string&)> progress;
 };
 
 // What Run has done, for tests and logs.
@@ -134,6 +137,7 @@ class FederatedClient {
                   std::function<void(const std::string&)> log);
 
   void Log(const std::string& line) const;
+  void Progress(const std::string& line) const;
   Status SendRegister();
   wire::Header OutHeader(uint64_t round);
   // Trains on `task` and sends the result. Invalid tasks are logged and refused (OK); only

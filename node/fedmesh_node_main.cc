@@ -10,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include "node/federated_client.h"
 #include "node/gossip_service.h"
 #include "node/local_training.h"
+#include "telemetry/terminal_progress.h"
 
 namespace {
 
@@ -75,14 +78,23 @@ int RunGossip(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
 
 // The federated mode: load the config, run the client (or the gossip service) until a
 // stop signal.
-int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides) {
+int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides,
+                 fedmesh::ProgressMode progress_mode) {
   auto config = fedmesh::LoadNodeConfig(config_path, overrides);
   if (!config.ok()) {
     spdlog::error("{}", config.status().message());
     return kExitBadInput;
   }
-  auto logger = spdlog::stdout_color_mt("fedmesh");
-  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + config->node_id + "] %v");
+  // Log lines on stdout, above the live progress line when there is one.
+  static fedmesh::TerminalProgress progress(progress_mode, STDOUT_FILENO);
+  const std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + config->node_id + "] %v";
+  std::shared_ptr<spdlog::logger> logger;
+  if (progress.enabled()) {
+    logger = progress.MakeLogger("fedmesh", pattern);
+  } else {
+    logger = spdlog::stdout_color_mt("fedmesh");
+    logger->set_pattern(pattern);
+  }
   spdlog::set_default_logger(logger);
   fedmesh::SystemEnv env(config->training.seed);
   std::signal(SIGINT, OnStopSignal);
@@ -90,6 +102,7 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
   if (config->gossip.enabled()) return RunGossip(*config, &env);
   fedmesh::FederatedClientOptions options;
   options.federation_id = config->federation_id;
+  if (progress.enabled()) options.progress = [](const std::string& line) { progress.Set(line); };
   auto client = fedmesh::FederatedClient::Create(*config, options, &env, [](const std::string& line) {
     spdlog::info("{}", line);
   });
@@ -125,6 +138,11 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   app.add_flag("--local-only", local_only, "Train on local data alone and evaluate (no network)");
+  std::string progress_text = "auto";
+  app.add_option("--progress", progress_text,
+                 "Federated mode: live progress line (round, training, rounds trained) under the "
+                 "logs: auto (when stdout is a terminal), always, never")
+      ->capture_default_str();
   app.add_option("--config", config_path, "Federated mode: the site's TOML config file");
   app.add_option("--set", overrides, "Override a config key, section.key=value (repeatable); with "
                  "--local-only only [privacy] keys (the others have flags)");
@@ -189,7 +207,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
 
-  if (!local_only && !config_path.empty()) return RunFederated(config_path, overrides);
+  auto progress_mode = fedmesh::ParseProgressMode(progress_text);
+  if (!progress_mode.ok()) {
+    std::fprintf(stderr, "%s\n", progress_mode.status().message().c_str());
+    return kExitBadInput;
+  }
+  if (!local_only && !config_path.empty()) return RunFederated(config_path, overrides, *progress_mode);
 
   auto logger = spdlog::stdout_color_mt("fedmesh");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + o.node_id + "] %v");

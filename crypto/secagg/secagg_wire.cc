@@ -113,7 +113,7 @@ Result<ForwardedShares> FromWire(const wire::SecAggForwardedShares& m) {
 }
 
 wire::SecAggMaskedInput ToWire(const MaskedInput& m) {
-  return {m.federation_id, m.round, m.client_id, wire::Uint32Payload(m.masked)};
+  return {m.federation_id, m.round, m.client_id, wire::Uint32Payload(m.masked), {}};
 }
 
 Result<MaskedInput> FromWire(const wire::SecAggMaskedInput& m) {

@@ -104,7 +104,7 @@ SecAggForwardedShares Forwarded(const std::string& recipient, size_t boxes) {
 }
 
 SecAggMaskedInput Masked(const std::string& client, std::vector<uint32_t> words) {
-  return {kFederation, kRound, client, Uint32Payload(words)};
+  return {kFederation, kRound, client, Uint32Payload(words), {}};
 }
 
 SecAggUnmaskRequest Request(size_t survivors, size_t dropped) {

@@ -140,7 +140,7 @@ class FederationTest : public ::testing::Test {
     std::vector<std::string> argv = {kBin + "fedmesh-aggregator", "--config", "aggregator.toml",
                                      "--set", "aggregator.listen=" + listen};
     for (const auto& s : sets) {
-      argv.push_back("--set");
+      if (s.rfind("--", 0) != 0) argv.push_back("--set");  // "--flag=value" goes as is
       argv.push_back(s);
     }
     ChildProcess* agg = Spawn(name, argv);
@@ -173,7 +173,7 @@ class FederationTest : public ::testing::Test {
                                      "--set",
                                      "train.threads=1"};
     for (const auto& s : sets) {
-      argv.push_back("--set");
+      if (s.rfind("--", 0) != 0) argv.push_back("--set");  // "--flag=value" goes as is
       argv.push_back(s);
     }
     return Spawn(n, argv, std::move(env));

@@ -209,5 +209,12 @@ TEST(FedmeshNodeCliDpSgd, BadPrivacySettingsExitTwoNamingTheKey) {
             std::string::npos) << r.output;
 }
 
+TEST(FedmeshNodeCli, BadProgressModeExitsTwo) {
+  auto r = RunNode("--config node.toml --progress sometimes");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--progress must be auto, always or never, not \"sometimes\""),
+            std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace fedmesh
