@@ -50,5 +50,16 @@ TEST_F(FederationTest, ProgressLinesOnRequestAndPlainLogsOtherwise) {
   EXPECT_EQ(s2.find('\r'), std::string::npos) << s2;
 }
 
+TEST_F(FederationTest, BadProgressModeStopsTheAggregatorWithExitTwo) {
+  ChildProcess* agg = Spawn("aggregator", {kBin + "fedmesh-aggregator", "--config", "aggregator.toml",
+                                           "--progress", "sometimes"});
+  ASSERT_NE(agg, nullptr);
+  const auto rc = agg->WaitExit(seconds(60));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 2);
+  EXPECT_NE(agg->Log().find("--progress must be auto, always or never, not \"sometimes\""),
+            std::string::npos) << agg->Log();
+}
+
 }  // namespace
 }  // namespace fedmesh
