@@ -1,7 +1,8 @@
 // Model::ForwardBackwardClipped: DP-SGD's per-example clipping (core/model.h). Layer models
 // get each example's gradient norm without a per-example gradient where the layer allows
 // (Dense) and from one batched pass of per-example gradients where it does not (Conv2d);
-// graph models run their examples one at a time.
+// graph models use GraphModel::ClippedBackward's rules per op where every parameterised
+// node has one, and run their examples one at a time otherwise.
 #include <cblas.h>
 
 #include <algorithm>
