@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "config/config_loader.h"
+#include "telemetry/host_port.h"
 #include "config/loss_config.h"
 #include "aggregator/strategy_config.h"
 
@@ -43,6 +44,26 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "rejections, bytes, durations, DP epsilon, process); e.g. 127.0.0.1:9464, "
                   "port 0 = any free one (logged). Empty = none. It has no authentication: "
                   "bind it to loopback or a monitoring network"),
+        StringKey("admin", "listen", "",
+                  "ZeroMQ endpoint of the admin channel (fedmesh-admin; CurveZMQ with the "
+                  "aggregator's key, admitting only the keys in [admin] admins and observers); "
+                  "e.g. tcp://127.0.0.1:5556. Empty = no admin channel (docs/operations.md)"),
+        StringKey("admin", "admins", "admins",
+                  "Directory of admin public keys: may pause, resume, abort and kick as well "
+                  "as read")
+            .Path(),
+        StringKey("admin", "observers", "observers",
+                  "Directory of observer public keys: may only read (status, sites, rounds, "
+                  "log, export); a missing directory = none")
+            .Path(),
+        StringKey("status_page", "listen", "",
+                  "HOST:PORT of the read-only status page (round progress, accuracy chart, "
+                  "sites, model downloads); port 0 = any free one (logged). Empty = none. "
+                  "Off loopback it needs [status_page] token_file"),
+        StringKey("status_page", "token_file", "",
+                  "File holding the access token the page then requires (?token= or "
+                  "Authorization: Bearer); required when listen is not a loopback address")
+            .Path(),
         IntKey("aggregator", "max_pending_upload_mb", 0,
                "MiB that all nodes' partial uploads may hold together (a header frame that "
                "does not fit is refused); 0: (clients_per_round + 2) x the largest update the "
@@ -216,6 +237,19 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.db_path = v.GetString("aggregator", "db");
   c.metrics_path = v.GetString("aggregator", "metrics");
   c.metrics_listen = v.GetString("metrics", "listen");
+  c.admin_listen = v.GetString("admin", "listen");
+  c.admin_dir = v.GetString("admin", "admins");
+  c.observer_dir = v.GetString("admin", "observers");
+  c.status_listen = v.GetString("status_page", "listen");
+  c.status_token_file = v.GetString("status_page", "token_file");
+  if (!c.status_listen.empty() && !IsLoopbackHostPort(c.status_listen) &&
+      c.status_token_file.empty()) {
+    return AttributeToKey(
+        Status::InvalidArgument("the status page at " + c.status_listen +
+                                " is not on a loopback address: set [status_page] token_file "
+                                "to a file holding its access token"),
+        v, {{"", "status_page", "listen"}});
+  }
   c.keep_models = static_cast<uint64_t>(v.GetInt("storage", "keep_models"));
 
   RoundEngineOptions& r = c.rounds;

@@ -30,6 +30,13 @@ struct AggregatorConfig {
   // [metrics] listen: HOST:PORT of the Prometheus endpoint (aggregator/aggregator_metrics.h);
   // empty (the default) = none.
   std::string metrics_listen;
+  // [admin]: the admin channel's endpoint (empty = none) and its key directories.
+  std::string admin_listen;
+  std::string admin_dir;
+  std::string observer_dir;
+  // [status_page]: HOST:PORT of the status page (empty = none) and its token file.
+  std::string status_listen;
+  std::string status_token_file;
   // Bytes all nodes' partial uploads may hold together; 0 = (clients_per_round + 2) x the
   // largest update the model allows (aggregator/upload_limits.h).
   uint64_t max_pending_upload_bytes = 0;

@@ -141,6 +141,13 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
 
   FM_ASSIGN_OR_RETURN(s->store_, AggregatorStore::Open(config.db_path));
+  // fedmesh-admin abort is final for this store: a restart (systemd's, an operator's) must
+  // not quietly carry on.
+  FM_ASSIGN_OR_RETURN(std::optional<std::string> aborted, s->store_->Control("aborted"));
+  if (aborted) {
+    return Status::FailedPrecondition("the federation in " + config.db_path + " was aborted " +
+                                      *aborted + "; start another with a new [aggregator] db");
+  }
   {
     FM_ASSIGN_OR_RETURN(std::optional<StoredGraph> stored, s->store_->ModelGraph());
     // A built-in model is remembered by its spec, so fedmesh-model can export it as ONNX.
@@ -194,7 +201,10 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
     spdlog::info("Prometheus metrics on {}", s->exporter_->url());
   }
 
+  FM_RETURN_IF_ERROR(s->StartOperations(identity));
+
   if (!s->finished_) FM_RETURN_IF_ERROR(s->Handle(s->engine_->Start()));
+  s->PublishStatus(true);
   return s;
 }
 
@@ -308,6 +318,7 @@ Status AggregatorService::InitEngine() {
 }
 
 void AggregatorService::SetAllowlist(const std::vector<PublicIdentity>& allowlist) {
+  allowlist_ = allowlist;
   name_of_key_.clear();
   identity_of_key_.clear();
   for (const PublicIdentity& p : allowlist) {
@@ -327,6 +338,10 @@ Status AggregatorService::ReloadAllowlist() {
   const std::map<std::string, std::string> before = name_of_key_;
   server_->Reload(allowlist);
   SetAllowlist(allowlist);
+  if (!kicked_.empty()) {
+    spdlog::info("the reload re-admits the kicked site(s) still enrolled");
+    kicked_.clear();
+  }
   spdlog::info("allowlist reloaded from {}: {} enrolled sites", config_.allow_dir,
                allowlist.size());
   // Revocation takes effect now, not at the next handshake: the connection is closed, the
@@ -364,6 +379,9 @@ EvalResult AggregatorService::Evaluate(std::span<const float> global) {
 
 Result<bool> AggregatorService::Step(int max_wait_ms) {
   if (finished_) return true;
+  FM_RETURN_IF_ERROR(PollAdmin());
+  PublishStatus(false);
+  if (finished_) return true;  // aborted
   const double now = env_->NowSeconds();
   if (!timers_.empty() && *timers_.begin() <= now) {
     timers_.erase(timers_.begin(), timers_.upper_bound(now));
@@ -404,10 +422,11 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
       Overloaded{
           [&](Received& r) -> Status {
             auto name = SiteOfKey(r.peer);
-            if (!name) {
+            if (!name || kicked_.contains(*name)) {
               spdlog::warn("message from key {} that is no longer enrolled: ignored", r.peer);
               return Status::OK();
             }
+            activity_[*name].last_seen_unix = static_cast<double>(WallNowMs()) / 1000.0;
             const double now = env_->NowSeconds();
             const bool is_register = std::holds_alternative<wire::Register>(r.message.body);
             if (!reject_limiter_.HasToken(*name, now) ||
@@ -527,6 +546,10 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
                              engine_->weight_violations());
               }
               if (prom_) prom_->UpdateAccepted();
+              SiteActivity& act = activity_[a.node_id];
+              act.last_round = a.round;
+              act.last_examples = a.num_examples;
+              ++act.updates;
               spdlog::info("round {}: accepted update from {} ({} examples, loss {:.4f})",
                            a.round, a.node_id, a.num_examples, a.train_loss);
               if (progress_) progress_->Accepted(env_->NowSeconds());
@@ -568,6 +591,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               Status st = store_->CloseRound(c.round, c.model_version, c.global, m, c.strategy_state);
               if (!st.ok()) return st.WithContext("persisting round " + std::to_string(c.round));
               open_round_.reset();
+              rounds_.push_back({m, c.metrics.train_loss});
               if (prom_) {
                 uint64_t bytes = 0;
                 for (const char* suffix : {"", "-wal"}) {
@@ -642,10 +666,16 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
             },
             [&](RoundEngine::Finished& f) -> Status {
               finished_ = true;
+              if (!f.stopped_early.empty()) {
+                control_message_ = f.stopped_early;
+              } else if (!f.status.ok()) {
+                control_message_ = f.status.message();
+              }
               if (const std::string m = CrossEvalTable(cross_reports_); cross_reports_.size() > 1) {
                 spdlog::info("cross-evaluation: every model scored at every site (held-out rows)\n{}", m);
               }
               finish_status_ = f.status;
+              PublishStatus(true);
               if (progress_) progress_->Finished();
               if (f.status.ok() && !f.stopped_early.empty()) {
                 spdlog::warn("federation stopped after {} rounds: {}", f.rounds_completed,

@@ -26,6 +26,9 @@
 #include "aggregator/aggregator_metrics.h"
 #include "aggregator/round_engine.h"
 #include "aggregator/round_progress.h"
+#include "aggregator/federation_status.h"
+#include "aggregator/status_page.h"
+#include "transport/zmq/admin_server.h"
 #include "telemetry/metrics_exporter.h"
 #include "core/backend.h"
 #include "core/data/dataset.h"
@@ -108,6 +111,12 @@ class AggregatorService {
   const MetricsExporter* metrics_exporter() const { return exporter_.get(); }
   // Site name of an allowlisted key (Z85), or nullopt.
   std::optional<std::string> SiteOfKey(const std::string& key_z85) const;
+  // The admin channel's endpoint with its real port ([admin] listen); "" when off.
+  const std::string& admin_endpoint() const { return admin_endpoint_; }
+  // The status page ([status_page] listen), or null when off.
+  const StatusPage* status_page() const { return status_page_.get(); }
+  // The view fedmesh-admin and the status page show, as of now.
+  FederationStatus BuildStatus() const;
 
  private:
   AggregatorService() = default;
@@ -122,6 +131,21 @@ class AggregatorService {
   // metrics lines.
   Status RecordFederatedEval(const FederatedEvalReport& report);
   void SetAllowlist(const std::vector<PublicIdentity>& allowlist);
+
+  // ---- operations (aggregator/aggregator_service_admin.cc)
+  // Restores the store's control state (an aborted federation refuses to start: a new
+  // [aggregator] db starts another; a paused one stays paused), opens the admin channel and
+  // the status page when configured.
+  Status StartOperations(const Identity& identity);
+  // Answers the admin requests waiting (at most a few per call), without blocking.
+  Status PollAdmin();
+  // Runs one admin request and records it (log line and store) with who sent it.
+  Status HandleAdmin(const AdminRequest& request);
+  // Closes `site`'s connection and refuses its key until the allowlist is reloaded (SIGHUP)
+  // or the aggregator restarts; the open round stops waiting for it.
+  Status Kick(const std::string& site);
+  // Publishes BuildStatus() on board_, at most every 200 ms unless `force`.
+  void PublishStatus(bool force);
   EvalResult Evaluate(std::span<const float> global);
 
   AggregatorConfig config_;
@@ -158,6 +182,23 @@ class AggregatorService {
   std::map<std::string, UpdateSignatureRecord> verified_;
   uint64_t bad_signatures_ = 0;
   std::map<std::string, std::string> key_of_name_;  // site name -> Z85 key last heard from
+  std::vector<PublicIdentity> allowlist_;            // as last read
+  // Operations: the admin channel, the status page and what they show.
+  std::unique_ptr<AdminServer> admin_;
+  std::string admin_endpoint_;
+  StatusBoard board_;
+  std::unique_ptr<StatusPage> status_page_;
+  struct SiteActivity {
+    double last_seen_unix = 0;
+    uint64_t last_round = 0;
+    uint64_t last_examples = 0;
+    uint64_t updates = 0;
+  };
+  std::map<std::string, SiteActivity> activity_;  // by site name
+  std::vector<RoundRow> rounds_;                  // every closed round, by round
+  std::set<std::string> kicked_;                  // site names, until the next reload
+  std::string control_message_;                   // who paused, or why it finished
+  double next_publish_s_ = 0;                     // Env seconds
 
   PeerRateLimiter register_limiter_, reject_limiter_;
   uint64_t throttled_ = 0;  // messages dropped by either limiter

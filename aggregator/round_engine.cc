@@ -586,6 +586,10 @@ void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCa
 
 void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   if (pending_finish_) return;  // the last round closed; only its evaluation is open
+  if (paused_) {
+    phase_ = Phase::kWaitingForNodes;
+    return;
+  }
   const int needed = std::max(options_.min_clients, options_.min_available_clients);
   // Counted first: listing a million registered nodes at every registration would be
   // quadratic while the engine waits for them.
@@ -825,6 +829,34 @@ void RoundEngine::RetryOrGiveUp(std::vector<Output>& out, std::string why) {
   accepted_.clear();
   fit_task_.reset();
   TryOpenRound(out);
+}
+
+std::vector<RoundEngine::Output> RoundEngine::Pause() {
+  paused_ = phase_ != Phase::kFinished;
+  return {};
+}
+
+std::vector<RoundEngine::Output> RoundEngine::Resume() {
+  std::vector<Output> out;
+  if (!paused_) return out;
+  paused_ = false;
+  if (started_ && phase_ == Phase::kWaitingForNodes) TryOpenRound(out);
+  return out;
+}
+
+std::vector<RoundEngine::Output> RoundEngine::Abort(const std::string& reason) {
+  std::vector<Output> out;
+  if (phase_ == Phase::kFinished) return out;
+  // Everything in flight is dropped: Finish must not wait for an evaluation to close.
+  eval_.reset();
+  cross_queue_.clear();
+  stats_.reset();
+  stats_secagg_.reset();
+  secagg_.reset();
+  pending_finish_.reset();
+  paused_ = false;
+  Finish(Status::OK(), out, "aborted: " + reason);
+  return out;
 }
 
 void RoundEngine::Finish(Status status, std::vector<Output>& out, std::string stopped_early) {

@@ -391,10 +391,21 @@ class RoundEngine {
   // dropout, recovered by the protocol at the stage deadline.
   std::vector<Output> OnRevoke(const std::string& node_id);
 
+  // Admin control (aggregator/admin_server.h). Pause: no new round opens; one already open
+  // runs to its close (or its retry), evaluations and statistics go on. Resume: rounds open
+  // again, at once when enough nodes are connected. Abort: the federation ends now; the
+  // open round's updates are dropped and Finished reports OK with stopped_early "aborted: "
+  // + reason. Each is a no-op on a finished engine; Pause may come before Start (a
+  // restored pause).
+  std::vector<Output> Pause();
+  std::vector<Output> Resume();
+  std::vector<Output> Abort(const std::string& reason);
+
   // ---- Observers ---------------------------------------------------------------------------
 
   enum class Phase { kWaitingForNodes, kRoundOpen, kFinished };
   Phase phase() const { return phase_; }
+  bool paused() const { return paused_; }
   uint64_t round() const { return round_; }      // the current (or last) round, 1-based
   uint32_t attempt() const { return attempt_; }  // of the current round; 0 before its first
   uint64_t model_version() const { return model_version_; }
@@ -502,6 +513,7 @@ class RoundEngine {
   std::vector<float> global_;
 
   bool started_ = false;
+  bool paused_ = false;  // Pause(): no new round opens
   Phase phase_ = Phase::kWaitingForNodes;
   uint64_t round_ = 1;
   uint32_t attempt_ = 0;

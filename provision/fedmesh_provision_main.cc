@@ -73,8 +73,10 @@ int main(int argc, char** argv) {
   }
   if (out.empty()) return Fail(fedmesh::Status::InvalidArgument("--out: name the folder for the kits"));
   if (fedmesh::Status s = fedmesh::WriteKits(*project, out); !s.ok()) return Fail(s);
-  std::printf("%zu kit(s) in %s: %s", project->sites.size() + 1, out.c_str(), project->aggregator_name.c_str());
+  std::printf("%zu kit(s) in %s: %s", project->sites.size() + project->admins.size() + 1, out.c_str(),
+              project->aggregator_name.c_str());
   for (const auto& site : project->sites) std::printf(", %s", site.name.c_str());
+  for (const auto& admin : project->admins) std::printf(", %s (%s)", admin.name.c_str(), admin.role.c_str());
   std::printf("\nEach kit's README.md says how to start it.\n");
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "aggregator/aggregator_config.h"
+#include "config/admin_kit_config.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
 #include "node/node_config.h"
@@ -154,6 +155,36 @@ Status WriteSiteKit(const ProjectConfig& p, const fs::path& kits, const std::str
                               "a secure aggregation round with (read at start).\n"));
 }
 
+// An admin kit: its key pair, the aggregator's public key, admin.toml and a README.
+Status WriteAdminKit(const ProjectConfig& p, const fs::path& kits, const ProjectAdmin& admin,
+                     const Identity& identity) {
+  const fs::path dir = kits / admin.name;
+  FM_RETURN_IF_ERROR(MakeDir(dir, fs::perms::owner_all));
+  FM_RETURN_IF_ERROR(WriteIdentity((dir / admin.name).string(), identity));
+  fs::copy_file(kits / p.aggregator_name / (p.aggregator_name + ".pub"), dir / "aggregator.pub");
+  toml::table root{{"admin", toml::table{{"name", admin.name},
+                                         {"key", admin.name + ".key"},
+                                         {"endpoint", p.admin_address},
+                                         {"server_key", "aggregator.pub"}}}};
+  FM_RETURN_IF_ERROR(WriteText(dir / "admin.toml",
+                               "# " + admin.role + " " + admin.name + " of federation " + p.federation_id +
+                                   ": made by fedmesh-provision. fedmesh-admin --kit reads it.\n" + Toml(root)));
+  if (auto c = LoadAdminKitConfig((dir / "admin.toml").string()); !c.ok())
+    return c.status().WithContext("the admin kit made for " + admin.name);
+  const std::string may = admin.role == "admin"
+                              ? "It may read (status, sites, rounds, log, export) and change (pause, resume, "
+                                "abort, kick SITE)."
+                              : "It is an observer: it may read (status, sites, rounds, log, export) but not "
+                                "pause, resume, abort or kick.";
+  return WriteText(dir / "README.md",
+                   "# " + admin.name + ": " + admin.role + " of federation `" + p.federation_id + "`\n\n"
+                   "Made by `fedmesh-provision` from `" + fs::path(p.path).filename().string() + "`. " + may +
+                   "\n\nFrom this folder:\n\n```sh\nfedmesh-admin --kit . status\n```\n\n"
+                   "It dials the aggregator's admin channel at `" + p.admin_address + "` (CurveZMQ, checking "
+                   "`aggregator.pub`). `" + admin.name + ".key` (mode 0600) is this admin's secret key; "
+                   "the aggregator logs every action with the name `" + admin.name + "`.\n");
+}
+
 }  // namespace
 
 Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
@@ -162,6 +193,8 @@ Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
   if (fs::exists(dir)) return Status::AlreadyExists("kit " + dir.string() + " exists; kits are never overwritten");
   for (const ProjectSite& s : p.sites)
     if (fs::exists(kits / s.name)) return Status::AlreadyExists("kit " + (kits / s.name).string() + " exists");
+  for (const ProjectAdmin& a : p.admins)
+    if (fs::exists(kits / a.name)) return Status::AlreadyExists("kit " + (kits / a.name).string() + " exists");
   FM_RETURN_IF_ERROR(MakeDir(kits, kPublicDir));
   FM_RETURN_IF_ERROR(MakeDir(dir, fs::perms::owner_all));
   FM_ASSIGN_OR_RETURN(Identity agg, Identity::Generate(p.aggregator_name));
@@ -189,6 +222,23 @@ Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
                                  {"db", "state/aggregator.db"},
                                  {"metrics", "state/aggregator-metrics.jsonl"}}},
   };
+  // Admin keys live apart from site keys: their own folders, their own socket.
+  std::vector<Identity> admin_ids;
+  if (!p.admin_address.empty()) {
+    FM_RETURN_IF_ERROR(MakeDir(dir / "admins", kPublicDir));
+    FM_RETURN_IF_ERROR(MakeDir(dir / "observers", kPublicDir));
+    root.insert_or_assign("admin", toml::table{{"listen", p.admin_listen},
+                                               {"admins", "admins"},
+                                               {"observers", "observers"}});
+    for (const ProjectAdmin& a : p.admins) {
+      FM_ASSIGN_OR_RETURN(Identity id, Identity::Generate(a.name));
+      FM_RETURN_IF_ERROR(WriteIdentity((staging / a.name).string(), id));
+      fs::remove(staging / (a.name + ".key"));
+      fs::copy_file(staging / (a.name + ".pub"),
+                    dir / (a.role == "admin" ? "admins" : "observers") / (a.name + ".pub"));
+      admin_ids.push_back(std::move(id));
+    }
+  }
   Merge(root, p.aggregator_config);
   FM_RETURN_IF_ERROR(WriteText(dir / "aggregator.toml",
                                "# Aggregator of federation " + p.federation_id + ": made by fedmesh-provision from " +
@@ -212,6 +262,9 @@ Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
   for (size_t i = 0; i < p.sites.size(); ++i) {
     FM_RETURN_IF_ERROR(WriteSiteKit(p, kits, p.sites[i].name, p.sites[i].organisation, p.sites[i].config, pubs,
                                     &ids[i], {}));
+  }
+  for (size_t i = 0; i < p.admins.size(); ++i) {
+    FM_RETURN_IF_ERROR(WriteAdminKit(p, kits, p.admins[i], admin_ids[i]));
   }
   std::error_code ec;
   fs::remove_all(staging, ec);

@@ -53,9 +53,10 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
   p.path = path;
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "federation" && key != "aggregator" && key != "site" && key != "site_defaults" && key != "kits")
+    if (key != "federation" && key != "aggregator" && key != "site" && key != "site_defaults" && key != "kits" &&
+        key != "admin")
       return Status::InvalidArgument(Where(path, v.source(), "[" + key + "]") +
-                                     ": unknown section (federation, aggregator, site_defaults, site, kits)");
+                                     ": unknown section (federation, aggregator, site_defaults, site, admin, kits)");
   }
   const toml::table empty;
   const toml::table* fed = root["federation"].as_table();
@@ -97,6 +98,40 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
       p.sites.push_back(std::move(site));
     }
   }
+  FM_ASSIGN_OR_RETURN(p.admin_address, String(*agg, path, "aggregator", "admin_address", false, ""));
+  FM_ASSIGN_OR_RETURN(p.admin_listen, String(*agg, path, "aggregator", "admin_listen", false, p.admin_address));
+  if (const toml::node* a = root.get("admin")) {
+    const toml::array* admins = a->as_array();
+    if (admins == nullptr) return Status::InvalidArgument(Where(path, a->source(), "[[admin]]") + " must be an array of tables");
+    for (const toml::node& n : *admins) {
+      const toml::table* t = n.as_table();
+      if (t == nullptr) return Status::InvalidArgument(Where(path, n.source(), "[[admin]]") + " must be a table");
+      for (const auto& [k, v] : *t) {
+        if (k.str() != "name" && k.str() != "role")
+          return Status::InvalidArgument(Where(path, v.source(), "[[admin]] " + std::string(k.str())) +
+                                         ": unknown key (name, role)");
+      }
+      ProjectAdmin admin;
+      FM_ASSIGN_OR_RETURN(admin.name, String(*t, path, "admin", "name", true));
+      if (Status v = ValidateSiteName(admin.name); !v.ok())
+        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[admin]] name") + ": " + v.message());
+      if (!names.insert(admin.name).second)
+        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[admin]] name") + " \"" + admin.name +
+                                       "\" is used twice (site, admin and aggregator names share one space)");
+      FM_ASSIGN_OR_RETURN(admin.role, String(*t, path, "admin", "role", false, "admin"));
+      if (admin.role != "admin" && admin.role != "observer")
+        return Status::InvalidArgument(Where(path, t->get("role")->source(), "[[admin]] role") + " is \"" +
+                                       admin.role + "\"; it must be \"admin\" or \"observer\"");
+      p.admins.push_back(std::move(admin));
+    }
+    if (!p.admins.empty() && p.admin_address.empty())
+      return Status::InvalidArgument(path + ": [aggregator] admin_address (tcp://HOST:PORT, what admins dial) is "
+                                            "required with [[admin]] entries");
+  }
+  if (!p.admin_address.empty() &&
+      (p.admin_address.rfind("tcp://", 0) != 0 || p.admin_address.find(':', 6) == std::string::npos))
+    return Status::InvalidArgument(Where(path, agg->get("admin_address")->source(), "[aggregator] admin_address") +
+                                   " is \"" + p.admin_address + "\"; it must be tcp://HOST:PORT");
   (void)empty;
   return p;
 }

@@ -20,6 +20,12 @@ struct ProjectSite {
   toml::table config;        // [site.config]: this site's own keys (e.g. [data])
 };
 
+// An [[admin]]: a person or tool that may use fedmesh-admin on the aggregator.
+struct ProjectAdmin {
+  std::string name;            // id rules; its key's name, logged with every action
+  std::string role = "admin";  // "admin" (may change) or "observer" (may only read)
+};
+
 struct ProjectConfig {
   std::string path;           // the project file
   std::string federation_id;  // [federation] id
@@ -29,6 +35,12 @@ struct ProjectConfig {
   toml::table aggregator_config;  // [aggregator.config]: copied into aggregator.toml
   toml::table site_defaults;      // [site_defaults.config]: into every site.toml
   std::vector<ProjectSite> sites;
+  // [aggregator] admin_address: the admin endpoint admins dial (tcp://HOST:PORT); and
+  // admin_listen: what the aggregator binds for it (default: admin_address). Required with
+  // [[admin]] entries.
+  std::string admin_address;
+  std::string admin_listen;
+  std::vector<ProjectAdmin> admins;
   // Where the kits' systemd units find the binaries (default /usr/bin).
   std::string bin_dir = "/usr/bin";
 };

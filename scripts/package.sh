@@ -9,7 +9,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FEDMESH_PKG_BUILD_DIR:-$root/build-pkg}
 "$root/scripts/setup.sh"
 FEDMESH_BUILD_DIR=$build \
-  FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys fedmesh-provision fedmesh-model fedmesh-sim" \
+  FEDMESH_TARGETS="fedmesh-node fedmesh-aggregator fedmesh-keys fedmesh-provision fedmesh-admin fedmesh-model fedmesh-sim" \
   "$root/scripts/build.sh" -DFEDMESH_CUDA=OFF -DFEDMESH_BUILD_TESTS=OFF -DFEDMESH_BUILD_BENCH=OFF
 rm -f "$build"/fedmesh-*.deb
 (cd "$build" && cpack -G DEB >/dev/null)

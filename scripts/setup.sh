@@ -10,7 +10,7 @@ PACKAGES=(
   # libraries the product links
   libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libcli11-dev libspdlog-dev libtomlplusplus-dev
-  libonnx-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev
+  libonnx-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # the external trainer's tests: the python/ package (pytest, a venv install) and the
@@ -18,6 +18,8 @@ PACKAGES=(
   python3-numpy python3-pytest python3-venv python3-setuptools python3-torch python3-onnx
   # a second parser of the Prometheus endpoints (tests only)
   python3-prometheus-client
+  # headless screenshots of the aggregator's status page (tests only)
+  chromium
   # demo: data and plots
   dataset-fashion-mnist gnuplot-nox
 )

@@ -132,6 +132,23 @@ CREATE TABLE update_signatures (
 );
 CREATE INDEX update_signatures_round ON update_signatures (round, node);
 )sql",
+      // v8: admin control (aggregator/admin_server.h): every admin action with who did it,
+      // and the federation's control state (paused, aborted) that a restart must keep.
+      R"sql(
+CREATE TABLE admin_log (
+  id       INTEGER PRIMARY KEY,
+  time     REAL NOT NULL,
+  admin    TEXT NOT NULL,
+  role     TEXT NOT NULL,
+  action   TEXT NOT NULL,
+  argument TEXT NOT NULL,
+  result   TEXT NOT NULL
+);
+CREATE TABLE control (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+)sql",
   };
   return kSteps;
 }

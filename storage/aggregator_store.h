@@ -85,6 +85,16 @@ struct NodeRecord {
   double last_seen = 0;
 };
 
+// One admin action (aggregator/admin_server.h), as the admin_log table keeps it.
+struct AdminActionRecord {
+  double time = 0;        // Unix seconds
+  std::string admin;      // the admin key's name
+  std::string role;       // "admin" or "observer"
+  std::string action;     // "pause", "kick", ...
+  std::string argument;   // e.g. the kicked site; may be empty
+  std::string result;     // "ok" or the refusal
+};
+
 // StoredGraph::sha256 of a built-in model, whose `onnx` holds its spec as text
 // (core/builtin_graph.h SpecToText) rather than ONNX bytes.
 inline constexpr char kBuiltinModelGraph[] = "builtin";
@@ -205,6 +215,16 @@ class AggregatorStore {
 
   // ---- metrics of every closed round, ordered by round.
   Result<std::vector<RoundMetrics>> Metrics();
+
+  // ---- admin control (storage/aggregator_store_admin.cc).
+  // Appends one admin action: who (the admin key's name and role), what, and its result.
+  Status RecordAdminAction(const AdminActionRecord& action);
+  // The latest `limit` actions, oldest first.
+  Result<std::vector<AdminActionRecord>> AdminActions(size_t limit);
+  // The federation's control state: `key` -> `value` ("" erases it). Keys in use:
+  // "paused" and "aborted" (value: who and why).
+  Status SetControl(const std::string& key, const std::string& value);
+  Result<std::optional<std::string>> Control(const std::string& key);
 
   const std::string& path() const { return db_->path(); }
 

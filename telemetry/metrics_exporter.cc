@@ -1,5 +1,7 @@
 #include "telemetry/metrics_exporter.h"
 
+#include "telemetry/host_port.h"
+
 #include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -83,14 +85,9 @@ class ProcessCollector : public prometheus::Collectable {
 };
 
 Result<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size() ||
-      listen.find_first_not_of("0123456789", colon + 1) != std::string::npos || listen.size() - colon > 6) {
-    return Status::InvalidArgument("[metrics] listen \"" + listen + "\" is not HOST:PORT, e.g. 127.0.0.1:9464");
-  }
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const std::string port = listen.substr(colon + 1);
+  FM_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(listen, "[metrics] listen"));
+  const std::string& host = hp.host;
+  const std::string port = std::to_string(hp.port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -123,7 +120,8 @@ Result<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const std::strin
   }
   e->registry_ = std::make_shared<prometheus::Registry>();
   e->process_ = std::make_shared<ProcessCollector>();
-  e->url_ = "http://" + listen.substr(0, colon) + ":" + std::to_string(e->port_) + "/metrics";
+  e->url_ = "http://" + listen.substr(0, listen.rfind(':')) + ":" + std::to_string(e->port_) +
+            "/metrics";
   e->thread_ = std::thread([p = e.get()] { p->Serve(); });
   return e;
 }

@@ -88,6 +88,30 @@ TEST(ConfigAggregator, ValidatorErrorsNameTheKey) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing required key [federation] id"));
 }
 
+// [status_page] off loopback needs a token file; [admin] keys are paths beside the config.
+TEST(ConfigAggregator, StatusPageOffLoopbackNeedsAToken) {
+  TempDir dir;
+  std::string path = dir.Write("agg.toml", "[federation]\nid = \"f\"\n[status_page]\nlisten = \"0.0.0.0:8080\"\n"
+                                           "[admin]\nlisten = \"tcp://127.0.0.1:5556\"\n");
+  auto bad = LoadAggregatorConfig(path, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr(path + ":4:10: [status_page] listen: the status page at 0.0.0.0:8080 "
+                                                "is not on a loopback address: set [status_page] token_file"));
+  auto ok = LoadAggregatorConfig(path, {"status_page.token_file=token"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->status_listen, "0.0.0.0:8080");
+  for (const char* loopback : {"127.0.0.1:0", "localhost:8080", "[::1]:8080"}) {
+    auto local = LoadAggregatorConfig(path, {std::string("status_page.listen=") + loopback});
+    EXPECT_TRUE(local.ok()) << loopback << ": " << local.status().ToString();
+  }
+  EXPECT_EQ(ok->admin_listen, "tcp://127.0.0.1:5556");
+  EXPECT_EQ(ok->admin_dir, (fs::path(path).parent_path() / "admins").string());
+  auto typo = LoadAggregatorConfig(path, {"admin.admin=x"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.status().message(), HasSubstr("admin"));
+}
+
 // [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape
 // names the key.
 // Issue 19's aggregator keys refuse what cannot work, naming the key: federated

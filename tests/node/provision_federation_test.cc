@@ -1,10 +1,15 @@
-// Issue 23 item 1, with real processes: fedmesh-provision makes kits for an aggregator and
-// three sites from one project file; each kit is started with the command its README
-// gives, from its own folder; the federation trains. Mid-run `fedmesh-provision add-site`
-// makes a fourth kit, the aggregator's SIGHUP admits it without a restart, and the later
-// rounds aggregate four sites. The kits' systemd units pass `systemd-analyze verify`.
+// Issue 23 items 1, 2 and 4, with real processes: fedmesh-provision makes kits for an
+// aggregator, three sites and two admins (one an observer) from one project file; each kit
+// is started with the command its README gives, from its own folder; the federation
+// trains. Mid-run `fedmesh-provision add-site` makes a fourth kit, the aggregator's SIGHUP
+// admits it without a restart, and the later rounds aggregate four sites. Then
+// fedmesh-admin: the observer cannot pause, an unknown key is refused, the admin pauses
+// (no round opens), resumes (rounds go on) and aborts (the aggregator exits 0 and will not
+// restart on that store). Headless Chromium loads the status page and saves a screenshot.
+// The kits' systemd units pass `systemd-analyze verify`.
 #include <csignal>
 #include <regex>
+#include <thread>
 
 #include "tests/node/federation_fixture.h"
 
@@ -40,10 +45,13 @@ std::vector<std::string> ReadmeCommand(const fs::path& kit) {
 
 class ProvisionFederationTest : public FederationTest {};
 
-TEST_F(ProvisionFederationTest, KitsRunAFederationAndAddSiteIsAdmittedOnSighup) {
+TEST_F(ProvisionFederationTest, KitsRunAFederationAdminsControlItAndTheStatusPageShowsIt) {
   const int port = FreePort();
+  const int admin_port = FreePort();
   std::ofstream(dir_ / "project.toml") << "[federation]\nid = \"kits-demo\"\n\n"
-      "[aggregator]\naddress = \"tcp://127.0.0.1:" << port << "\"\n\n"
+      "[aggregator]\naddress = \"tcp://127.0.0.1:" << port << "\"\n"
+      "admin_address = \"tcp://127.0.0.1:" << admin_port << "\"\n\n"
+      "[aggregator.config.status_page]\nlisten = \"127.0.0.1:0\"\n\n"
       "[aggregator.config.rounds]\ntotal = 200\nclients_per_round = 4\nmin_clients = 3\n"
       "min_available_clients = 3\ntimeout_s = 120.0\n\n"
       "[aggregator.config.model]\nname = \"mlp\"\nseed = 1\n\n"
@@ -54,7 +62,8 @@ TEST_F(ProvisionFederationTest, KitsRunAFederationAndAddSiteIsAdmittedOnSighup) 
       "[kits]\nbin_dir = \"" << kBin.substr(0, kBin.size() - 1) << "\"\n\n"
       "[[site]]\nname = \"site-1\"\norganisation = \"General\"\n[site.config.data]\nindex = 0\n\n"
       "[[site]]\nname = \"site-2\"\n[site.config.data]\nindex = 1\n\n"
-      "[[site]]\nname = \"site-3\"\n[site.config.data]\nindex = 2\n";
+      "[[site]]\nname = \"site-3\"\n[site.config.data]\nindex = 2\n\n"
+      "[[admin]]\nname = \"alice\"\n\n[[admin]]\nname = \"bob\"\nrole = \"observer\"\n";
   auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-provision", "project.toml", "--out", "kits"}, dir_,
                                               dir_ / "provision.log", seconds(60));
   ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "provision.log");
@@ -102,11 +111,92 @@ TEST_F(ProvisionFederationTest, KitsRunAFederationAndAddSiteIsAdmittedOnSighup) 
   EXPECT_TRUE(WaitUntil([&] { return received_four() || !agg->Running(); }, seconds(180)))
       << "no round after the SIGHUP aggregated the fourth site";
   EXPECT_TRUE(received_four());
-  agg->Signal(SIGTERM);  // stops cleanly (exit 128 + 15); the store keeps the state
+
+  // fedmesh-admin with the admin kits, as their READMEs say.
+  auto admin = [&](const std::string& kit, std::vector<std::string> args, const std::string& log) {
+    std::vector<std::string> argv = ReadmeCommand(kits / kit);
+    EXPECT_EQ(argv.size(), 4u) << "fedmesh-admin --kit . status";
+    argv.resize(3);
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto code = fedmesh::testing::RunToCompletion(argv, kits / kit, dir_ / log, seconds(60));
+    return code.value_or(-1);
+  };
+  EXPECT_EQ(admin("bob", {"pause"}, "bob-pause.log"), 1);
+  EXPECT_NE(ReadWholeFile(dir_ / "bob-pause.log").find("the observer key bob may only read"), std::string::npos)
+      << ReadWholeFile(dir_ / "bob-pause.log");
+  rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-keys", "gen", "--out", (kits / "mallory").string()}, dir_,
+                                         dir_ / "mallory-keys.log", seconds(30));
+  ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "mallory-keys.log");
+  fs::create_directories(kits / "mallory-kit");
+  fs::rename(kits / "mallory.key", kits / "mallory-kit" / "mallory.key");
+  fs::copy_file(kits / "bob" / "aggregator.pub", kits / "mallory-kit" / "aggregator.pub");
+  std::ofstream(kits / "mallory-kit" / "admin.toml")
+      << "[admin]\nname = \"mallory\"\nkey = \"mallory.key\"\nendpoint = \"tcp://127.0.0.1:" << admin_port << "\"\n";
+  rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-admin", "--kit", (kits / "mallory-kit").string(), "status"},
+                                         dir_, dir_ / "mallory.log", seconds(30));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 1);
+  EXPECT_NE(ReadWholeFile(dir_ / "mallory.log").find("refused admin key mallory"), std::string::npos)
+      << ReadWholeFile(dir_ / "mallory.log");
+  EXPECT_EQ(admin("bob", {"status"}, "bob-status.log"), 0);
+  EXPECT_NE(ReadWholeFile(dir_ / "bob-status.log").find("federation kits-demo"), std::string::npos)
+      << ReadWholeFile(dir_ / "bob-status.log");
+
+  // The status page in headless Chromium: the chart and the site table, as a screenshot.
+  static const std::regex kPage("status page on (http://127\\.0\\.0\\.1:[0-9]+/)");
+  std::smatch page;
+  const std::string agg_log = agg->Log();
+  ASSERT_TRUE(std::regex_search(agg_log, page, kPage)) << agg_log;
+  const std::string url = page[1].str();
+  const fs::path shot = dir_ / "status-page.png";
+  const std::string chromium = "chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                               "--window-size=1100,1400 ";
+  ASSERT_EQ(std::system((chromium + "--dump-dom " + url + " >" + (dir_ / "dom.html").string() + " 2>" +
+                         (dir_ / "chromium.log").string()).c_str()), 0)
+      << "headless Chromium (Debian chromium, scripts/setup.sh) failed: " << ReadWholeFile(dir_ / "chromium.log");
+  const std::string dom = ReadWholeFile(dir_ / "dom.html");
+  for (const char* want : {"Federation kits-demo", "id=\"round-chart\"", "<polyline class=\"accuracy\"",
+                           "<td>site-4</td>", "<td>site-1</td>", "model-v"}) {
+    EXPECT_NE(dom.find(want), std::string::npos) << want << " not in the page:\n" << dom;
+  }
+  ASSERT_EQ(std::system((chromium + "--screenshot=" + shot.string() + " " + url + " >>" +
+                         (dir_ / "chromium.log").string() + " 2>&1").c_str()), 0)
+      << ReadWholeFile(dir_ / "chromium.log");
+  ASSERT_TRUE(fs::exists(shot));
+  EXPECT_GT(fs::file_size(shot), 20000u) << "a blank page makes a small PNG";
+  EXPECT_EQ(ReadWholeFile(shot).substr(1, 3), "PNG");
+  std::error_code ec;  // kept for people to look at: build/test-artifacts/status-page.png
+  fs::create_directories(fs::path(kBin) / ".." / "test-artifacts", ec);
+  fs::copy_file(shot, fs::path(kBin) / ".." / "test-artifacts" / "status-page.png",
+                fs::copy_options::overwrite_existing, ec);
+
+  // Pause: the open round closes, then no round opens; resume: rounds go on.
+  EXPECT_EQ(admin("alice", {"pause"}, "pause.log"), 0) << ReadWholeFile(dir_ / "pause.log");
+  ASSERT_TRUE(WaitForLog(agg, "admin alice (admin): pause", seconds(30))) << agg->Log();
+  std::this_thread::sleep_for(seconds(3));  // the round open at the pause closes
+  const size_t paused_at = SplitLines(ReadWholeFile(metrics)).size();
+  std::this_thread::sleep_for(seconds(4));
+  EXPECT_EQ(SplitLines(ReadWholeFile(metrics)).size(), paused_at) << "a round closed while paused";
+  EXPECT_EQ(admin("alice", {"status"}, "paused-status.log"), 0);
+  EXPECT_NE(ReadWholeFile(dir_ / "paused-status.log").find("paused, by alice"), std::string::npos)
+      << ReadWholeFile(dir_ / "paused-status.log");
+  EXPECT_EQ(admin("alice", {"resume"}, "resume.log"), 0) << ReadWholeFile(dir_ / "resume.log");
+  EXPECT_TRUE(WaitUntil([&] { return SplitLines(ReadWholeFile(metrics)).size() > paused_at + 1; }, seconds(120)))
+      << "no round after resume";
+
+  // Abort: the aggregator stops with exit 0 and refuses to carry on from that store.
+  EXPECT_EQ(admin("alice", {"abort", "demo done"}, "abort.log"), 0) << ReadWholeFile(dir_ / "abort.log");
   const auto exit_rc = agg->WaitExit(seconds(60));
   ASSERT_TRUE(exit_rc.has_value()) << "aggregator still running";
-  EXPECT_EQ(*exit_rc, 128 + SIGTERM);
-  EXPECT_NE(agg->Log().find("stopping at round"), std::string::npos) << agg->Log();
+  EXPECT_EQ(*exit_rc, 0) << agg->Log();
+  EXPECT_NE(agg->Log().find("federation stopped after"), std::string::npos) << agg->Log();
+  EXPECT_NE(agg->Log().find("aborted: by alice: demo done"), std::string::npos) << agg->Log();
+  std::vector<std::string> restart = ReadmeCommand(kits / "aggregator");
+  rc = fedmesh::testing::RunToCompletion(restart, kits / "aggregator", dir_ / "restart.log", seconds(60));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 2);
+  EXPECT_NE(ReadWholeFile(dir_ / "restart.log").find("was aborted by alice: demo done"), std::string::npos)
+      << ReadWholeFile(dir_ / "restart.log");
   const auto lines = SplitLines(ReadWholeFile(metrics));
   for (size_t i = 0; i < rounds_before; ++i) EXPECT_EQ(JsonNumber(lines[i], "received").value_or(-1), 3) << lines[i];
   EXPECT_GT(JsonNumber(lines.back(), "test_accuracy").value_or(0), 0.7) << lines.back();

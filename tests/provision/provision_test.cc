@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "aggregator/aggregator_config.h"
+#include "config/admin_kit_config.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
 #include "node/node_config.h"
@@ -77,6 +78,19 @@ TEST(ProvisionTest, ProjectErrorsNameFileLineAndKey) {
       {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[[site]]\nname = \"aggregator\"\n",
        "is used twice"},
       {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[admins]\n", "project.toml:5: [admins]: unknown section"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[[admin]]\nname = \"alice\"\n",
+       "[aggregator] admin_address (tcp://HOST:PORT, what admins dial) is required"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"tcp://a:2\"\n"
+       "[[admin]]\nname = \"alice\"\nrole = \"root\"\n",
+       "project.toml:8: [[admin]] role is \"root\"; it must be \"admin\" or \"observer\""},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"tcp://a:2\"\n"
+       "[[site]]\nname = \"alice\"\n[[admin]]\nname = \"alice\"\n",
+       "project.toml:9: [[admin]] name \"alice\" is used twice"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"tcp://a:2\"\n"
+       "[[admin]]\nname = \"alice\"\nkey = \"x\"\n",
+       "project.toml:8: [[admin]] key: unknown key (name, role)"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"a:2\"\n",
+       "project.toml:5: [aggregator] admin_address is \"a:2\"; it must be tcp://HOST:PORT"},
       {"[federation]\nid = 3\n", "project.toml:2: [federation] id must be a non-empty string"},
       {"[federation\n", "TOML syntax error"},
   };
@@ -142,6 +156,49 @@ TEST(ProvisionTest, KitsHoldKeysConfigsUnitsAndReadmes) {
   auto again = WriteKits(*p, kits.string());
   EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(fs::last_write_time(site / "general.key"), key_time);
+}
+
+// Admin kits: keys apart from the sites', by role, and an admin.toml fedmesh-admin reads.
+TEST(ProvisionTest, AdminKitsKeepAdminKeysApartByRole) {
+  TempDir dir;
+  std::string project = kProject;
+  project.insert(project.find("listen = \"tcp://0.0.0.0:5555\"\n") + 30,
+                 "admin_address = \"tcp://agg.example.org:5556\"\nadmin_listen = \"tcp://0.0.0.0:5556\"\n");
+  project += "\n[[admin]]\nname = \"alice\"\n\n[[admin]]\nname = \"bob\"\nrole = \"observer\"\n";
+  auto p = LoadProject(dir.Write("project.toml", project));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->admins.size(), 2u);
+  const fs::path kits = fs::path(dir.path()) / "kits";
+  ASSERT_TRUE(WriteKits(*p, kits.string()).ok());
+  const fs::path agg = kits / "aggregator";
+  EXPECT_TRUE(fs::exists(agg / "admins" / "alice.pub"));
+  EXPECT_TRUE(fs::exists(agg / "observers" / "bob.pub"));
+  EXPECT_FALSE(fs::exists(agg / "allow" / "alice.pub")) << "an admin key is not a site key";
+  EXPECT_FALSE(fs::exists(agg / "admins" / "bob.pub"));
+  auto ac = LoadAggregatorConfig((agg / "aggregator.toml").string(), {});
+  ASSERT_TRUE(ac.ok()) << ac.status().ToString();
+  EXPECT_EQ(ac->admin_listen, "tcp://0.0.0.0:5556");
+  EXPECT_EQ(ac->admin_dir, (agg / "admins").string());
+  EXPECT_EQ(ac->observer_dir, (agg / "observers").string());
+  auto kit = LoadAdminKitConfig((kits / "alice" / "admin.toml").string());
+  ASSERT_TRUE(kit.ok()) << kit.status().ToString();
+  EXPECT_EQ(kit->name, "alice");
+  EXPECT_EQ(kit->endpoint, "tcp://agg.example.org:5556");
+  EXPECT_EQ(Mode(kits / "alice" / "alice.key"), 0600u);
+  auto alice = ReadIdentity(kit->key_path);
+  ASSERT_TRUE(alice.ok());
+  auto listed = ReadPublicIdentity((agg / "admins" / "alice.pub").string());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->curve_public, alice->public_identity().curve_public);
+  auto server = ReadPublicIdentity(kit->server_key);
+  auto agg_key = ReadIdentity((agg / "aggregator.key").string());
+  ASSERT_TRUE(server.ok() && agg_key.ok());
+  EXPECT_EQ(server->curve_public, agg_key->public_identity().curve_public);
+  EXPECT_FALSE(fs::exists(kits / "alice" / "bob.key"));
+  std::ifstream readme(kits / "bob" / "README.md");
+  std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("```sh\nfedmesh-admin --kit . status\n```"));
+  EXPECT_THAT(text, HasSubstr("observer"));
 }
 
 TEST(ProvisionTest, AddSiteAndEnrolExtendTheAllowlists) {

@@ -1,5 +1,5 @@
 // docs/config.md is generated from the schemas of every binary that reads a config
-// (fedmesh-node, fedmesh-aggregator, fedmesh-sim); these tests keep it in step, and keep
+// (fedmesh-node, fedmesh-aggregator, fedmesh-sim, fedmesh-admin's kit); these tests keep it in step, and keep
 // the example experiment configs loadable.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "aggregator/aggregator_config.h"
+#include "config/admin_kit_config.h"
 #include "config/config_schema.h"
 #include "node/node_config.h"
 #include "sim/sim_config.h"
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 const fs::path kSource = FEDMESH_SOURCE_DIR;
 
 std::vector<const ConfigSchema*> Schemas() {
-  return {&NodeConfigSchema(), &AggregatorConfigSchema(), &SimConfigSchema()};
+  return {&NodeConfigSchema(), &AggregatorConfigSchema(), &SimConfigSchema(), &AdminKitConfigSchema()};
 }
 
 // To regenerate: FEDMESH_REGENERATE_CONFIG_DOCS=1 sim_tests --gtest_filter='ConfigDocs*'

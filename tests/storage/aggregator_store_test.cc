@@ -120,7 +120,7 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 7);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 8);
 }
 
 TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
@@ -765,16 +765,53 @@ TEST_F(PruneModelsTest, BestFallsBackToFederatedAccuracyThenFederatedLoss) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Admin control (schema v8)
+
+TEST_F(AggregatorStoreTest, AdminActionsAndControlStateSurviveAReopen) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->RecordAdminAction({100.5, "alice", "admin", "pause", "", "ok"}).ok());
+    ASSERT_TRUE(store->RecordAdminAction({101.0, "bob", "observer", "abort", "x", "may only read"}).ok());
+    ASSERT_TRUE(store->RecordAdminAction({102.0, "alice", "admin", "kick", "site-3", "ok"}).ok());
+    ASSERT_TRUE(store->SetControl("paused", "by alice").ok());
+    ASSERT_TRUE(store->SetControl("aborted", "by alice").ok());
+    ASSERT_TRUE(store->SetControl("aborted", "").ok());  // erased
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto all = store->AdminActions(10);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].admin, "alice");
+  EXPECT_EQ((*all)[0].time, 100.5);
+  EXPECT_EQ((*all)[1].role, "observer");
+  EXPECT_EQ((*all)[1].result, "may only read");
+  EXPECT_EQ((*all)[2].argument, "site-3");
+  auto last = store->AdminActions(2);  // the latest two, oldest first
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(last->size(), 2u);
+  EXPECT_EQ((*last)[0].action, "abort");
+  EXPECT_EQ((*last)[1].action, "kick");
+  auto paused = store->Control("paused");
+  ASSERT_TRUE(paused.ok());
+  EXPECT_EQ(*paused, std::optional<std::string>("by alice"));
+  auto aborted = store->Control("aborted");
+  ASSERT_TRUE(aborted.ok());
+  EXPECT_FALSE(aborted->has_value());
+}
+
+// ---------------------------------------------------------------------------------------
 // Schema
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(8).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(9).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 8);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 9);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {
