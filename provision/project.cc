@@ -36,6 +36,34 @@ Result<toml::table> Config(const toml::table& t, const std::string& path, const 
   return *n->as_table();
 }
 
+// The tables of the array of tables [[key]] (none when absent).
+Result<std::vector<const toml::table*>> Tables(const toml::table& root, const char* key, const std::string& path) {
+  std::vector<const toml::table*> out;
+  const std::string where = std::string("[[") + key + "]]";
+  const toml::node* n = root.get(key);
+  if (n == nullptr) return out;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) return Status::InvalidArgument(Where(path, n->source(), where) + " must be an array of tables");
+  for (const toml::node& e : *a) {
+    if (!e.is_table()) return Status::InvalidArgument(Where(path, e.source(), where) + " must be a table");
+    out.push_back(e.as_table());
+  }
+  return out;
+}
+
+// The name of a [[site]] or [[admin]]: a valid id, not taken by another participant.
+Result<std::string> UniqueName(const toml::table& t, const std::string& path, const char* section,
+                               std::set<std::string>& names) {
+  FM_ASSIGN_OR_RETURN(std::string name, String(t, path, section, "name", true));
+  const std::string where = std::string("[[") + section + "]] name";
+  if (Status v = ValidateSiteName(name); !v.ok())
+    return Status::InvalidArgument(Where(path, t.get("name")->source(), where) + ": " + v.message());
+  if (!names.insert(name).second)
+    return Status::InvalidArgument(Where(path, t.get("name")->source(), where) + " \"" + name +
+                                   "\" is used twice (site, admin and aggregator names share one space)");
+  return name;
+}
+
 }  // namespace
 
 Result<ProjectConfig> LoadProject(const std::string& path) {
@@ -58,7 +86,6 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
       return Status::InvalidArgument(Where(path, v.source(), "[" + key + "]") +
                                      ": unknown section (federation, aggregator, site_defaults, site, admin, kits)");
   }
-  const toml::table empty;
   const toml::table* fed = root["federation"].as_table();
   if (fed == nullptr) return Status::InvalidArgument(path + ": [federation] id is required");
   FM_ASSIGN_OR_RETURN(p.federation_id, String(*fed, path, "federation", "id", true));
@@ -80,59 +107,38 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
     FM_ASSIGN_OR_RETURN(p.bin_dir, String(*k, path, "kits", "bin_dir", false, "/usr/bin"));
   }
   std::set<std::string> names = {p.aggregator_name};
-  if (const toml::node* s = root.get("site")) {
-    const toml::array* sites = s->as_array();
-    if (sites == nullptr) return Status::InvalidArgument(Where(path, s->source(), "[[site]]") + " must be an array of tables");
-    for (const toml::node& n : *sites) {
-      const toml::table* t = n.as_table();
-      if (t == nullptr) return Status::InvalidArgument(Where(path, n.source(), "[[site]]") + " must be a table");
-      ProjectSite site;
-      FM_ASSIGN_OR_RETURN(site.name, String(*t, path, "site", "name", true));
-      if (Status v = ValidateSiteName(site.name); !v.ok())
-        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[site]] name") + ": " + v.message());
-      if (!names.insert(site.name).second)
-        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[site]] name") + " \"" + site.name +
-                                       "\" is used twice");
-      FM_ASSIGN_OR_RETURN(site.organisation, String(*t, path, "site", "organisation", false, ""));
-      FM_ASSIGN_OR_RETURN(site.config, Config(*t, path, "[[site]] " + site.name));
-      p.sites.push_back(std::move(site));
-    }
+  FM_ASSIGN_OR_RETURN(std::vector<const toml::table*> sites, Tables(root, "site", path));
+  for (const toml::table* t : sites) {
+    ProjectSite site;
+    FM_ASSIGN_OR_RETURN(site.name, UniqueName(*t, path, "site", names));
+    FM_ASSIGN_OR_RETURN(site.organisation, String(*t, path, "site", "organisation", false, ""));
+    FM_ASSIGN_OR_RETURN(site.config, Config(*t, path, "[[site]] " + site.name));
+    p.sites.push_back(std::move(site));
   }
   FM_ASSIGN_OR_RETURN(p.admin_address, String(*agg, path, "aggregator", "admin_address", false, ""));
   FM_ASSIGN_OR_RETURN(p.admin_listen, String(*agg, path, "aggregator", "admin_listen", false, p.admin_address));
-  if (const toml::node* a = root.get("admin")) {
-    const toml::array* admins = a->as_array();
-    if (admins == nullptr) return Status::InvalidArgument(Where(path, a->source(), "[[admin]]") + " must be an array of tables");
-    for (const toml::node& n : *admins) {
-      const toml::table* t = n.as_table();
-      if (t == nullptr) return Status::InvalidArgument(Where(path, n.source(), "[[admin]]") + " must be a table");
-      for (const auto& [k, v] : *t) {
-        if (k.str() != "name" && k.str() != "role")
-          return Status::InvalidArgument(Where(path, v.source(), "[[admin]] " + std::string(k.str())) +
-                                         ": unknown key (name, role)");
-      }
-      ProjectAdmin admin;
-      FM_ASSIGN_OR_RETURN(admin.name, String(*t, path, "admin", "name", true));
-      if (Status v = ValidateSiteName(admin.name); !v.ok())
-        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[admin]] name") + ": " + v.message());
-      if (!names.insert(admin.name).second)
-        return Status::InvalidArgument(Where(path, t->get("name")->source(), "[[admin]] name") + " \"" + admin.name +
-                                       "\" is used twice (site, admin and aggregator names share one space)");
-      FM_ASSIGN_OR_RETURN(admin.role, String(*t, path, "admin", "role", false, "admin"));
-      if (admin.role != "admin" && admin.role != "observer")
-        return Status::InvalidArgument(Where(path, t->get("role")->source(), "[[admin]] role") + " is \"" +
-                                       admin.role + "\"; it must be \"admin\" or \"observer\"");
-      p.admins.push_back(std::move(admin));
+  FM_ASSIGN_OR_RETURN(std::vector<const toml::table*> admins, Tables(root, "admin", path));
+  for (const toml::table* t : admins) {
+    for (const auto& [k, v] : *t) {
+      if (k.str() != "name" && k.str() != "role")
+        return Status::InvalidArgument(Where(path, v.source(), "[[admin]] " + std::string(k.str())) +
+                                       ": unknown key (name, role)");
     }
-    if (!p.admins.empty() && p.admin_address.empty())
-      return Status::InvalidArgument(path + ": [aggregator] admin_address (tcp://HOST:PORT, what admins dial) is "
-                                            "required with [[admin]] entries");
+    ProjectAdmin admin;
+    FM_ASSIGN_OR_RETURN(admin.name, UniqueName(*t, path, "admin", names));
+    FM_ASSIGN_OR_RETURN(admin.role, String(*t, path, "admin", "role", false, "admin"));
+    if (admin.role != "admin" && admin.role != "observer")
+      return Status::InvalidArgument(Where(path, t->get("role")->source(), "[[admin]] role") + " is \"" +
+                                     admin.role + "\"; it must be \"admin\" or \"observer\"");
+    p.admins.push_back(std::move(admin));
   }
+  if (!p.admins.empty() && p.admin_address.empty())
+    return Status::InvalidArgument(path + ": [aggregator] admin_address (tcp://HOST:PORT, what admins dial) is "
+                                          "required with [[admin]] entries");
   if (!p.admin_address.empty() &&
       (p.admin_address.rfind("tcp://", 0) != 0 || p.admin_address.find(':', 6) == std::string::npos))
     return Status::InvalidArgument(Where(path, agg->get("admin_address")->source(), "[aggregator] admin_address") +
                                    " is \"" + p.admin_address + "\"; it must be tcp://HOST:PORT");
-  (void)empty;
   return p;
 }
 

@@ -179,10 +179,15 @@ class AggregatorServiceTest : public ::testing::Test {
     config_.eval_dataset = "";
   }
 
-  std::unique_ptr<AggregatorService> StartService() {
+  // The service for config_, or why it would not start.
+  Result<std::unique_ptr<AggregatorService>> CreateService() {
     AggregatorServiceOptions o;
     o.eval_data = TinyEvalSet();
-    auto s = AggregatorService::Create(config_, &env_, std::move(o));
+    return AggregatorService::Create(config_, &env_, std::move(o));
+  }
+
+  std::unique_ptr<AggregatorService> StartService() {
+    auto s = CreateService();
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (!s.ok()) return nullptr;
     return std::move(s).value();

@@ -120,9 +120,7 @@ TEST_F(AggregatorOperationsTest, PauseResumeAbortByRoleEachLoggedWithWhoDidIt) {
   service.reset();
 
   // A restart on the aborted store refuses to carry on.
-  AggregatorServiceOptions o;
-  o.eval_data = TinyEvalSet();
-  auto again = AggregatorService::Create(config_, &env_, std::move(o));
+  auto again = CreateService();
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(again.status().message(), HasSubstr("was aborted by alice: wrong data"));
@@ -158,9 +156,7 @@ TEST_F(AggregatorOperationsTest, KickDropsASiteAndTheRoundGoesOnWithoutIt) {
 TEST_F(AggregatorOperationsTest, AnAdminKeyThatIsAlsoASiteKeyIsRefused) {
   SetUpAdmins();
   fs::copy_file(dir_.path + "/allow/site-a.pub", dir_.path + "/admins/site-a.pub");
-  AggregatorServiceOptions o;
-  o.eval_data = TinyEvalSet();
-  auto s = AggregatorService::Create(config_, &env_, std::move(o));
+  auto s = CreateService();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.status().message(), HasSubstr("admin keys must be kept apart from site keys"));
@@ -229,9 +225,7 @@ TEST_F(AggregatorOperationsTest, AShortTokenFileIsRefused) {
   std::ofstream(dir_.path + "/token") << "short\n";
   config_.status_listen = "127.0.0.1:0";
   config_.status_token_file = dir_.path + "/token";
-  AggregatorServiceOptions o;
-  o.eval_data = TinyEvalSet();
-  auto s = AggregatorService::Create(config_, &env_, std::move(o));
+  auto s = CreateService();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.status().message(), HasSubstr("at least 16 characters"));
