@@ -1,0 +1,187 @@
+#include "collective/zmq_ring_transport.h"
+
+#include <cstring>
+
+#include "transport/zmq/zmq_status.h"
+
+namespace fedmesh::collective {
+namespace {
+
+constexpr uint32_t kMagic = 0x4C434D46;  // "FMCL"
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderBytes = 48;
+// CURVE's box adds this to each frame before libzmq's size check.
+constexpr int64_t kCurveSlack = 64;
+
+template <typename T>
+void Put(std::string& out, size_t at, T v) {
+  std::memcpy(out.data() + at, &v, sizeof v);  // little-endian hosts only (x86-64, aarch64)
+}
+template <typename T>
+T Get(std::string_view in, size_t at) {
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+std::string EncodeChunkHeader(const Chunk& c) {
+  std::string h(kHeaderBytes, '\0');
+  Put(h, 0, kMagic);
+  Put(h, 4, kVersion);
+  Put(h, 5, static_cast<uint8_t>(c.kind));
+  Put(h, 6, c.phase);
+  Put(h, 7, static_cast<uint8_t>(c.wire));
+  Put(h, 8, c.generation);
+  Put(h, 16, c.op);
+  Put(h, 24, c.step);
+  Put(h, 28, c.block);
+  Put(h, 32, c.index);
+  Put(h, 36, static_cast<uint64_t>(c.bytes.size()));
+  return h;
+}
+
+Status DecodeChunkHeader(std::string_view h, Chunk* c) {
+  if (h.size() != kHeaderBytes) return Status::InvalidArgument("chunk header of " + std::to_string(h.size()) + " bytes");
+  if (Get<uint32_t>(h, 0) != kMagic || Get<uint8_t>(h, 4) != kVersion) {
+    return Status::InvalidArgument("chunk header with a wrong magic or version");
+  }
+  const uint8_t kind = Get<uint8_t>(h, 5), phase = Get<uint8_t>(h, 6), wire = Get<uint8_t>(h, 7);
+  if (kind > static_cast<uint8_t>(OpKind::kBroadcast) || phase > 1 || wire > static_cast<uint8_t>(WireType::kBFloat16)) {
+    return Status::InvalidArgument("chunk header with an unknown kind, phase or wire type");
+  }
+  c->kind = static_cast<OpKind>(kind);
+  c->phase = phase;
+  c->wire = static_cast<WireType>(wire);
+  c->generation = Get<uint64_t>(h, 8);
+  c->op = Get<uint64_t>(h, 16);
+  c->step = Get<uint32_t>(h, 24);
+  c->block = Get<uint32_t>(h, 28);
+  c->index = Get<uint32_t>(h, 32);
+  return Status::OK();
+}
+
+ZmqRingTransport::~ZmqRingTransport() = default;
+
+Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identity& me,
+                                                                   const std::vector<RingMember>& group,
+                                                                   const std::string& listen,
+                                                                   const ZmqRingTransportOptions& options) {
+  std::unique_ptr<ZmqRingTransport> t(new ZmqRingTransport());
+  t->me_ = &me;
+  t->group_ = group;
+  t->options_ = options;
+  t->rank_ = -1;
+  std::vector<PublicIdentity> keys;
+  for (size_t r = 0; r < group.size(); ++r) {
+    const std::string z85 = group[r].identity.curve_public_z85();
+    if (!t->rank_of_key_.emplace(z85, static_cast<int>(r)).second) {
+      return Status::InvalidArgument("collective group: " + group[r].identity.name + "'s key is listed twice");
+    }
+    if (group[r].identity.curve_public == me.public_identity().curve_public) t->rank_ = static_cast<int>(r);
+    keys.push_back(group[r].identity);
+  }
+  if (t->rank_ < 0) {
+    return Status::InvalidArgument("collective group: this site's key (" + me.name() + ") is not a member");
+  }
+  try {
+    FM_ASSIGN_OR_RETURN(t->zap_, ZapHandler::Start(t->context_, keys));
+    zmq::socket_t router(t->context_, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.set(zmq::sockopt::rcvhwm, 0);
+    router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_chunk_bytes) + kCurveSlack);
+    router.set(zmq::sockopt::curve_server, 1);
+    if (zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, me.curve_secret().data(), me.curve_secret().size()) != 0) {
+      return Status::Internal("collective transport: libzmq refused the CURVE secret key");
+    }
+    router.bind(listen);
+    t->endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    t->router_ = std::move(router);
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "collective transport: binding " + listen);
+  }
+  return t;
+}
+
+void ZmqRingTransport::SetEndpoints(const std::vector<std::string>& endpoints) {
+  for (size_t r = 0; r < endpoints.size() && r < group_.size(); ++r) group_[r].endpoint = endpoints[r];
+  dealers_.clear();
+}
+
+zmq::socket_t& ZmqRingTransport::Dealer(int to) {
+  auto it = dealers_.find(to);
+  if (it != dealers_.end()) return it->second;
+  zmq::socket_t d(context_, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.set(zmq::sockopt::sndhwm, 0);
+  d.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
+  const CurveKey& pub = me_->public_identity().curve_public;
+  const CurveKey& server = group_[to].identity.curve_public;
+  zmq_setsockopt(d.handle(), ZMQ_CURVE_PUBLICKEY, pub.data(), pub.size());
+  zmq_setsockopt(d.handle(), ZMQ_CURVE_SECRETKEY, me_->curve_secret().data(), me_->curve_secret().size());
+  zmq_setsockopt(d.handle(), ZMQ_CURVE_SERVERKEY, server.data(), server.size());
+  d.connect(group_[to].endpoint);
+  return dealers_.emplace(to, std::move(d)).first->second;
+}
+
+Status ZmqRingTransport::Send(int to, Chunk chunk) {
+  if (to < 0 || to >= static_cast<int>(group_.size())) {
+    return Status::InvalidArgument("collective transport: no rank " + std::to_string(to));
+  }
+  if (chunk.bytes.size() > options_.max_chunk_bytes) {
+    return Status::InvalidArgument("collective transport: a chunk of " + std::to_string(chunk.bytes.size()) +
+                                   " bytes is over max_chunk_bytes");
+  }
+  try {
+    zmq::socket_t& d = Dealer(to);
+    const std::string header = EncodeChunkHeader(chunk);
+    // The payload frame owns the chunk's bytes: no copy into libzmq.
+    auto* owned = new std::string(std::move(chunk.bytes));
+    zmq::message_t payload(owned->data(), owned->size(),
+                           [](void*, void* hint) { delete static_cast<std::string*>(hint); }, owned);
+    if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore) || !d.send(payload, zmq::send_flags::none)) {
+      return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
+                                 std::to_string(options_.send_timeout_ms) + " ms");
+    }
+    return Status::OK();
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "collective transport: sending to rank " + std::to_string(to));
+  }
+}
+
+Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeout_ms) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  try {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) {
+        return std::optional<std::pair<int, Chunk>>();
+      }
+      std::vector<zmq::message_t> parts;
+      for (;;) {
+        zmq::message_t part;
+        if (!router_.recv(part, zmq::recv_flags::dontwait)) break;
+        const bool more = part.more();
+        parts.push_back(std::move(part));
+        if (!more) break;
+      }
+      Chunk c;
+      const char* user = parts.size() >= 2 ? parts[1].gets("User-Id") : nullptr;
+      auto who = user ? rank_of_key_.find(user) : rank_of_key_.end();
+      if (parts.size() != 3 || who == rank_of_key_.end() || !DecodeChunkHeader(parts[1].to_string_view(), &c).ok() ||
+          Get<uint64_t>(parts[1].to_string_view(), 36) != parts[2].size()) {
+        ++malformed_;
+        continue;
+      }
+      c.bytes = parts[2].to_string();
+      return std::optional<std::pair<int, Chunk>>(std::make_pair(who->second, std::move(c)));
+    }
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "collective transport: receiving");
+  }
+}
+
+}  // namespace fedmesh::collective
