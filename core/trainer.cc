@@ -69,16 +69,20 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
     model_->LoadBatch(data, order.data() + first, batch);
     const uint64_t seed = SplitMix64(step_++);
     Backend::LossResult r;
-    if (sgd_.plain()) {
+    if (sgd_.plain() && !options_.gradient_hook) {
       r = model_->ForwardBackwardSgd(batch, seed, sgd_.options().lr);
     } else {
       r = model_->ForwardBackward(batch, seed);
+      if (options_.gradient_hook) {
+        FM_RETURN_IF_ERROR(options_.gradient_hook(std::span<float>(model_->grads(), model_->num_params())));
+      }
       sgd_.Step();
     }
     loss_sum += r.loss_sum;
     correct += r.correct;
     stats.samples += batch;
     ++stats.steps;
+    if (options_.step_hook) FM_RETURN_IF_ERROR(options_.step_hook(stats.steps));
   }
   // A device backend queues its kernels: a failure surfaces here, not as a wrong model.
   FM_RETURN_IF_ERROR(model_->backend().Synchronize());

@@ -53,6 +53,13 @@ struct TrainerOptions {
   SgdOptions sgd;            // lr 0.01, no momentum, no weight decay, no FedProx by default
   LossOptions loss;          // softmax cross-entropy by default (core/loss.h)
   DpSgdOptions dp;           // off by default
+  // Data-parallel training (node/allreduce_service.h). gradient_hook gets each step's
+  // gradients (host memory, CPU backend) after backward and before the optimizer reads
+  // them, and may change them in place (an all-reduce); step_hook runs after each
+  // optimizer step with the steps taken in this call. An error from either ends the call
+  // with it. Default: none (the fused SGD path when the optimizer allows it).
+  std::function<Status(std::span<float> grads)> gradient_hook;
+  std::function<Status(int64_t steps)> step_hook;
 };
 
 Status ValidateTrainerOptions(const TrainerOptions& o);

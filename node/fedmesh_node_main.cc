@@ -21,6 +21,7 @@
 #include "core/env.h"
 #include "node/node_config.h"
 #include "node/federated_client.h"
+#include "node/allreduce_service.h"
 #include "node/gossip_service.h"
 #include "node/local_training.h"
 #include "telemetry/terminal_progress.h"
@@ -76,6 +77,26 @@ int RunGossip(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
   return 0;
 }
 
+// Allreduce mode ([train] mode = "allreduce"): train [train] epochs with the [collective]
+// group, store the model, exit 0.
+int RunAllreduce(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
+  auto service = fedmesh::AllreduceService::Create(config, env, [](const std::string& line) {
+    spdlog::info("{}", line);
+  });
+  if (!service.ok()) {
+    spdlog::error("{}", service.status().message());
+    return ExitCodeFor(service.status());
+  }
+  auto stats = (*service)->Run(&g_stop);
+  if (!stats.ok()) {
+    spdlog::error("{}", stats.status().message());
+    return g_stop.load() ? 128 + SIGTERM : kExitRuntime;
+  }
+  spdlog::info("done: {} epoch(s), {} step(s), test accuracy {:.4f}, model sha256 {}", stats->epochs, stats->steps,
+               stats->test_accuracy, stats->model_sha256);
+  return 0;
+}
+
 // The federated mode: load the config, run the client (or the gossip service) until a
 // stop signal.
 int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -100,6 +121,7 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
   if (config->gossip.enabled()) return RunGossip(*config, &env);
+  if (config->collective.enabled) return RunAllreduce(*config, &env);
   fedmesh::FederatedClientOptions options;
   options.federation_id = config->federation_id;
   if (progress.enabled()) options.progress = [](const std::string& line) { progress.Set(line); };

@@ -1,5 +1,7 @@
 #include "node/node_config.h"
 
+#include <set>
+
 #include <filesystem>
 
 #include <algorithm>
@@ -36,6 +38,31 @@ const ConfigSchema& NodeConfigSchema() {
                   "The aggregator's public key file, as fedmesh-keys wrote it; required unless "
                   "[gossip] listen is set")
             .Path(),
+        StringKey("train", "mode", "federated",
+                  "federated: rounds with an aggregator (or gossip with [gossip] listen); "
+                  "allreduce: synchronous data-parallel training with the [collective] group, "
+                  "no aggregator (docs/collectives.md)")
+            .Choices({"federated", "allreduce"}),
+        StringKey("collective", "listen", "",
+                  "allreduce mode: the endpoint this rank binds, e.g. tcp://0.0.0.0:7200"),
+        StringListKey("collective", "group", {},
+                      "allreduce mode: every member as site-id@endpoint, this site included; "
+                      "rank = position in the list"),
+        StringKey("collective", "allow", "allow",
+                  "allreduce mode: directory of the members' public keys (one per member)")
+            .Path(),
+        IntKey("collective", "sync_every", 1,
+               "1: all-reduce the gradients every step; k > 1: local SGD, all-reduce the model "
+               "every k steps")
+            .Min(1)
+            .Max(1000000),
+        StringKey("collective", "compression", "none", "How all-reduce values travel: none (float32), fp16, bf16")
+            .Choices({"none", "fp16", "bf16"}),
+        IntKey("collective", "chunk_kb", 1024, "KiB per pipelined chunk").Min(1).Max(65536),
+        IntKey("collective", "timeout_ms", 60000,
+               "A collective call fails when no chunk arrives for this long (a dead or cut-off "
+               "neighbour)")
+            .Min(100),
         StringKey("gossip", "listen", "",
                   "Serverless mode: the endpoint this node's gossip socket binds, e.g. "
                   "tcp://0.0.0.0:7100 (tcp://127.0.0.1:* = a port the OS picks); empty = "
@@ -220,6 +247,8 @@ const ConfigSchema& NodeConfigSchema() {
   return *schema;
 }
 
+static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c);
+
 Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std::string>& overrides) {
   FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(NodeConfigSchema(), path, overrides));
   NodeConfig c;
@@ -300,6 +329,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
             "trains, so record-level DP is its to apply";
     } else if (!v.GetString("gossip", "listen").empty()) {
       why = "is not wired into gossip training yet ([gossip] listen): use it with an aggregator";
+    } else if (v.GetString("train", "mode") == "allreduce") {
+      why = "is not wired into allreduce training yet ([train] mode): use it with an aggregator";
     } else if (t.device != "cpu") {
       why = "runs on the CPU backend in this version: set [train] device = \"cpu\"";
     }
@@ -355,7 +386,10 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.max_steps = v.GetInt("gossip", "max_steps");
   g.lr_decay = v.GetString("gossip", "lr_decay");
   g.lr_min_fraction = v.GetFloat("gossip", "lr_min_fraction");
-  if (g.enabled()) {
+  FM_RETURN_IF_ERROR(ReadCollectiveConfig(v, c));
+  if (c.collective.enabled) {
+    // Checked above; allreduce mode has no aggregator to reach.
+  } else if (g.enabled()) {
     if (g.lr_decay == "cosine" && g.max_steps == 0) {
       return AttributeToKey(
           Status::InvalidArgument("cosine needs [gossip] max_steps > 0 (the step it decays to)"), v,
@@ -381,6 +415,41 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
     }
   }
   return c;
+}
+
+static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
+  CollectiveConfig& k = c.collective;
+  k.enabled = v.GetString("train", "mode") == "allreduce";
+  k.listen = v.GetString("collective", "listen");
+  k.group = v.GetStringList("collective", "group");
+  k.allow_dir = v.GetString("collective", "allow");
+  k.sync_every = v.GetInt("collective", "sync_every");
+  k.compression = v.GetString("collective", "compression");
+  k.chunk_kb = v.GetInt("collective", "chunk_kb");
+  k.timeout_ms = v.GetInt("collective", "timeout_ms");
+  if (!k.enabled) return Status::OK();
+  auto bad = [&](const std::string& why, const char* section, const char* key) {
+    return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
+  };
+  if (k.listen.empty()) return bad("is required in allreduce mode: this rank's bind endpoint", "collective", "listen");
+  if (k.group.empty()) return bad("is required in allreduce mode: every member as site-id@endpoint", "collective", "group");
+  std::set<std::string> ids;
+  bool me = false;
+  for (const std::string& m : k.group) {
+    const size_t at = m.find('@');
+    if (at == 0 || at == std::string::npos || at + 1 == m.size()) {
+      return bad("member \"" + m + "\" is not site-id@endpoint, e.g. site-2@tcp://10.0.0.2:7200", "collective", "group");
+    }
+    if (!ids.insert(m.substr(0, at)).second) return bad("lists " + m.substr(0, at) + " twice", "collective", "group");
+    me = me || m.substr(0, at) == c.node_id;
+  }
+  if (!me) return bad("does not list this site ([node] id " + c.node_id + ")", "collective", "group");
+  if (!c.gossip.listen.empty()) return bad("allreduce mode has no gossip: unset [gossip] listen", "train", "mode");
+  if (c.external.enabled()) return bad("allreduce mode trains in process: unset [train] external", "train", "mode");
+  if (c.training.device != "cpu") {
+    return bad("allreduce mode runs on the CPU backend in this version: set [train] device = \"cpu\"", "train", "mode");
+  }
+  return Status::OK();
 }
 
 }  // namespace fedmesh

