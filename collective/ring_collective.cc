@@ -30,7 +30,7 @@ Status Encode(WireType wire, std::span<const float> values, std::string& out) {
   return Status::InvalidArgument("unknown wire type");
 }
 
-Status Decode(WireType wire, const std::string& in, std::span<float> out) {
+Status Decode(WireType wire, const Payload& in, std::span<float> out) {
   const auto* src = reinterpret_cast<const uint8_t*>(in.data());
   switch (wire) {
     case WireType::kFloat32:
@@ -115,8 +115,10 @@ Status RingCollective::SendChunk(uint8_t phase, uint32_t step, uint32_t block, u
   c.block = block;
   c.index = index;
   c.wire = wire_;
-  FM_RETURN_IF_ERROR(Encode(wire_, data_.subspan(b, e - b), c.bytes));
-  bytes_sent_ += c.bytes.size();
+  std::string bytes;
+  FM_RETURN_IF_ERROR(Encode(wire_, data_.subspan(b, e - b), bytes));
+  bytes_sent_ += bytes.size();
+  c.bytes = Payload(std::move(bytes));
   out.push_back({next(), std::move(c)});
   return Status::OK();
 }
@@ -325,9 +327,18 @@ Status RingCollective::HandleAllreduce(Chunk& c, std::vector<Send>& out) {
     }
     return Status::OK();
   }
-  scratch_.resize(dst.size());
-  FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, scratch_));
-  for (size_t i = 0; i < dst.size(); ++i) dst[i] += scratch_[i];
+  if (wire_ == WireType::kFloat32) {  // add straight from where the chunk landed
+    const char* src = c.bytes.data();
+    for (size_t i = 0; i < dst.size(); ++i) {
+      float v;
+      std::memcpy(&v, src + 4 * i, 4);
+      dst[i] += v;
+    }
+  } else {
+    scratch_.resize(dst.size());
+    FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, scratch_));
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] += scratch_[i];
+  }
   if (c.step + 2 < static_cast<uint32_t>(n)) return SendChunk(0, c.step + 1, c.block, c.index, out);
   // This rank owns the segment: finish it, then start it round the ring.
   if (reduce_ == ReduceOp::kAverage) {

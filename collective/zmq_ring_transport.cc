@@ -1,5 +1,6 @@
 #include "collective/zmq_ring_transport.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "transport/zmq/zmq_status.h"
@@ -86,14 +87,17 @@ Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identit
     return Status::InvalidArgument("collective group: this site's key (" + me.name() + ") is not a member");
   }
   try {
-    FM_ASSIGN_OR_RETURN(t->zap_, ZapHandler::Start(t->context_, keys));
     zmq::socket_t router(t->context_, zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::rcvhwm, 0);
     router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_chunk_bytes) + kCurveSlack);
-    router.set(zmq::sockopt::curve_server, 1);
-    if (zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, me.curve_secret().data(), me.curve_secret().size()) != 0) {
-      return Status::Internal("collective transport: libzmq refused the CURVE secret key");
+    if (options.curve) {
+      FM_ASSIGN_OR_RETURN(t->zap_, ZapHandler::Start(t->context_, keys));
+      router.set(zmq::sockopt::curve_server, 1);
+      if (zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, me.curve_secret().data(), me.curve_secret().size()) !=
+          0) {
+        return Status::Internal("collective transport: libzmq refused the CURVE secret key");
+      }
     }
     router.bind(listen);
     t->endpoint_ = router.get(zmq::sockopt::last_endpoint);
@@ -116,11 +120,15 @@ zmq::socket_t& ZmqRingTransport::Dealer(int to) {
   d.set(zmq::sockopt::linger, 0);
   d.set(zmq::sockopt::sndhwm, 0);
   d.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
-  const CurveKey& pub = me_->public_identity().curve_public;
-  const CurveKey& server = group_[to].identity.curve_public;
-  zmq_setsockopt(d.handle(), ZMQ_CURVE_PUBLICKEY, pub.data(), pub.size());
-  zmq_setsockopt(d.handle(), ZMQ_CURVE_SECRETKEY, me_->curve_secret().data(), me_->curve_secret().size());
-  zmq_setsockopt(d.handle(), ZMQ_CURVE_SERVERKEY, server.data(), server.size());
+  if (options_.curve) {
+    const CurveKey& pub = me_->public_identity().curve_public;
+    const CurveKey& server = group_[to].identity.curve_public;
+    zmq_setsockopt(d.handle(), ZMQ_CURVE_PUBLICKEY, pub.data(), pub.size());
+    zmq_setsockopt(d.handle(), ZMQ_CURVE_SECRETKEY, me_->curve_secret().data(), me_->curve_secret().size());
+    zmq_setsockopt(d.handle(), ZMQ_CURVE_SERVERKEY, server.data(), server.size());
+  } else {
+    d.set(zmq::sockopt::routing_id, "rank-" + std::to_string(rank_));  // claimed, not proven
+  }
   d.connect(group_[to].endpoint);
   return dealers_.emplace(to, std::move(d)).first->second;
 }
@@ -137,7 +145,7 @@ Status ZmqRingTransport::Send(int to, Chunk chunk) {
     zmq::socket_t& d = Dealer(to);
     const std::string header = EncodeChunkHeader(chunk);
     // The payload frame owns the chunk's bytes: no copy into libzmq.
-    auto* owned = new std::string(std::move(chunk.bytes));
+    auto* owned = new std::string(std::move(chunk.bytes).Release());
     zmq::message_t payload(owned->data(), owned->size(),
                            [](void*, void* hint) { delete static_cast<std::string*>(hint); }, owned);
     if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore) || !d.send(payload, zmq::send_flags::none)) {
@@ -169,15 +177,24 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeo
         if (!more) break;
       }
       Chunk c;
-      const char* user = parts.size() >= 2 ? parts[1].gets("User-Id") : nullptr;
-      auto who = user ? rank_of_key_.find(user) : rank_of_key_.end();
-      if (parts.size() != 3 || who == rank_of_key_.end() || !DecodeChunkHeader(parts[1].to_string_view(), &c).ok() ||
+      int sender = -1;
+      if (options_.curve) {
+        const char* user = parts.size() >= 2 ? parts[1].gets("User-Id") : nullptr;
+        auto who = user ? rank_of_key_.find(user) : rank_of_key_.end();
+        if (who != rank_of_key_.end()) sender = who->second;
+      } else if (!parts.empty() && parts[0].to_string_view().starts_with("rank-")) {
+        sender = std::atoi(parts[0].to_string().c_str() + 5);
+        if (sender >= static_cast<int>(group_.size())) sender = -1;
+      }
+      if (parts.size() != 3 || sender < 0 || !DecodeChunkHeader(parts[1].to_string_view(), &c).ok() ||
           Get<uint64_t>(parts[1].to_string_view(), 36) != parts[2].size()) {
         ++malformed_;
         continue;
       }
-      c.bytes = parts[2].to_string();
-      return std::optional<std::pair<int, Chunk>>(std::make_pair(who->second, std::move(c)));
+      // The chunk reads the frame where libzmq received it.
+      auto frame = std::make_shared<zmq::message_t>(std::move(parts[2]));
+      c.bytes = Payload(static_cast<const char*>(frame->data()), frame->size(), frame);
+      return std::optional<std::pair<int, Chunk>>(std::make_pair(sender, std::move(c)));
     }
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "collective transport: receiving");

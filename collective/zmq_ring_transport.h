@@ -31,6 +31,9 @@ struct RingMember {
 };
 
 struct ZmqRingTransportOptions {
+  // CurveZMQ authentication and encryption. Default: on. Off (plain TCP, the sender named by
+  // the routing id it claims) only for benchmarks on a trusted network.
+  bool curve = true;
   // Largest chunk payload accepted, in bytes. Default: 64 MiB.
   uint64_t max_chunk_bytes = uint64_t{64} << 20;
   // A send that cannot be queued within this fails (the peer's connection is gone).
@@ -59,7 +62,7 @@ class ZmqRingTransport final : public CollectiveTransport {
   Result<std::optional<std::pair<int, Chunk>>> Receive(int timeout_ms) override;
 
   uint64_t malformed() const { return malformed_; }
-  uint64_t refused_handshakes() const { return zap_->refused_count(); }
+  uint64_t refused_handshakes() const { return zap_ ? zap_->refused_count() : 0; }
 
  private:
   ZmqRingTransport() = default;

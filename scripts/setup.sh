@@ -24,7 +24,7 @@ PACKAGES=(
   dataset-fashion-mnist gnuplot-nox
 )
 # Baselines used only by bench/ (never linked into the product).
-BENCH_PACKAGES=(python3-pip)
+BENCH_PACKAGES=(python3-pip libgloo-dev libopenmpi-dev openmpi-bin)
 
 want=("${PACKAGES[@]}")
 if [[ "${FEDMESH_SETUP_BENCH:-0}" == "1" ]]; then want+=("${BENCH_PACKAGES[@]}"); fi

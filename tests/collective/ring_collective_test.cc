@@ -228,7 +228,7 @@ TEST(RingCollective, ChunksThatDoNotFitAreRefusedAndChangeNothing) {
     EXPECT_THAT(s.status().message(), HasSubstr(why));
   };
   refuse(2, good, "only rank 0 (the ring predecessor)");
-  Chunk c = good; c.bytes.pop_back(); refuse(0, c, "bytes where");
+  Chunk c = good; c.bytes = std::string(good.bytes.view().substr(1)); refuse(0, c, "bytes where");
   c = good; c.generation = 9; refuse(0, c, "generation 9");
   c = good; c.op = 5; refuse(0, c, "two operations ahead");
   c = good; c.block = 2; refuse(0, c, "carries block 0 to this rank, not 2");

@@ -1,0 +1,175 @@
+// All-reduce of float32 buffers (sum, in place) among N ranks on this machine, one thread per
+// rank, for each size: fedmesh's Communicator over ZmqRingTransport (CurveZMQ on or off), or
+// gloo's ring all-reduce over its TCP transport (built when Debian's libgloo-dev is there).
+// OpenMPI's MPI_Allreduce is bench/mpi_allreduce.cc, run by mpirun. bench/collective_allreduce.sh
+// runs them side by side and prints the ratios (bench/RESULTS.md).
+//   fedmesh_collective_allreduce --impl fedmesh|fedmesh-plain|gloo|gloo-chunked --ranks N
+// One line per size: impl ranks bytes median_s algbw_GBps busbw_GBps.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_util.h"
+#include "collective/communicator.h"
+#include "collective/zmq_ring_transport.h"
+
+#ifdef FEDMESH_BENCH_GLOO
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Repetitions for one size: enough for a stable median without minutes per point.
+int RepsFor(uint64_t bytes) { return bytes <= (1u << 20) ? 50 : bytes <= (16u << 20) ? 10 : 4; }
+
+// Runs body(rank) on `ranks` threads, each timing its repetitions; returns rank 0's times.
+template <typename Body>
+std::vector<double> OnRanks(int ranks, Body body) {
+  std::vector<std::vector<double>> times(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { times[r] = body(r); });
+  for (auto& t : threads) t.join();
+  return times[0];
+}
+
+void Report(const std::string& impl, int ranks, uint64_t bytes, const std::vector<double>& t) {
+  const double s = fedmesh::bench::Median(t);
+  const double alg = bytes / s / 1e9;
+  std::printf("%s %d %llu %.6f %.4f %.4f\n", impl.c_str(), ranks, static_cast<unsigned long long>(bytes), s, alg,
+              alg * 2.0 * (ranks - 1) / ranks);
+  std::fflush(stdout);
+}
+
+int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64_t chunk_bytes) {
+  using namespace fedmesh;
+  using namespace fedmesh::collective;
+  std::vector<Identity> ids;
+  std::vector<RingMember> members;
+  for (int r = 0; r < ranks; ++r) {
+    ids.push_back(std::move(Identity::Generate("rank-" + std::to_string(r))).value());
+    members.push_back({"", ids.back().public_identity()});
+  }
+  ZmqRingTransportOptions to;
+  to.curve = curve;
+  std::vector<std::unique_ptr<ZmqRingTransport>> transports;
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < ranks; ++r) {
+    auto t = ZmqRingTransport::Create(ids[r], members, "tcp://127.0.0.1:*", to);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
+      return 1;
+    }
+    endpoints.push_back((*t)->endpoint());
+    transports.push_back(std::move(t).value());
+  }
+  for (auto& t : transports) t->SetEndpoints(endpoints);
+  const std::string impl = curve ? "fedmesh-curve" : "fedmesh-plain";
+  for (uint64_t bytes : sizes) {
+    const int reps = RepsFor(bytes);
+    auto t = OnRanks(ranks, [&](int r) {
+      CommunicatorOptions o;
+      o.ring = {ranks, r, chunk_bytes, WireType::kFloat32, 0};
+      auto c = std::move(Communicator::Create(o, transports[r].get())).value();
+      std::vector<float> buf(bytes / 4, 1.0f);
+      std::vector<double> times;
+      (void)c->Barrier();
+      (void)c->Allreduce(std::span<float>(buf), ReduceOp::kSum);  // warm-up: connections
+      for (int i = 0; i < reps; ++i) {
+        (void)c->Barrier();
+        const auto start = Clock::now();
+        Status s = c->Allreduce(std::span<float>(buf), ReduceOp::kSum);
+        times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", r, s.ToString().c_str());
+      }
+      return times;
+    });
+    Report(impl, ranks, bytes, t);
+  }
+  return 0;
+}
+
+#ifdef FEDMESH_BENCH_GLOO
+int RunGloo(int ranks, bool chunked, const std::vector<uint64_t>& sizes) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("fedmesh-gloo-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string impl = chunked ? "gloo-ring-chunked" : "gloo-ring";
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(ranks);
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto dev = gloo::transport::tcp::CreateDevice(attr);
+        gloo::rendezvous::FileStore store(dir);
+        gloo::rendezvous::PrefixStore prefix("bench", store);
+        auto ctx = std::make_shared<gloo::rendezvous::Context>(r, ranks);
+        ctx->connectFullMesh(prefix, dev);
+        contexts[r] = ctx;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (uint64_t bytes : sizes) {
+    const int reps = RepsFor(bytes);
+    auto t = OnRanks(ranks, [&](int r) {
+      std::vector<float> buf(bytes / 4, 1.0f);
+      std::vector<float*> ptrs = {buf.data()};
+      const int count = static_cast<int>(buf.size());
+      std::vector<double> times;
+      std::unique_ptr<gloo::Algorithm> algo;
+      if (chunked) {
+        algo = std::make_unique<gloo::AllreduceRingChunked<float>>(contexts[r], ptrs, count);
+      } else {
+        algo = std::make_unique<gloo::AllreduceRing<float>>(contexts[r], ptrs, count);
+      }
+      algo->run();  // warm-up
+      for (int i = 0; i < reps; ++i) {
+        const auto start = Clock::now();
+        algo->run();
+        times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      return times;
+    });
+    Report(impl, ranks, bytes, t);
+  }
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"All-reduce among ranks on this machine: fedmesh (CurveZMQ on/off) or gloo"};
+  std::string impl = "fedmesh";
+  int ranks = 2;
+  std::vector<uint64_t> sizes = {1024, 16384, 262144, 4194304, 67108864, 268435456};
+  app.add_option("--impl", impl, "fedmesh | fedmesh-plain | gloo | gloo-chunked");
+  app.add_option("--ranks", ranks, "Ranks (threads)");
+  app.add_option("--sizes", sizes, "Buffer sizes in bytes");
+  uint64_t chunk_kb = 1024;
+  app.add_option("--chunk-kb", chunk_kb, "fedmesh: KiB per pipelined chunk ([collective] chunk_kb)");
+  CLI11_PARSE(app, argc, argv);
+  if (impl == "fedmesh") return RunFedmesh(ranks, true, sizes, chunk_kb * 1024);
+  if (impl == "fedmesh-plain") return RunFedmesh(ranks, false, sizes, chunk_kb * 1024);
+#ifdef FEDMESH_BENCH_GLOO
+  if (impl == "gloo") return RunGloo(ranks, false, sizes);
+  if (impl == "gloo-chunked") return RunGloo(ranks, true, sizes);
+#endif
+  std::fprintf(stderr, "unknown or unavailable --impl %s (gloo needs libgloo-dev at build time)\n", impl.c_str());
+  return 2;
+}
