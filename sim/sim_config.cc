@@ -23,8 +23,10 @@ const ConfigSchema& SimConfigSchema() {
     s->keys = {
         StringKey("sim", "mode", "aggregator",
                   "aggregator (round engine + strategy), gossip (no server), local (each "
-                  "client alone: the baseline) or central (all data pooled: the upper bound)")
-            .Choices({"aggregator", "gossip", "local", "central"}),
+                  "client alone: the baseline), central (all data pooled: the upper bound) or "
+                  "allreduce (clients_per_round ranks average exactly over a ring every round; "
+                  "docs/collectives.md)")
+            .Choices({"aggregator", "gossip", "local", "central", "allreduce"}),
         IntKey("sim", "clients", 100, "Registered virtual clients; only those training hold a model")
             .Min(1)
             .Max(10000000),

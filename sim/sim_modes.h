@@ -1,5 +1,6 @@
-// The four simulation modes behind RunSimulation (sim/simulation.h), each in its own file:
-// aggregator_mode.cc, gossip_mode.cc, baseline_modes.cc (local and central). They share a
+// The simulation modes behind RunSimulation (sim/simulation.h), each in its own file:
+// aggregator_mode.cc, gossip_mode.cc, baseline_modes.cc (local and central),
+// allreduce_mode.cc. They share a
 // SimContext and report each round through it. Internal to sim/.
 #pragma once
 
@@ -49,6 +50,7 @@ Result<std::vector<float>> RunAggregatorMode(SimContext& ctx);
 Result<std::vector<float>> RunGossipMode(SimContext& ctx);
 Result<std::vector<float>> RunLocalMode(SimContext& ctx);
 Result<std::vector<float>> RunCentralMode(SimContext& ctx);
+Result<std::vector<float>> RunAllreduceMode(SimContext& ctx);
 
 // Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk.
 Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params);

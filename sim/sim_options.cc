@@ -16,8 +16,9 @@ Result<SimMode> ParseSimMode(std::string_view name) {
   if (name == "gossip") return SimMode::kGossip;
   if (name == "local") return SimMode::kLocal;
   if (name == "central") return SimMode::kCentral;
+  if (name == "allreduce") return SimMode::kAllreduce;
   return Status::InvalidArgument("unknown mode \"" + std::string(name) +
-                                 "\"; known: aggregator, gossip, local, central");
+                                 "\"; known: aggregator, gossip, local, central, allreduce");
 }
 
 std::string_view SimModeName(SimMode mode) {
@@ -26,6 +27,7 @@ std::string_view SimModeName(SimMode mode) {
     case SimMode::kGossip: return "gossip";
     case SimMode::kLocal: return "local";
     case SimMode::kCentral: return "central";
+    case SimMode::kAllreduce: return "allreduce";
   }
   return "?";
 }

@@ -20,7 +20,7 @@
 
 namespace fedmesh {
 
-enum class SimMode { kAggregator, kGossip, kLocal, kCentral };
+enum class SimMode { kAggregator, kGossip, kLocal, kCentral, kAllreduce };
 // "aggregator", "gossip", "local", "central".
 Result<SimMode> ParseSimMode(std::string_view name);
 std::string_view SimModeName(SimMode mode);

@@ -36,6 +36,8 @@ JsonLine SimRoundMetrics::ToJson() const {
   if (epsilon) j.Add("epsilon", *epsilon);
   if (clip_norm) j.Add("clip_norm", *clip_norm);
   if (dp_sgd_epsilon_max) j.Add("dp_sgd_epsilon_max", *dp_sgd_epsilon_max);
+  if (allreduce_s) j.Add("allreduce_s", *allreduce_s);
+  if (allreduce_bound_s) j.Add("allreduce_bound_s", *allreduce_bound_s);
   return j;
 }
 
@@ -242,6 +244,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
     case SimMode::kGossip: final_model = sim_internal::RunGossipMode(ctx); break;
     case SimMode::kLocal: final_model = sim_internal::RunLocalMode(ctx); break;
     case SimMode::kCentral: final_model = sim_internal::RunCentralMode(ctx); break;
+    case SimMode::kAllreduce: final_model = sim_internal::RunAllreduceMode(ctx); break;
   }
   FM_RETURN_IF_ERROR(final_model.status());
   report.final_model = std::move(*final_model);

@@ -44,6 +44,10 @@ struct SimRoundMetrics {
   std::optional<double> clip_norm;         // [dp] central: the clip bound of the next round
   // [privacy] dp-sgd: the largest epsilon any client has spent so far (each has its own).
   std::optional<double> dp_sgd_epsilon_max;
+  // allreduce: the round's ring all-reduce in virtual seconds, and its bandwidth bound
+  // 2 (N - 1) / N x bytes / (the slowest rank's uplink) (collective/virtual_ring.h).
+  std::optional<double> allreduce_s;
+  std::optional<double> allreduce_bound_s;
   JsonLine ToJson() const;                 // one line, fixed field order
 };
 

@@ -362,6 +362,38 @@ TEST(Simulation, LocalAndCentralBaselines) {
   EXPECT_EQ(local->rounds.back().participants, 5u);
 }
 
+// sim.mode = allreduce (issue 21 item 5): the ranks average exactly every round, so they end
+// where no rank alone gets (local mode, same clients), and each round's all-reduce in
+// virtual time sits at its bandwidth bound, plus at most one latency and a chunk per step.
+TEST(Simulation, AllreduceRanksAverageExactlyAndTheRingMeetsItsBound) {
+  REQUIRE_DATA();
+  SimOptions o = Small();
+  o.mode = SimMode::kAllreduce;
+  o.rounds = 3;
+  o.partition = "shards";  // two classes per client: alone, a client cannot exceed ~0.2
+  auto run = RunSimulation(o);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_EQ(run->rounds.size(), 3u);
+  SimOptions alone = o;
+  alone.mode = SimMode::kLocal;
+  alone.eval_clients = 3;
+  auto local = RunSimulation(alone);
+  ASSERT_TRUE(local.ok());
+  std::printf("allreduce %.4f, local %.4f\n", *run->rounds.back().test_accuracy, *local->rounds.back().test_accuracy);
+  EXPECT_GT(*run->rounds.back().test_accuracy, *local->rounds.back().test_accuracy + 0.1)
+      << "the ranks did not pool what they learned";
+  for (const SimRoundMetrics& m : run->rounds) {
+    ASSERT_TRUE(m.allreduce_s && m.allreduce_bound_s);
+    const double ranks = static_cast<double>(m.participants);
+    EXPECT_GE(*m.allreduce_s, *m.allreduce_bound_s);
+    // A latency (< 1 s at the default links) and a 1 MiB chunk per step at most.
+    EXPECT_LE(*m.allreduce_s, *m.allreduce_bound_s * 1.1 + 2 * (ranks - 1) * 1.0) << m.ToJson().str();
+    EXPECT_GT(m.bytes_up, 0u);
+  }
+  const std::string line = run->rounds[0].ToJson().str();
+  EXPECT_NE(line.find("\"allreduce_s\":"), std::string::npos) << line;
+}
+
 TEST(Simulation, BadOptionsAreRefusedWithTheField) {
   SimOptions o = Small();
   o.clients_per_round = 50;
