@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "transport/zmq/multipart.h"
 #include "transport/zmq/zmq_status.h"
 
 namespace fedmesh::collective {
@@ -168,14 +169,7 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeo
       if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) {
         return std::optional<std::pair<int, Chunk>>();
       }
-      std::vector<zmq::message_t> parts;
-      for (;;) {
-        zmq::message_t part;
-        if (!router_.recv(part, zmq::recv_flags::dontwait)) break;
-        const bool more = part.more();
-        parts.push_back(std::move(part));
-        if (!more) break;
-      }
+      std::vector<zmq::message_t> parts = RecvMultipart(router_);
       Chunk c;
       int sender = -1;
       if (options_.curve) {

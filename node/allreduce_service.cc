@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/builtin_graph.h"
+#include "core/hex.h"
 #include "core/json_line.h"
 #include "core/onnx/onnx_writer.h"
 #include "core/graph/graph_model.h"
@@ -12,15 +13,6 @@
 namespace fedmesh {
 namespace {
 
-std::string Hex(std::span<const uint8_t> bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : bytes) {
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
-  return out;
-}
 
 collective::WireType WireOf(const std::string& compression) {
   if (compression == "fp16") return collective::WireType::kFloat16;
@@ -114,7 +106,7 @@ Status AllreduceService::SaveFinalModel(const std::string& sha_hex) {
   if (const graph::GraphModel* g = site_.model->graph_model()) {
     // fedmesh-model export --db rebuilds the model from its graph.
     FM_ASSIGN_OR_RETURN(std::string onnx, onnx::SerializeArchitecture(g->graph()));
-    cp.attributes["model/graph_hex"] = Hex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(onnx.data()), onnx.size()));
+    cp.attributes["model/graph_hex"] = ToHex(onnx);
     cp.attributes["model/graph_sha256"] = g->hash();
   } else {
     cp.attributes["model/spec"] = SpecToText(config_.training.model);
@@ -148,7 +140,7 @@ Result<AllreduceRunStats> AllreduceService::Run(const std::atomic<bool>* stop) {
     const std::vector<float> p = site_.model->GetParams();
     const Sha256Digest digest = Sha256::Hash(std::span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(p.data()), p.size() * sizeof(float)));
-    stats.model_sha256 = Hex(digest);
+    stats.model_sha256 = Sha256Hex(digest);
     JsonLine line;
     line.Add("node", config_.node_id)
         .Add("rank", comm_->rank())

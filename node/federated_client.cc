@@ -1,5 +1,7 @@
 #include "node/federated_client.h"
 
+#include "core/hex.h"
+
 #include <csignal>
 #include <cstdlib>
 
@@ -75,32 +77,6 @@ constexpr char kLocalTensor[] = "model/local";  // the site's own values of [mod
 constexpr char kModelGraphAttribute[] = "model/graph_hex";
 constexpr char kModelShaAttribute[] = "model/graph_sha256";
 
-std::string ToHex(const std::string& bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
-std::optional<std::string> FromHex(const std::string& hex) {
-  if (hex.size() % 2) return std::nullopt;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out[i] = static_cast<char>(hi * 16 + lo);
-  }
-  return out;
-}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(

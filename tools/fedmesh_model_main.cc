@@ -16,6 +16,7 @@
 #include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
 #include "core/model.h"
+#include "core/hex.h"
 #include "core/model_export.h"
 #include "core/npz.h"
 #include "core/onnx/onnx_reader.h"
@@ -187,8 +188,9 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
     }
     auto it = (*cp)->attributes.find("model/graph_hex");
     if (it != (*cp)->attributes.end()) {
-      for (size_t i = 0; i + 1 < it->second.size(); i += 2)
-        graph_bytes += static_cast<char>(std::stoi(it->second.substr(i, 2), nullptr, 16));
+      auto bytes = fedmesh::FromHex(it->second);
+      if (!bytes) return Fail(fedmesh::Status::Corruption(db + ": the checkpoint's model graph is not hex"));
+      graph_bytes = std::move(*bytes);
     }
   }
   auto backend = fedmesh::MakeCpuBackend(1);

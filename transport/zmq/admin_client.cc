@@ -6,6 +6,7 @@
 
 #include <zmq.hpp>
 
+#include "transport/zmq/multipart.h"
 #include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
@@ -69,14 +70,7 @@ Result<AdminReply> AdminCall(const Identity& me, const PublicIdentity& server,
                                    " failed (wrong aggregator.pub?)");
       }
       if (items[0].revents & ZMQ_POLLIN) {
-        std::vector<zmq::message_t> parts;
-        for (;;) {
-          zmq::message_t part;
-          if (!socket.recv(part, zmq::recv_flags::dontwait)) break;
-          const bool more = part.more();
-          parts.push_back(std::move(part));
-          if (!more) break;
-        }
+        std::vector<zmq::message_t> parts = RecvMultipart(socket);
         if (parts.empty()) continue;
         AdminReply out;
         out.reply = nlohmann::json::parse(parts[0].to_string_view(), nullptr, false);

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "transport/zmq/multipart.h"
 #include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
@@ -84,14 +85,7 @@ Result<std::optional<AdminRequest>> AdminServer::Poll(int timeout_ms) {
       if (zmq::poll(&item, 1, std::chrono::milliseconds(i == 0 ? timeout_ms : 0)) == 0) {
         return std::optional<AdminRequest>();
       }
-      std::vector<zmq::message_t> parts;
-      for (;;) {
-        zmq::message_t part;
-        if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
-        const bool more = part.more();
-        parts.push_back(std::move(part));
-        if (!more) break;
-      }
+      std::vector<zmq::message_t> parts = RecvMultipart(socket_);
       if (parts.size() != 2) continue;  // a DEALER sends [request]; ROUTER prefixes the id
       AdminRequest req;
       req.routing_id = parts[0].to_string();
