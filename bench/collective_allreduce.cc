@@ -7,6 +7,7 @@
 // One line per size: impl ranks bytes median_s algbw_GBps busbw_GBps.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_util.h"
+#include "core/sha256.h"
 #include "collective/communicator.h"
 #include "collective/zmq_ring_transport.h"
 
@@ -101,6 +103,61 @@ int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64
   return 0;
 }
 
+// One rank in this process (the others elsewhere, e.g. in other network namespaces:
+// bench/netns/collective_ring.sh). Keys come from a fixed seed per rank, so every process
+// knows every member's public key: a benchmark convenience, never for real use.
+int RunOneRank(int rank, const std::vector<std::string>& group, bool curve, const std::vector<uint64_t>& sizes,
+               uint64_t chunk_bytes) {
+  using namespace fedmesh;
+  using namespace fedmesh::collective;
+  const int ranks = static_cast<int>(group.size());
+  std::vector<Identity> ids;
+  std::vector<RingMember> members;
+  for (int r = 0; r < ranks; ++r) {
+    const Sha256Digest curve_secret = Sha256::Hash("fedmesh-bench-curve-" + std::to_string(r));
+    const Sha256Digest sign_seed = Sha256::Hash("fedmesh-bench-sign-" + std::to_string(r));
+    ids.push_back(std::move(Identity::FromSecrets("rank-" + std::to_string(r), curve_secret, sign_seed)).value());
+    members.push_back({"tcp://" + group[r], ids.back().public_identity()});
+  }
+  ZmqRingTransportOptions to;
+  to.curve = curve;
+  const std::string port = group[rank].substr(group[rank].rfind(':') + 1);
+  auto t = ZmqRingTransport::Create(ids[rank], members, "tcp://0.0.0.0:" + port, to);
+  if (!t.ok()) {
+    std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
+    return 1;
+  }
+  CommunicatorOptions o;
+  o.ring = {ranks, rank, chunk_bytes, WireType::kFloat32, 0};
+  o.timeout_ms = 120000;
+  auto c = std::move(Communicator::Create(o, t->get())).value();
+  for (uint64_t bytes : sizes) {
+    std::vector<float> buf(bytes / 4, 1.0f);
+    std::vector<double> times;
+    if (Status s = c->Barrier(); !s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+      return 1;
+    }
+    (void)c->Allreduce(std::span<float>(buf), ReduceOp::kSum);  // warm-up: connections
+    for (int i = 0; i < 3; ++i) {
+      (void)c->Barrier();
+      const auto start = Clock::now();
+      Status s = c->Allreduce(std::span<float>(buf), ReduceOp::kSum);
+      times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+        return 1;
+      }
+    }
+    if (buf[0] != std::pow(static_cast<float>(ranks), 4.0f)) {  // warm-up + 3 sums of 1.0s
+      std::fprintf(stderr, "rank %d: wrong sum %g\n", rank, buf[0]);
+      return 1;
+    }
+    if (rank == 0) Report(curve ? "fedmesh-curve" : "fedmesh-plain", ranks, bytes, times);
+  }
+  return 0;
+}
+
 #ifdef FEDMESH_BENCH_GLOO
 int RunGloo(int ranks, bool chunked, const std::vector<uint64_t>& sizes) {
   const std::string dir = std::filesystem::temp_directory_path() / ("fedmesh-gloo-" + std::to_string(::getpid()));
@@ -162,8 +219,23 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "Ranks (threads)");
   app.add_option("--sizes", sizes, "Buffer sizes in bytes");
   uint64_t chunk_kb = 1024;
+  int rank = -1;
+  std::vector<std::string> group;
+  app.add_option("--rank", rank, "Run only this rank here (the others run elsewhere); needs --group");
+  app.add_option("--group", group, "HOST:PORT of every rank, in rank order (with --rank)")->delimiter(',');
   app.add_option("--chunk-kb", chunk_kb, "fedmesh: KiB per pipelined chunk ([collective] chunk_kb)");
   CLI11_PARSE(app, argc, argv);
+  if (rank >= 0) {
+    if (impl != "fedmesh" && impl != "fedmesh-plain") {
+      std::fprintf(stderr, "--rank runs fedmesh or fedmesh-plain only\n");
+      return 2;
+    }
+    if (rank >= static_cast<int>(group.size())) {
+      std::fprintf(stderr, "--rank %d is not in --group (%zu members)\n", rank, group.size());
+      return 2;
+    }
+    return RunOneRank(rank, group, impl == "fedmesh", sizes, chunk_kb * 1024);
+  }
   if (impl == "fedmesh") return RunFedmesh(ranks, true, sizes, chunk_kb * 1024);
   if (impl == "fedmesh-plain") return RunFedmesh(ranks, false, sizes, chunk_kb * 1024);
 #ifdef FEDMESH_BENCH_GLOO
