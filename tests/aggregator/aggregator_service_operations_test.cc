@@ -153,6 +153,31 @@ TEST_F(AggregatorOperationsTest, KickDropsASiteAndTheRoundGoesOnWithoutIt) {
   for (const SiteStatus& s : st.sites) EXPECT_EQ(s.enrolled, s.name != "site-c") << s.name;
 }
 
+TEST_F(AggregatorOperationsTest, BadArgumentsAreRefusedWithAReasonAndChangeNothing) {
+  SetUpAdmins();
+  auto service = StartService();
+  ASSERT_NE(service, nullptr);
+  struct Case {
+    std::string command, argument, expect;
+  };
+  const Case cases[] = {
+      {"export", "abc", "export takes a model version (a number), got \"abc\""},
+      {"export", "99999999999999999999", "export takes a model version"},
+      {"export", "7", "model version 7"},
+      {"kick", "", "kick needs a site name"},
+      {"resume", "", "not paused"},
+  };
+  for (const Case& c : cases) {
+    auto r = Admin(*service, alice_, c.command, c.argument);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->reply["ok"], false) << c.command << " " << c.argument;
+    EXPECT_THAT(r->reply.value("error", ""), HasSubstr(c.expect)) << r->reply.dump();
+    EXPECT_TRUE(r->payload.empty());
+  }
+  EXPECT_FALSE(service->engine().paused());
+  EXPECT_FALSE(service->finished());
+}
+
 TEST_F(AggregatorOperationsTest, AnAdminKeyThatIsAlsoASiteKeyIsRefused) {
   SetUpAdmins();
   fs::copy_file(dir_.path + "/allow/site-a.pub", dir_.path + "/admins/site-a.pub");

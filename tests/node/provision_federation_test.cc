@@ -200,6 +200,35 @@ TEST_F(ProvisionFederationTest, KitsRunAFederationAdminsControlItAndTheStatusPag
   }
 }
 
+// fedmesh-admin with a kit it cannot use exits 2, naming admin.toml, the line and the key.
+TEST_F(ProvisionFederationTest, FedmeshAdminBadKitsExitTwoNamingTheKey) {
+  fs::create_directories(dir_ / "kit");
+  struct Case {
+    std::string toml;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"[admin]\nname = \"a\"\nendpoint = \"tcp://127.0.0.1:1\"\ncolour = \"red\"\n", "admin.toml:4"},
+      {"[admin]\nendpoint = \"tcp://127.0.0.1:1\"\n", "[admin] name"},
+      {"[admin]\nname = \"a\"\nendpoint = \"tcp://127.0.0.1:1\"\ntimeout_ms = 0\n", "[admin] timeout_ms"},
+      {"[admin]\nname = \"a\"\nendpoint = \"tcp://127.0.0.1:1\"\nkey = \"missing.key\"\n", "[admin] key"},
+      {"[admin\nname = \"a\"\n", "admin.toml:1"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(dir_ / "kit" / "admin.toml") << c.toml;
+    auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-admin", "--kit", "kit", "status"}, dir_,
+                                                dir_ / "admin.log", seconds(30));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 2) << c.toml << ReadWholeFile(dir_ / "admin.log");
+    EXPECT_NE(ReadWholeFile(dir_ / "admin.log").find(c.expect), std::string::npos)
+        << c.toml << ReadWholeFile(dir_ / "admin.log");
+  }
+  auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-admin", "--kit", "kit", "reboot"}, dir_,
+                                              dir_ / "admin.log", seconds(30));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 2) << "an unknown command is a usage error";
+}
+
 // Bad input exits 2 naming the file, line and key; existing kits are not overwritten.
 TEST_F(ProvisionFederationTest, BadProjectsAndExistingKitsExitTwo) {
   std::ofstream(dir_ / "bad.toml") << "[federation]\nid = \"f\"\n[aggregator]\naddress = \"agg:5555\"\n";
