@@ -17,7 +17,9 @@ const char* WireTypeName(WireType w);
 // Bytes per element on the wire: 4 or 2.
 inline uint32_t WireBytes(WireType w) { return w == WireType::kFloat32 ? 4 : 2; }
 
-enum class OpKind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2 };
+// kMessage: not a ring operation but one message of another protocol between the group's
+// members (private set intersection, split training), whole in `bytes`.
+enum class OpKind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kMessage = 3 };
 
 // A chunk's bytes: a string it owns, or a view into a buffer that `owner` keeps alive (a
 // received ZeroMQ frame), so a received chunk is read where it landed, not copied first.

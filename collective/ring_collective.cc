@@ -294,6 +294,8 @@ Status RingCollective::Handle(Chunk& c, std::vector<Send>& out) {
       }
       want = static_cast<uint32_t>(root_);
       break;
+    case OpKind::kMessage:
+      return Status::InvalidArgument("collective operation " + Str(c.op) + ": a protocol message, not a ring chunk");
   }
   if (c.block != want) {
     return Status::InvalidArgument("collective operation " + Str(c.op) + ": step " + Str(c.step) + " carries block " +
@@ -308,6 +310,7 @@ Status RingCollective::Handle(Chunk& c, std::vector<Send>& out) {
     case OpKind::kAllreduce: s = HandleAllreduce(c, out); break;
     case OpKind::kAllgather: s = HandleAllgather(c, out); break;
     case OpKind::kBroadcast: s = HandleBroadcast(c, out); break;
+    case OpKind::kMessage: break;  // refused above
   }
   FM_RETURN_IF_ERROR(s);
   if (++received_ == expected_) Complete();

@@ -50,7 +50,7 @@ Status DecodeChunkHeader(std::string_view h, Chunk* c) {
     return Status::InvalidArgument("chunk header with a wrong magic or version");
   }
   const uint8_t kind = Get<uint8_t>(h, 5), phase = Get<uint8_t>(h, 6), wire = Get<uint8_t>(h, 7);
-  if (kind > static_cast<uint8_t>(OpKind::kBroadcast) || phase > 1 || wire > static_cast<uint8_t>(WireType::kBFloat16)) {
+  if (kind > static_cast<uint8_t>(OpKind::kMessage) || phase > 1 || wire > static_cast<uint8_t>(WireType::kBFloat16)) {
     return Status::InvalidArgument("chunk header with an unknown kind, phase or wire type");
   }
   c->kind = static_cast<OpKind>(kind);
@@ -65,6 +65,10 @@ Status DecodeChunkHeader(std::string_view h, Chunk* c) {
 }
 
 ZmqRingTransport::~ZmqRingTransport() = default;
+
+void ZmqRingTransport::DropQueued() {
+  for (auto& [rank, d] : dealers_) d.set(zmq::sockopt::linger, 0);
+}
 
 Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identity& me,
                                                                    const std::vector<RingMember>& group,
@@ -118,7 +122,7 @@ zmq::socket_t& ZmqRingTransport::Dealer(int to) {
   auto it = dealers_.find(to);
   if (it != dealers_.end()) return it->second;
   zmq::socket_t d(context_, zmq::socket_type::dealer);
-  d.set(zmq::sockopt::linger, 0);
+  d.set(zmq::sockopt::linger, options_.linger_ms);
   d.set(zmq::sockopt::sndhwm, 0);
   d.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
   if (options_.curve) {

@@ -39,6 +39,10 @@ struct ZmqRingTransportOptions {
   // A send that cannot be queued within this fails (the peer's connection is gone).
   // Default: 30,000 ms.
   int send_timeout_ms = 30000;
+  // How long closing the transport waits to deliver what is still queued. Default: 0 (a
+  // ring operation completes only when every rank has what it needs). A protocol whose
+  // last message is a one-way reply (private set intersection's confirm) sets it.
+  int linger_ms = 0;
 };
 
 class ZmqRingTransport final : public CollectiveTransport {
@@ -57,6 +61,10 @@ class ZmqRingTransport final : public CollectiveTransport {
   // Members' endpoints, once known (a test binds every rank first, then tells each the
   // real ports). Replaces the endpoints given to Create.
   void SetEndpoints(const std::vector<std::string>& endpoints);
+
+  // Closing will not wait for what is still queued (options.linger_ms): the run failed and
+  // nobody waits for it.
+  void DropQueued();
 
   Status Send(int to, Chunk chunk) override;
   Result<std::optional<std::pair<int, Chunk>>> Receive(int timeout_ms) override;

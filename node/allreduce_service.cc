@@ -8,6 +8,7 @@
 #include "core/onnx/onnx_writer.h"
 #include "core/graph/graph_model.h"
 #include "core/sha256.h"
+#include "collective/group_members.h"
 #include "crypto/key_files.h"
 
 namespace fedmesh {
@@ -36,23 +37,11 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
                                    "' but [node] id is '" + config.node_id + "'");
   }
   s->identity_ = std::make_unique<Identity>(std::move(identity));
-  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> keys, ReadAllowlist(config.collective.allow_dir));
-  std::vector<collective::RingMember> members;
-  int rank = -1;
-  for (const std::string& m : config.collective.group) {
-    const std::string id = m.substr(0, m.find('@'));
-    auto key = std::find_if(keys.begin(), keys.end(), [&](const PublicIdentity& p) { return p.name == id; });
-    if (key == keys.end()) {
-      return Status::InvalidArgument("[collective] group: member " + id + " has no public key in " +
-                                     config.collective.allow_dir);
-    }
-    if (id == config.node_id) rank = static_cast<int>(members.size());
-    members.push_back({m.substr(m.find('@') + 1), *key});
-  }
-  if (rank < 0 || members[rank].identity.curve_public != s->identity_->public_identity().curve_public) {
-    return Status::InvalidArgument("[collective] allow: the key listed for " + config.node_id +
-                                   " is not this site's key (" + config.key_path + ")");
-  }
+  FM_ASSIGN_OR_RETURN(collective::ResolvedGroup group,
+                      collective::ResolveGroup(config.collective.group, config.collective.allow_dir, *s->identity_,
+                                               "[collective] group"));
+  const std::vector<collective::RingMember>& members = group.members;
+  const int rank = group.my_rank;
 
   const LocalTrainingOptions& t = config.training;
   FM_ASSIGN_OR_RETURN(s->site_, LoadSiteModel(t, /*with_test=*/true));

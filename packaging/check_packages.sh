@@ -19,7 +19,7 @@ for pkg in node aggregator tools; do
   dpkg-deb -x "$deb" "$out/root-$pkg"
   echo "fedmesh-$pkg: $(dpkg-deb --field "$deb" Version), depends on $(tr ',' '\n' <<<"$depends" | wc -l) packages"
 done
-for b in fedmesh-node:node fedmesh-aggregator:aggregator fedmesh-keys:tools fedmesh-provision:tools fedmesh-admin:tools fedmesh-model:tools fedmesh-sim:tools; do
+for b in fedmesh-node:node fedmesh-aggregator:aggregator fedmesh-keys:tools fedmesh-provision:tools fedmesh-admin:tools fedmesh-model:tools fedmesh-psi:tools fedmesh-sim:tools; do
   [[ -x "$out/root-${b#*:}/usr/bin/${b%:*}" ]] || fail "${b%:*} is not in fedmesh-${b#*:}"
 done
 depends=$(dpkg-deb --field "$out"/fedmesh-aggregator_*.deb Depends)

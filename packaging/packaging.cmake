@@ -10,7 +10,7 @@ install(TARGETS fedmesh-aggregator RUNTIME DESTINATION bin COMPONENT aggregator)
 install(FILES packaging/systemd/fedmesh-aggregator@.service DESTINATION lib/systemd/system COMPONENT aggregator)
 install(FILES README.md docs/config.md docs/security.md docs/monitoring.md
         DESTINATION share/doc/fedmesh-aggregator COMPONENT aggregator)
-install(TARGETS fedmesh-keys fedmesh-provision fedmesh-admin fedmesh-model fedmesh-sim RUNTIME DESTINATION bin COMPONENT tools)
+install(TARGETS fedmesh-keys fedmesh-provision fedmesh-admin fedmesh-model fedmesh-psi fedmesh-sim RUNTIME DESTINATION bin COMPONENT tools)
 install(FILES README.md docs/provisioning.md DESTINATION share/doc/fedmesh-tools COMPONENT tools)
 
 set(CPACK_GENERATOR DEB)
@@ -37,7 +37,7 @@ set(CPACK_COMPONENT_NODE_DESCRIPTION
 set(CPACK_COMPONENT_AGGREGATOR_DESCRIPTION
     "fedmesh aggregator\n fedmesh-aggregator runs a federation's rounds: selection, robust and private\n aggregation, federated evaluation, a SQLite store and Prometheus metrics.")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
-    "fedmesh tools\n fedmesh-keys, fedmesh-provision (startup kits), fedmesh-admin (admin control),\n fedmesh-model (ONNX export) and\n fedmesh-sim (simulation).")
+    "fedmesh tools\n fedmesh-keys, fedmesh-provision (startup kits), fedmesh-admin (admin control),\n fedmesh-model (ONNX export),\n fedmesh-psi (private set intersection) and fedmesh-sim (simulation).")
 set(CPACK_DEBIAN_NODE_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/postinst)
 set(CPACK_DEBIAN_AGGREGATOR_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/packaging/debian/postinst)
 include(CPack)

@@ -1,5 +1,7 @@
 #include "core/data/csv_reader.h"
 
+#include "core/data/csv_cells.h"
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -20,60 +22,6 @@
 
 namespace fedmesh {
 namespace {
-
-// Trims spaces and tabs, except the delimiter itself (a TSV's tabs are separators).
-std::string_view Trim(std::string_view s, char delimiter) {
-  auto is_space = [delimiter](char c) { return (c == ' ' || c == '\t') && c != delimiter; };
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-// Finds the delimiters eight bytes at a time (SWAR): cells are a few bytes long, so a
-// find() per cell cost more in calls than in scanning (bench/csv_ingest.sh).
-void SplitCells(std::string_view line, char delimiter, std::vector<std::string_view>* cells) {
-  cells->clear();
-  const char* start = line.data();
-  const char* const end = start + line.size();
-  const char* p = start;
-  auto cell_to = [&](const char* q) {
-    cells->push_back(Trim(std::string_view(start, static_cast<size_t>(q - start)), delimiter));
-    start = q + 1;
-  };
-  if constexpr (std::endian::native == std::endian::little) {
-    constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7FULL;
-    const uint64_t pattern = 0x0101010101010101ULL * static_cast<unsigned char>(delimiter);
-    for (; end - p >= 8; p += 8) {
-      uint64_t word;
-      std::memcpy(&word, p, 8);
-      const uint64_t x = word ^ pattern;  // zero bytes where the delimiter is
-      // The high bit of each zero byte, exactly (no borrow between bytes).
-      uint64_t hits = ~(((x & kLow7) + kLow7) | x | kLow7);
-      for (; hits != 0; hits &= hits - 1) cell_to(p + std::countr_zero(hits) / 8);
-    }
-  }
-  for (; p != end; ++p) {
-    if (*p == delimiter) cell_to(p);
-  }
-  cells->push_back(Trim(std::string_view(start, static_cast<size_t>(end - start)), delimiter));
-}
-
-bool IsBlank(std::string_view line) {
-  for (char c : line) {
-    if (c != ' ' && c != '\t') return false;
-  }
-  return true;
-}
-
-std::string Quote(std::string_view s) {
-  // Long cells are cut so one bad cell cannot flood a log line.
-  constexpr size_t kMax = 40;
-  std::string q = "\"";
-  q.append(s.substr(0, kMax));
-  if (s.size() > kMax) q += "...";
-  q += "\"";
-  return q;
-}
 
 // Exact powers of ten that a double holds: 10^0 .. 10^22.
 constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
@@ -147,9 +95,6 @@ bool IsMissing(std::string_view cell) {
   return std::find(std::begin(kMissing), std::end(kMissing), cell) != std::end(kMissing);
 }
 
-std::string At(std::string_view source, size_t line) {
-  return std::string(source) + " line " + std::to_string(line) + ": ";
-}
 
 }  // namespace
 
@@ -189,33 +134,17 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
   };
 
   std::string_view line;
-  if (!next_line(&line) || IsBlank(line)) {
+  if (!next_line(&line) || IsBlankLine(line)) {
     return Status::Corruption(std::string(source_name) +
                               " has no header: line 1 must name the columns, e.g. "
                               "\"age,income," +
                               options.label_column + "\"");
   }
-  std::vector<std::string_view> cells;
-  SplitCells(line, d, &cells);
-  const size_t num_columns = cells.size();
-  std::vector<std::string> names(cells.begin(), cells.end());
+  FM_ASSIGN_OR_RETURN(const std::vector<std::string> names, ParseCsvHeader(line, d, source_name));
+  const size_t num_columns = names.size();
   std::unordered_map<std::string_view, size_t> column_of;
-  for (size_t c = 0; c < num_columns; ++c) {
-    if (names[c].empty()) {
-      return Status::Corruption(At(source_name, 1) + "header column " + std::to_string(c + 1) +
-                                " has no name; every column needs one");
-    }
-    if (names[c].front() == '"') {
-      return Status::Corruption(At(source_name, 1) + "header column " + Quote(names[c]) +
-                                " is quoted; quoted fields are not supported, remove the quotes");
-    }
-    const auto [it, inserted] = column_of.emplace(names[c], c);
-    if (!inserted) {
-      return Status::Corruption(At(source_name, 1) + "column name " + Quote(names[c]) +
-                                " appears twice (columns " + std::to_string(it->second + 1) +
-                                " and " + std::to_string(c + 1) + "); rename one");
-    }
-  }
+  for (size_t c = 0; c < num_columns; ++c) column_of.emplace(names[c], c);
+  std::vector<std::string_view> cells;
   auto available = [&] {
     std::string a;
     for (size_t c = 0; c < num_columns; ++c) a += (c > 0 ? ", " : "") + names[c];
@@ -223,7 +152,7 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
   };
   const auto label_it = column_of.find(options.label_column);
   if (label_it == column_of.end()) {
-    return Status::InvalidArgument("label column " + Quote(options.label_column) +
+    return Status::InvalidArgument("label column " + QuoteCell(options.label_column) +
                                    " is not in the header of " + std::string(source_name) +
                                    "; available columns: " + available());
   }
@@ -239,12 +168,12 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     for (const std::string& f : options.features) {
       const auto it = column_of.find(f);
       if (it == column_of.end()) {
-        return Status::InvalidArgument("feature column " + Quote(f) + " is not in the header of " +
+        return Status::InvalidArgument("feature column " + QuoteCell(f) + " is not in the header of " +
                                        std::string(source_name) + "; available columns: " +
                                        available());
       }
       if (it->second == label_col || seen[it->second]) {
-        return Status::InvalidArgument("feature column " + Quote(f) + " is " +
+        return Status::InvalidArgument("feature column " + QuoteCell(f) + " is " +
                                        (it->second == label_col ? "the label column"
                                                                 : "listed twice") +
                                        " in the features of " + std::string(source_name));
@@ -265,13 +194,13 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     const auto it = column_of.find(name);
     if (it == column_of.end() ||
         std::find(feature_cols.begin(), feature_cols.end(), it->second) == feature_cols.end()) {
-      return Status::InvalidArgument("categorical column " + Quote(name) + " is not " +
+      return Status::InvalidArgument("categorical column " + QuoteCell(name) + " is not " +
                                      (it == column_of.end() ? "in the header" : "a feature") +
                                      " of " + std::string(source_name) +
                                      "; available columns: " + available());
     }
     if (category_slot[it->second] >= 0) {
-      return Status::InvalidArgument("categorical column " + Quote(name) + " is listed twice");
+      return Status::InvalidArgument("categorical column " + QuoteCell(name) + " is listed twice");
     }
     category_slot[it->second] = static_cast<int>(k);
   }
@@ -281,14 +210,14 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     const auto it = column_of.find(name);
     if (eq == std::string::npos || it == column_of.end() || category_slot[it->second] < 0) {
       return Status::InvalidArgument(
-          "categories entry " + Quote(spec) +
+          "categories entry " + QuoteCell(spec) +
           " must read \"column=a,b,c\" for a column listed as categorical");
     }
     std::vector<std::string>& list = fixed[static_cast<size_t>(category_slot[it->second])];
     std::string_view rest = std::string_view(spec).substr(eq + 1);
     while (true) {
       const size_t comma = rest.find(',');
-      list.emplace_back(Trim(rest.substr(0, comma), ','));
+      list.emplace_back(TrimCell(rest.substr(0, comma), ','));
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
@@ -296,7 +225,7 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     std::sort(sorted.begin(), sorted.end());
     if (list.empty() || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
         sorted.front().empty()) {
-      return Status::InvalidArgument("categories entry " + Quote(spec) +
+      return Status::InvalidArgument("categories entry " + QuoteCell(spec) +
                                      " needs distinct, non-empty categories");
     }
   }
@@ -309,11 +238,11 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
   }
   if (options.categorical_encoding != "onehot" && options.categorical_encoding != "ids") {
     return Status::InvalidArgument("categorical_encoding must be \"onehot\" or \"ids\", got " +
-                                   Quote(options.categorical_encoding));
+                                   QuoteCell(options.categorical_encoding));
   }
   if (options.missing != "error" && options.missing != "drop" && options.missing != "impute_mean") {
     return Status::InvalidArgument("missing must be \"error\", \"drop\" or \"impute_mean\", got " +
-                                   Quote(options.missing));
+                                   QuoteCell(options.missing));
   }
   const bool drop_missing = options.missing == "drop";
   const bool impute = options.missing == "impute_mean";
@@ -347,16 +276,16 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
 
   int32_t max_label = -1, min_label = std::numeric_limits<int32_t>::max();
   while (next_line(&line)) {
-    if (IsBlank(line)) continue;
+    if (IsBlankLine(line)) continue;
     SplitCells(line, d, &cells);
     if (cells.size() != num_columns) {
-      return Status::Corruption(At(source_name, line_no) + "expected " +
+      return Status::Corruption(AtLine(source_name, line_no) + "expected " +
                                 std::to_string(num_columns) + " fields (as in the header), got " +
                                 std::to_string(cells.size()));
     }
     auto missing_error = [&](size_t c) {
-      return Status::Corruption(At(source_name, line_no) + "cell " + Quote(cells[c]) +
-                                " in column " + Quote(names[c]) +
+      return Status::Corruption(AtLine(source_name, line_no) + "cell " + QuoteCell(cells[c]) +
+                                " in column " + QuoteCell(names[c]) +
                                 " is missing (empty, NA, NaN, null or ?); fill it in, or set "
                                 "missing = \"drop\" to leave such rows out");
     };
@@ -369,8 +298,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
           continue;
         }
         if (impute) {
-          return Status::Corruption(At(source_name, line_no) + "category cell in column " +
-                                    Quote(names[c]) + " is missing; a category has no mean: "
+          return Status::Corruption(AtLine(source_name, line_no) + "category cell in column " +
+                                    QuoteCell(names[c]) + " is missing; a category has no mean: "
                                     "fill it in, or use missing = \"drop\"");
         }
         if (!drop_missing) return missing_error(c);
@@ -384,8 +313,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
           if (!fixed[k].empty()) {
             std::string listed;
             for (const std::string& v : fixed[k]) listed += (listed.empty() ? "" : ", ") + v;
-            return Status::Corruption(At(source_name, line_no) + "category " + Quote(value) +
-                                      " in column " + Quote(names[c]) +
+            return Status::Corruption(AtLine(source_name, line_no) + "category " + QuoteCell(value) +
+                                      " in column " + QuoteCell(names[c]) +
                                       " is not one of the listed categories: " + listed);
           }
           it = vocab[k].emplace(value, static_cast<int>(vocab[k].size())).first;
@@ -395,8 +324,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
       }
       double v = 0.0;
       if (const char* why = ParseNumber(cells[c], &v); why != nullptr) {
-        return Status::Corruption(At(source_name, line_no) + "cell " + Quote(cells[c]) +
-                                  " in column " + Quote(names[c]) + " " + why +
+        return Status::Corruption(AtLine(source_name, line_no) + "cell " + QuoteCell(cells[c]) +
+                                  " in column " + QuoteCell(names[c]) + " " + why +
                                   (cells[c].size() > 0 && !std::isdigit(static_cast<unsigned char>(cells[c][0])) &&
                                            cells[c][0] != '-' && cells[c][0] != '.'
                                        ? "; list text columns in categorical"
@@ -417,8 +346,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
       if (it == options.label_values.end()) {
         std::string listed;
         for (const std::string& v : options.label_values) listed += (listed.empty() ? "" : ", ") + v;
-        return Status::Corruption(At(source_name, line_no) + "label " + Quote(label_cell) +
-                                  " in column " + Quote(names[label_col]) +
+        return Status::Corruption(AtLine(source_name, line_no) + "label " + QuoteCell(label_cell) +
+                                  " in column " + QuoteCell(names[label_col]) +
                                   " is not one of the label_values: " + listed);
       }
       label = static_cast<int32_t>(it - options.label_values.begin());
@@ -428,8 +357,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
       std::string why = error != nullptr ? error : "";
       if (options.regression) {
         if (!why.empty()) {
-          return Status::Corruption(At(source_name, line_no) + "target " + Quote(label_cell) +
-                                    " in column " + Quote(names[label_col]) + " " + why);
+          return Status::Corruption(AtLine(source_name, line_no) + "target " + QuoteCell(label_cell) +
+                                    " in column " + QuoteCell(names[label_col]) + " " + why);
         }
         ds.targets.push_back(static_cast<float>(v));
       } else {
@@ -442,15 +371,15 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
                 "in label_values";
         }
         if (!why.empty()) {
-          return Status::Corruption(At(source_name, line_no) + "label " + Quote(label_cell) +
-                                    " in column " + Quote(names[label_col]) + " " + why);
+          return Status::Corruption(AtLine(source_name, line_no) + "label " + QuoteCell(label_cell) +
+                                    " in column " + QuoteCell(names[label_col]) + " " + why);
         }
         label = static_cast<int32_t>(v);
       }
     }
     if (!options.regression && options.num_classes > 0 && label >= options.num_classes) {
-      return Status::Corruption(At(source_name, line_no) + "label " + std::to_string(label) +
-                                " in column " + Quote(names[label_col]) + " is >= num_classes " +
+      return Status::Corruption(AtLine(source_name, line_no) + "label " + std::to_string(label) +
+                                " in column " + QuoteCell(names[label_col]) + " is >= num_classes " +
                                 std::to_string(options.num_classes) +
                                 "; raise num_classes or fix the label");
     }
@@ -531,7 +460,7 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     // Classes inferred from one distinct label say nothing about the others.
     if (options.num_classes == 0 && label_count == 0 && min_label == max_label) {
       return Status::Corruption(std::string(source_name) + ": label column " +
-                                Quote(names[label_col]) + " holds a single class (" +
+                                QuoteCell(names[label_col]) + " holds a single class (" +
                                 std::to_string(max_label) +
                                 "); a classifier needs two or more (set num_classes when this "
                                 "site lacks the others)");
@@ -541,41 +470,8 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
 }
 
 Result<Dataset> ReadCsv(const std::string& path, const CsvOptions& options) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (st.type() == std::filesystem::file_type::not_found) {
-    return Status::NotFound("CSV file " + path + " does not exist");
-  }
-  if (ec) return Status::IOError("cannot inspect CSV file " + path + ": " + ec.message());
-  if (st.type() != std::filesystem::file_type::regular) {
-    return Status::InvalidArgument(path + " is not a regular file; pass the path of a CSV file");
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return Status::IOError("cannot open CSV file " + path + ": " + std::strerror(errno));
-  }
-  // Read straight into one buffer of the file's size (plus room to notice growth): no
-  // chunk copies, no reallocation, no zero fill of memory the read overwrites anyway.
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  size_t capacity = (ec ? 0 : static_cast<size_t>(size)) + (1 << 16);
-  auto text = std::make_unique_for_overwrite<char[]>(capacity);
-  size_t length = 0;
-  for (;;) {
-    if (length == capacity) {  // the file grew while being read
-      auto bigger = std::make_unique_for_overwrite<char[]>(2 * capacity);
-      std::memcpy(bigger.get(), text.get(), length);
-      text = std::move(bigger);
-      capacity *= 2;
-    }
-    const size_t n = std::fread(text.get() + length, 1, capacity - length, f);
-    if (n == 0) break;
-    length += n;
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (failed) return Status::IOError("reading CSV file " + path + " failed: " + std::strerror(err));
-  return ParseCsv(std::string_view(text.get(), length), options, path);
+  FM_ASSIGN_OR_RETURN(CsvText text, ReadCsvText(path));
+  return ParseCsv(text.view(), options, path);
 }
 
 }  // namespace fedmesh

@@ -1,0 +1,117 @@
+// fedmesh-psi (issue 22 item 1): two real processes align their tables over CurveZMQ on
+// loopback. Each writes its own rows of the intersection, with the same ids in the same
+// order on both sides, in an order that is not the ids' sort order; bad tables, columns and
+// groups exit 2 naming the file, line and column; a peer that never comes is exit 1.
+#include <algorithm>
+#include <set>
+
+#include "core/data/csv_table.h"
+#include "tests/node/federation_fixture.h"
+
+namespace fedmesh {
+namespace {
+
+using namespace federation_testing;  // NOLINT: the fixture's helpers
+
+class PsiCliTest : public FederationTest {
+ protected:
+  // A table of `ids` with a data column derived from the id, so rows can be checked whole.
+  void WriteTable(const std::string& name, const std::vector<int>& ids, const std::string& extra = "") {
+    std::ofstream f(dir_ / name);
+    f << "customer,balance\n";
+    for (int id : ids) f << "C" << id << "," << id * 3 << "\n";
+    f << extra;
+  }
+  std::vector<std::string> Args(int site, const std::string& data, const std::string& out) {
+    return {kBin + "fedmesh-psi", "--key", "keys/site-" + std::to_string(site) + ".key", "--allow", "keys/allow",
+            "--group", group_, "--listen", "tcp://127.0.0.1:" + std::to_string(ports_[site - 1]), "--data", data,
+            "--id-column", "customer", "--out", out, "--timeout-ms", "20000"};
+  }
+  void SetUp() override {
+    FederationTest::SetUp();
+    if (IsSkipped()) return;
+    ports_ = {FreeLoopbackPort(), FreeLoopbackPort()};
+    group_ = "site-1@tcp://127.0.0.1:" + std::to_string(ports_[0]) + ",site-2@tcp://127.0.0.1:" +
+             std::to_string(ports_[1]);
+  }
+  std::vector<int> ports_;
+  std::string group_;
+};
+
+TEST_F(PsiCliTest, TwoPartiesWriteTheSameRecordsInTheSameOrder) {
+  std::vector<int> a, b;
+  for (int i = 0; i < 1000; ++i) a.push_back(i);
+  for (int i = 300; i < 1500; ++i) b.push_back(i);
+  std::reverse(b.begin(), b.end());
+  WriteTable("bank.csv", a);
+  WriteTable("insurer.csv", b);
+  ChildProcess* p1 = Spawn("psi-1", Args(1, "bank.csv", "bank.aligned.csv"));
+  ChildProcess* p2 = Spawn("psi-2", Args(2, "insurer.csv", "insurer.aligned.csv"));
+  ASSERT_EQ(p1->WaitExit(seconds(60)), 0) << p1->Log();
+  ASSERT_EQ(p2->WaitExit(seconds(60)), 0) << p2->Log();
+  EXPECT_NE(p1->Log().find("1000 ids here, 1200 at site-2, 700 in common"), std::string::npos) << p1->Log();
+  EXPECT_NE(p2->Log().find("1200 ids here, 1000 at site-1, 700 in common"), std::string::npos) << p2->Log();
+  auto ta = ReadCsvTable((dir_ / "bank.aligned.csv").string());
+  auto tb = ReadCsvTable((dir_ / "insurer.aligned.csv").string());
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  auto ia = CsvColumn(*ta, "customer", true), ib = CsvColumn(*tb, "customer", true);
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  EXPECT_EQ(*ia, *ib);
+  ASSERT_EQ(ia->size(), 700u);
+  std::set<std::string> want;
+  for (int i = 300; i < 1000; ++i) want.insert("C" + std::to_string(i));
+  EXPECT_EQ(std::set<std::string>(ia->begin(), ia->end()), want);
+  EXPECT_FALSE(std::is_sorted(ia->begin(), ia->end()));
+  // Whole rows, as each party wrote them.
+  for (size_t k = 0; k < ia->size(); ++k) {
+    EXPECT_EQ(ta->rows[k], (*ia)[k] + "," + std::to_string(std::stoi((*ia)[k].substr(1)) * 3));
+  }
+}
+
+TEST_F(PsiCliTest, BadDataAndArgumentsExitTwoNamingTheFileLineAndColumn) {
+  WriteTable("dup.csv", {1, 2, 3, 2});
+  WriteTable("ragged.csv", {1, 2}, "C9\n");
+  WriteTable("ok.csv", {1, 2});
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {Args(1, "dup.csv", "o.csv"), "dup.csv line 5: column \"customer\" value \"C2\" appears again (first on line 3)"},
+      {Args(1, "ragged.csv", "o.csv"), "ragged.csv line 4: has 1 cells but the header names 2 columns"},
+      {Args(1, "missing.csv", "o.csv"), "missing.csv does not exist"},
+  };
+  auto no_column = Args(1, "ok.csv", "o.csv");
+  no_column[12] = "id";
+  cases.push_back({no_column, "column \"id\" is not in the header of ok.csv; available columns: customer, balance"});
+  auto stranger = Args(1, "ok.csv", "o.csv");
+  stranger[6] = "site-1@tcp://127.0.0.1:1,site-9@tcp://127.0.0.1:2";
+  cases.push_back({stranger, "member site-9 has no public key in keys/allow"});
+  auto not_me = Args(1, "ok.csv", "o.csv");
+  not_me[6] = "site-2@tcp://127.0.0.1:1,site-3@tcp://127.0.0.1:2";
+  cases.push_back({not_me, "does not list this site (site-1)"});
+  for (const Case& c : cases) {
+    auto rc = fedmesh::testing::RunToCompletion(c.args, dir_, dir_ / "bad.log", seconds(30));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 2) << ReadWholeFile(dir_ / "bad.log");
+    EXPECT_NE(ReadWholeFile(dir_ / "bad.log").find(c.expect), std::string::npos)
+        << "want: " << c.expect << "\ngot: " << ReadWholeFile(dir_ / "bad.log");
+    fs::remove(dir_ / "bad.log");
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "o.csv"));
+}
+
+TEST_F(PsiCliTest, APeerThatNeverComesIsExitOneAndNoOutput) {
+  WriteTable("ok.csv", {1, 2});
+  auto args = Args(1, "ok.csv", "o.csv");
+  args.back() = "1500";  // --timeout-ms
+  auto rc = fedmesh::testing::RunToCompletion(args, dir_, dir_ / "alone.log", seconds(30));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 1);
+  EXPECT_NE(ReadWholeFile(dir_ / "alone.log").find("heard nothing from rank 1 for 1500 ms"), std::string::npos)
+      << ReadWholeFile(dir_ / "alone.log");
+  EXPECT_FALSE(fs::exists(dir_ / "o.csv"));
+}
+
+}  // namespace
+}  // namespace fedmesh
