@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "collective/wire_floats.h"
 #include "core/codec/half_float_quantizer.h"
 
 namespace fedmesh::collective {
@@ -14,35 +15,6 @@ namespace {
 constexpr size_t kMaxEarlyChunks = size_t{1} << 16;
 
 std::string Str(uint64_t v) { return std::to_string(v); }
-
-Status Encode(WireType wire, std::span<const float> values, std::string& out) {
-  out.resize(values.size() * WireBytes(wire));
-  auto* dst = reinterpret_cast<uint8_t*>(out.data());
-  switch (wire) {
-    case WireType::kFloat32:
-      if (!values.empty()) std::memcpy(dst, values.data(), values.size() * 4);
-      return Status::OK();
-    case WireType::kFloat16:
-      return codec::Fp16Quantizer().Encode(values, 0, dst);
-    case WireType::kBFloat16:
-      return codec::Bf16Quantizer().Encode(values, 0, dst);
-  }
-  return Status::InvalidArgument("unknown wire type");
-}
-
-Status Decode(WireType wire, const Payload& in, std::span<float> out) {
-  const auto* src = reinterpret_cast<const uint8_t*>(in.data());
-  switch (wire) {
-    case WireType::kFloat32:
-      if (!out.empty()) std::memcpy(out.data(), src, out.size() * 4);
-      return Status::OK();
-    case WireType::kFloat16:
-      return codec::Fp16Quantizer().Decode({src, in.size()}, out);
-    case WireType::kBFloat16:
-      return codec::Bf16Quantizer().Decode({src, in.size()}, out);
-  }
-  return Status::InvalidArgument("unknown wire type");
-}
 
 uint64_t SeenKey(uint8_t phase, uint32_t step, uint32_t index) {
   return (uint64_t{phase} << 63) | (uint64_t{step} << 32) | index;
@@ -116,7 +88,7 @@ Status RingCollective::SendChunk(uint8_t phase, uint32_t step, uint32_t block, u
   c.index = index;
   c.wire = wire_;
   std::string bytes;
-  FM_RETURN_IF_ERROR(Encode(wire_, data_.subspan(b, e - b), bytes));
+  FM_RETURN_IF_ERROR(EncodeWireFloats(wire_, data_.subspan(b, e - b), bytes));
   bytes_sent_ += bytes.size();
   c.bytes = Payload(std::move(bytes));
   out.push_back({next(), std::move(c)});
@@ -141,7 +113,7 @@ Result<std::vector<Send>> RingCollective::StartAllreduce(std::span<float> data, 
   if (options_.wire == WireType::kFloat16 && n > 1 && !exact) {
     // Checked before anything is sent: a value fp16 cannot hold fails the call, not the ring.
     std::string probe;
-    FM_RETURN_IF_ERROR(Encode(WireType::kFloat16, data, probe).WithContext("all-reduce over an fp16 wire"));
+    FM_RETURN_IF_ERROR(EncodeWireFloats(WireType::kFloat16, data, probe).WithContext("all-reduce over an fp16 wire"));
   }
   FM_ASSIGN_OR_RETURN(std::vector<Send> out, Begin(OpKind::kAllreduce));
   wire_ = exact ? WireType::kFloat32 : options_.wire;
@@ -322,7 +294,7 @@ Status RingCollective::HandleAllreduce(Chunk& c, std::vector<Send>& out) {
   const auto [b, e] = ChunkRange(c.block, c.index);
   std::span<float> dst = data_.subspan(b, e - b);
   if (c.phase == 1) {  // all-gather: the owner's final values, forwarded unchanged
-    FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, dst));
+    FM_RETURN_IF_ERROR(DecodeWireFloats(wire_, c.bytes.view(), dst));
     if (c.step + 2 < static_cast<uint32_t>(n)) {
       ++c.step;
       bytes_sent_ += c.bytes.size();
@@ -339,7 +311,7 @@ Status RingCollective::HandleAllreduce(Chunk& c, std::vector<Send>& out) {
     }
   } else {
     scratch_.resize(dst.size());
-    FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, scratch_));
+    FM_RETURN_IF_ERROR(DecodeWireFloats(wire_, c.bytes.view(), scratch_));
     for (size_t i = 0; i < dst.size(); ++i) dst[i] += scratch_[i];
   }
   if (c.step + 2 < static_cast<uint32_t>(n)) return SendChunk(0, c.step + 1, c.block, c.index, out);
@@ -350,7 +322,7 @@ Status RingCollective::HandleAllreduce(Chunk& c, std::vector<Send>& out) {
   }
   FM_RETURN_IF_ERROR(SendChunk(1, 0, c.block, c.index, out));
   if (wire_ != WireType::kFloat32) {  // keep what the others will have
-    FM_RETURN_IF_ERROR(Decode(wire_, out.back().chunk.bytes, dst));
+    FM_RETURN_IF_ERROR(DecodeWireFloats(wire_, out.back().chunk.bytes.view(), dst));
   }
   return Status::OK();
 }
@@ -358,7 +330,7 @@ Status RingCollective::HandleAllreduce(Chunk& c, std::vector<Send>& out) {
 Status RingCollective::HandleAllgather(Chunk& c, std::vector<Send>& out) {
   const int n = options_.size;
   const auto [b, e] = ChunkRange(c.block, c.index);
-  FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, data_.subspan(b, e - b)));
+  FM_RETURN_IF_ERROR(DecodeWireFloats(wire_, c.bytes.view(), data_.subspan(b, e - b)));
   if (c.step + 2 < static_cast<uint32_t>(n)) {
     ++c.step;
     bytes_sent_ += c.bytes.size();
@@ -369,7 +341,7 @@ Status RingCollective::HandleAllgather(Chunk& c, std::vector<Send>& out) {
 
 Status RingCollective::HandleBroadcast(Chunk& c, std::vector<Send>& out) {
   const auto [b, e] = ChunkRange(c.block, c.index);
-  FM_RETURN_IF_ERROR(Decode(wire_, c.bytes, data_.subspan(b, e - b)));
+  FM_RETURN_IF_ERROR(DecodeWireFloats(wire_, c.bytes.view(), data_.subspan(b, e - b)));
   if (next() != root_) {
     bytes_sent_ += c.bytes.size();
     out.push_back({next(), std::move(c)});

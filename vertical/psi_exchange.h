@@ -35,5 +35,12 @@ struct PsiExchangeStats {
 // InvalidArgument for a chunk from another rank or of another kind.
 Result<psi::PsiResult> RunPsi(collective::CollectiveTransport& transport, int peer, psi::PsiParty& party,
                               const PsiExchangeOptions& options = {}, PsiExchangeStats* stats = nullptr);
+// One intersection with each of `peers` at once (parties[i] against peers[i]): the label
+// party of a split job with every feature party. Results in the order of `peers`.
+Result<std::vector<psi::PsiResult>> RunPsiWithEach(collective::CollectiveTransport& transport,
+                                                   const std::vector<int>& peers,
+                                                   const std::vector<psi::PsiParty*>& parties,
+                                                   const PsiExchangeOptions& options = {},
+                                                   PsiExchangeStats* stats = nullptr);
 
 }  // namespace fedmesh::vertical

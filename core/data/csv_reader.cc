@@ -100,7 +100,11 @@ bool IsMissing(std::string_view cell) {
 
 Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
                          std::string_view source_name) {
-  if (options.label_column.empty()) {
+  if (options.unlabeled && (!options.label_column.empty() || !options.label_values.empty() || options.regression)) {
+    return Status::InvalidArgument("CsvOptions.unlabeled: " + std::string(source_name) +
+                                   " has no label column, so label_column, label_values and regression must be unset");
+  }
+  if (options.label_column.empty() && !options.unlabeled) {
     return Status::InvalidArgument("CsvOptions.label_column is empty; name the column of " +
                                    std::string(source_name) + " that holds the labels");
   }
@@ -151,12 +155,12 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     return a;
   };
   const auto label_it = column_of.find(options.label_column);
-  if (label_it == column_of.end()) {
+  if (label_it == column_of.end() && !options.unlabeled) {
     return Status::InvalidArgument("label column " + QuoteCell(options.label_column) +
                                    " is not in the header of " + std::string(source_name) +
                                    "; available columns: " + available());
   }
-  const size_t label_col = label_it->second;
+  const size_t label_col = options.unlabeled ? num_columns : label_it->second;  // num_columns: none
 
   // The feature columns, in output order.
   std::vector<size_t> feature_cols;
@@ -333,7 +337,7 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
       }
       row[j] = static_cast<float>(v);
     }
-    const std::string_view label_cell = cells[label_col];
+    const std::string_view label_cell = options.unlabeled ? std::string_view("0") : cells[label_col];
     if (!drop && IsMissing(label_cell)) {
       if (!drop_missing && !impute) return missing_error(label_col);  // labels are never imputed
       drop = true;
@@ -457,8 +461,9 @@ Result<Dataset> ParseCsv(std::string_view text, const CsvOptions& options,
     ds.num_classes = options.num_classes > 0 ? options.num_classes
                      : label_count > 0       ? label_count
                                              : max_label + 1;
+    if (options.unlabeled) ds.num_classes = 0;
     // Classes inferred from one distinct label say nothing about the others.
-    if (options.num_classes == 0 && label_count == 0 && min_label == max_label) {
+    if (!options.unlabeled && options.num_classes == 0 && label_count == 0 && min_label == max_label) {
       return Status::Corruption(std::string(source_name) + ": label column " +
                                 QuoteCell(names[label_col]) + " holds a single class (" +
                                 std::to_string(max_label) +

@@ -28,8 +28,12 @@ namespace fedmesh {
 inline constexpr int kMaxCsvLabel = 65535;
 
 struct CsvOptions {
-  // Name of the label column, as written in the header. Required (no default).
+  // Name of the label column, as written in the header. Required (no default) unless
+  // `unlabeled`.
   std::string label_column;
+  // The file has no label column (a feature party of split training holds columns, not
+  // labels): label_column must be empty, every label is 0 and num_classes 0. Default false.
+  bool unlabeled = false;
   // Field separator. Default ','; use '\t' for TSV. '"', '\r' and '\n' are not allowed.
   char delimiter = ',';
   // Number of classes. Default 0: inferred as the largest label + 1 (or the number of

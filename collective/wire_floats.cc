@@ -1,0 +1,38 @@
+#include "collective/wire_floats.h"
+
+#include <cstring>
+
+#include "core/codec/half_float_quantizer.h"
+
+namespace fedmesh::collective {
+
+Status EncodeWireFloats(WireType wire, std::span<const float> values, std::string& out) {
+  out.resize(values.size() * WireBytes(wire));
+  auto* dst = reinterpret_cast<uint8_t*>(out.data());
+  switch (wire) {
+    case WireType::kFloat32:
+      if (!values.empty()) std::memcpy(dst, values.data(), values.size() * 4);
+      return Status::OK();
+    case WireType::kFloat16:
+      return codec::Fp16Quantizer().Encode(values, 0, dst);
+    case WireType::kBFloat16:
+      return codec::Bf16Quantizer().Encode(values, 0, dst);
+  }
+  return Status::InvalidArgument("unknown wire type");
+}
+
+Status DecodeWireFloats(WireType wire, std::string_view in, std::span<float> out) {
+  const auto* src = reinterpret_cast<const uint8_t*>(in.data());
+  switch (wire) {
+    case WireType::kFloat32:
+      if (!out.empty()) std::memcpy(out.data(), src, out.size() * 4);
+      return Status::OK();
+    case WireType::kFloat16:
+      return codec::Fp16Quantizer().Decode({src, in.size()}, out);
+    case WireType::kBFloat16:
+      return codec::Bf16Quantizer().Decode({src, in.size()}, out);
+  }
+  return Status::InvalidArgument("unknown wire type");
+}
+
+}  // namespace fedmesh::collective

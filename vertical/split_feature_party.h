@@ -1,0 +1,67 @@
+// FeatureParty: a party of split training that holds columns but no label. It answers the
+// label party's messages (vertical/split_messages.h): an align message fixes its rows (the
+// PSI intersection, in the job's order); a forward runs its bottom model on the rows named
+// and returns the activations (plus Gaussian noise of std `noise` on training forwards, a
+// fresh secret draw); the gradients of a training forward are applied by recomputing that
+// micro-batch's forward (the same dropout seed) and running backward, GPipe's
+// rematerialisation, so no activations are kept per micro-batch; the step's SGD update runs
+// once every micro-batch of it has its gradient. Sans-IO: Handle() takes a message and gives
+// the replies. Thread-safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "core/rng.h"
+#include "vertical/split_messages.h"
+#include "vertical/split_part.h"
+
+namespace fedmesh::vertical {
+
+struct FeaturePartyOptions {
+  // Standard deviation of the Gaussian noise added to the activations of training
+  // forwards. Default 0 (none).
+  double noise = 0.0;
+  // How activations travel. Default float32.
+  collective::WireType wire = collective::WireType::kFloat32;
+};
+
+class FeatureParty {
+ public:
+  // `psi_rows`: this party's features for each row of its PSI result, in that order.
+  // InvalidArgument when their width is not the bottom model's input width.
+  static Result<std::unique_ptr<FeatureParty>> Create(std::unique_ptr<SplitPart> bottom, Dataset psi_rows,
+                                                      const FeaturePartyOptions& options);
+
+  // Corruption for a message out of protocol (a forward before the align, rows past the
+  // job's, gradients for a forward never asked or of another shape, a forward for another
+  // step while one waits for gradients); Unavailable when the label party reports an error.
+  Status Handle(const SplitMessage& m, std::vector<SplitMessage>* out);
+
+  bool aligned() const { return aligned_; }
+  bool done() const { return done_; }
+  uint64_t steps_completed() const { return steps_completed_; }
+  size_t rows() const { return data_.size(); }
+  SplitPart& bottom() { return *bottom_; }
+
+ private:
+  FeatureParty() = default;
+  Status Gather(const std::vector<uint64_t>& rows, const char* what, uint64_t step);
+  static uint64_t Seed(uint64_t step, uint32_t micro) { return SplitMix64(step * 1000003 + micro); }
+
+  std::unique_ptr<SplitPart> bottom_;
+  Dataset psi_rows_, data_;
+  FeaturePartyOptions options_;
+  Rng noise_rng_;
+  bool aligned_ = false, done_ = false;
+  uint64_t steps_completed_ = 0;
+  std::map<uint32_t, std::vector<uint64_t>> pending_;  // training micro-batches awaiting gradients
+  uint64_t pending_step_ = 0;
+  bool gradients_started_ = false;  // the pending step's first gradient came: no more forwards for it
+  std::vector<float> input_;
+};
+
+}  // namespace fedmesh::vertical

@@ -1,0 +1,84 @@
+// A split-training job end to end over the group's links (a CollectiveTransport): private
+// set intersection of every feature party's ids with the label party's, the label party's
+// align message fixing one row order for all (the rows every party shares, in the order of
+// its intersection with the first feature party), a held-out test split of those rows
+// (stratified, on the label party's side; the feature parties never learn which rows are
+// test), then epochs of pipelined micro-batch steps and an evaluation after each epoch.
+// Each party runs its side in its own process (fedmesh-node [train] mode = "split") or
+// thread (tests). Thread-safety: one thread per side; the transport is the job's alone.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/collective_transport.h"
+#include "core/data/dataset.h"
+#include "crypto/psi/ecdh_psi.h"
+#include "vertical/split_feature_party.h"
+#include "vertical/split_label_party.h"
+
+namespace fedmesh::vertical {
+
+struct SplitJobOptions {
+  int epochs = 1;             // passes over the training rows. Default 1.
+  int batch = 64;             // rows per step. Default 64.
+  uint32_t microbatches = 1;  // per step, pipelined. Default 1 (none).
+  double test_fraction = 0.2; // of the aligned rows, held out per class by the label party. Default 0.2.
+  uint64_t seed = 0;          // the test split and the shuffles. Default 0.
+  int timeout_ms = 60000;     // a party silent this long fails the job. Default 60,000 ms.
+  psi::PsiOptions psi;
+  std::function<void(const std::string&)> log;      // progress lines; may be empty
+  std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty
+  const std::atomic<bool>* stop = nullptr;           // set: stop between steps (Unavailable)
+};
+
+struct SplitJobReport {
+  uint64_t my_ids = 0, aligned_rows = 0, train_rows = 0, test_rows = 0;
+  uint64_t steps = 0;
+  // Label party: the share of training time spent waiting for activations, and the mean
+  // wall time of a step.
+  double idle_fraction = 0.0;
+  double step_ms = 0.0;
+  std::map<std::string, double> test_metrics;  // label party, after the last epoch
+  double test_loss = 0.0;
+  uint64_t bytes_sent = 0, bytes_received = 0;  // split messages and PSI, this side
+  // Label party: its own row (index into the job's data) of each aligned row, and which
+  // aligned rows were held out for testing.
+  std::vector<uint32_t> aligned;
+  std::vector<uint64_t> test;
+  double seconds = 0.0;
+};
+
+struct LabelJob {
+  std::vector<std::string> ids;  // one per row of `data`, unique
+  Dataset data;                  // this party's columns and the label
+  std::unique_ptr<SplitPart> bottom, top;
+  LabelPartyOptions party;
+  std::vector<int> feature_ranks;  // in column order of the top's input (after the own bottom's)
+};
+
+struct FeatureJob {
+  std::vector<std::string> ids;
+  Dataset data;  // this party's columns (labels unused)
+  std::unique_ptr<SplitPart> bottom;
+  FeaturePartyOptions party;
+  int label_rank = 0;
+};
+
+// The label party's side. Its trained parts stay in *party_out (for export) when not null.
+// Errors: the PSI's, Corruption for a feature party's message out of protocol, Unavailable
+// when a feature party reports that it stopped, DeadlineExceeded when one is silent. Every
+// feature party is told (an error message) when the job fails here.
+Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, LabelJob job,
+                                   const SplitJobOptions& options, std::unique_ptr<LabelParty>* party_out = nullptr);
+// A feature party's side, until the label party says done.
+Result<SplitJobReport> RunFeatureJob(collective::CollectiveTransport& transport, FeatureJob job,
+                                     const SplitJobOptions& options,
+                                     std::unique_ptr<FeatureParty>* party_out = nullptr);
+
+}  // namespace fedmesh::vertical

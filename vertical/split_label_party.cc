@@ -1,0 +1,205 @@
+#include "vertical/split_label_party.h"
+
+#include <sodium.h>
+
+#include <cstring>
+
+#include "crypto/sodium.h"
+
+namespace fedmesh::vertical {
+
+Result<std::unique_ptr<LabelParty>> LabelParty::Create(std::unique_ptr<SplitPart> bottom, std::unique_ptr<SplitPart> top,
+                                                       Dataset data, std::vector<int> peers,
+                                                       const LabelPartyOptions& options) {
+  if (static_cast<int64_t>(data.sample_size()) != bottom->in_cols()) {
+    return Status::InvalidArgument("the bottom model takes " + std::to_string(bottom->in_cols()) +
+                                   " features per row, this party's data has " + std::to_string(data.sample_size()));
+  }
+  const int64_t out = top->out_cols();
+  if (options.loss.kind == LossKind::kBceWithLogits && out != 1) {
+    return Status::InvalidArgument("the top model has " + std::to_string(out) +
+                                   " outputs; bce_with_logits takes one logit per row");
+  }
+  if (options.loss.kind == LossKind::kCrossEntropy && out < data.num_classes) {
+    return Status::InvalidArgument("the top model has " + std::to_string(out) + " outputs for " +
+                                   std::to_string(data.num_classes) + " classes");
+  }
+  if (peers.empty()) return Status::InvalidArgument("split training needs at least one feature party");
+  std::unique_ptr<LabelParty> p(new LabelParty());
+  p->bottom_ = std::move(bottom);
+  p->top_ = std::move(top);
+  p->data_ = std::move(data);
+  p->peers_ = std::move(peers);
+  for (size_t i = 0; i < p->peers_.size(); ++i) p->peer_index_[p->peers_[i]] = i;
+  p->options_ = options;
+  p->peer_cols_.assign(p->peers_.size(), -1);
+  FM_RETURN_IF_ERROR(InitSodium());
+  uint64_t seed = 0;
+  randombytes_buf(&seed, sizeof seed);
+  p->noise_rng_ = Rng(seed);
+  return p;
+}
+
+Result<std::vector<Outgoing>> LabelParty::Begin(std::span<const uint64_t> rows, uint32_t micro, bool training) {
+  if (remaining_ != 0) return Status::FailedPrecondition("a pass is still running");
+  if (rows.empty() || micro == 0) return Status::InvalidArgument("a pass needs rows and at least one micro-batch");
+  micro = static_cast<uint32_t>(std::min<size_t>(micro, rows.size()));
+  training_ = training;
+  micro_rows_.assign(micro, {});
+  for (uint32_t m = 0; m < micro; ++m) {  // as even as possible, in order
+    const size_t b = rows.size() * m / micro, e = rows.size() * (m + 1) / micro;
+    micro_rows_[m].assign(rows.begin() + static_cast<ptrdiff_t>(b), rows.begin() + static_cast<ptrdiff_t>(e));
+    for (uint64_t r : micro_rows_[m]) {
+      if (r >= data_.size()) return Status::InvalidArgument("row " + std::to_string(r) + " is past the data");
+    }
+  }
+  got_.assign(micro, std::vector<std::optional<std::vector<float>>>(peers_.size()));
+  missing_.assign(micro, peers_.size());
+  processed_.assign(micro, false);
+  remaining_ = micro;
+  rows_in_pass_ = rows.size();
+  loss_sum_ = 0.0;
+  if (training) {
+    metrics_.reset();
+  } else {
+    metrics_.emplace(TaskOf(options_.loss.kind), static_cast<int>(top_->out_cols()));
+  }
+  std::vector<Outgoing> out;
+  for (int peer : peers_) {
+    for (uint32_t m = 0; m < micro; ++m) {
+      SplitMessage f;
+      f.type = SplitMessageType::kForward;
+      f.training = training;
+      f.step = steps_completed_;
+      f.micro = m;
+      f.indices = micro_rows_[m];
+      out.emplace_back(peer, std::move(f));
+    }
+  }
+  return out;
+}
+
+Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Outgoing>* out) {
+  const auto pi = peer_index_.find(rank);
+  if (pi == peer_index_.end()) return Status::Corruption("activations from rank " + std::to_string(rank) + ", not a feature party");
+  const size_t p = pi->second;
+  const std::string from = "rank " + std::to_string(rank) + ": ";
+  if (m.type != SplitMessageType::kActivations) {
+    return Status::Corruption(from + "a " + std::string(SplitMessageTypeName(m.type)) + " message sent to the label party");
+  }
+  if (remaining_ == 0 || m.training != training_ || m.step != steps_completed_ || m.micro >= micro_rows_.size()) {
+    return Status::Corruption(from + "activations for " + (m.training ? "training" : "evaluation") + " step " +
+                              std::to_string(m.step) + " micro-batch " + std::to_string(m.micro) + ", but the pass is " +
+                              (remaining_ == 0 ? std::string("over") : (training_ ? "training" : "evaluation") +
+                                                                           std::string(" step ") +
+                                                                           std::to_string(steps_completed_)));
+  }
+  if (processed_[m.micro] || got_[m.micro][p].has_value()) {
+    return Status::Corruption(from + "activations for micro-batch " + std::to_string(m.micro) + " came twice");
+  }
+  if (m.rows != micro_rows_[m.micro].size() || (peer_cols_[p] >= 0 && m.cols != peer_cols_[p]) || m.cols == 0) {
+    return Status::Corruption(from + "activations of " + std::to_string(m.rows) + " x " + std::to_string(m.cols) +
+                              ", expected " + std::to_string(micro_rows_[m.micro].size()) + " rows" +
+                              (peer_cols_[p] >= 0 ? " x " + std::to_string(peer_cols_[p]) : ""));
+  }
+  if (peer_cols_[p] < 0) {
+    peer_cols_[p] = m.cols;
+    bool all = true;
+    int64_t sum = bottom_->out_cols();
+    for (int64_t c : peer_cols_) {
+      all = all && c >= 0;
+      sum += c;
+    }
+    if (all && sum != top_->in_cols()) {
+      std::string parts = std::to_string(bottom_->out_cols());
+      for (int64_t c : peer_cols_) parts += " + " + std::to_string(c);
+      return Status::InvalidArgument("the top model takes " + std::to_string(top_->in_cols()) +
+                                     " inputs, the bottom models give " + parts + " = " + std::to_string(sum));
+    }
+  }
+  got_[m.micro][p] = m.values;
+  if (--missing_[m.micro] == 0) return Process(m.micro, out);
+  return Status::OK();
+}
+
+Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
+  const std::vector<uint64_t>& rows = micro_rows_[m];
+  const auto n = static_cast<int64_t>(rows.size());
+  const size_t w = data_.sample_size();
+  input_.resize(rows.size() * w);
+  labels_.resize(rows.size());
+  const bool regression = data_.target_dim > 0;
+  targets_.resize(regression ? rows.size() * static_cast<size_t>(data_.target_dim) : 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(&input_[i * w], data_.sample(rows[i]), w * sizeof(float));
+    labels_[i] = data_.labels[rows[i]];
+    if (regression) std::memcpy(&targets_[i * data_.target_dim], data_.target(rows[i]), data_.target_dim * sizeof(float));
+  }
+  const uint64_t seed = Seed(steps_completed_, m);
+  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, seed));
+  // The top's input: [own | peer 1 | peer 2 ...] per row.
+  const int64_t total = top_->in_cols();
+  top_input_.resize(static_cast<size_t>(n * total));
+  for (int64_t r = 0; r < n; ++r) {
+    float* dst = &top_input_[static_cast<size_t>(r * total)];
+    std::memcpy(dst, bottom_->output() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
+    int64_t at = bottom_->out_cols();
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      std::memcpy(dst + at, got_[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
+      at += peer_cols_[p];
+    }
+  }
+  FM_RETURN_IF_ERROR(top_->Forward(top_input_.data(), n, training_, seed + 1));
+  const int cols = static_cast<int>(top_->out_cols());
+  const int32_t* labels = regression ? nullptr : labels_.data();
+  const float* targets = regression ? targets_.data() : nullptr;
+  if (!training_) {
+    loss_sum_ += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, nullptr).loss_sum;
+    metrics_->Add(top_->output(), static_cast<int>(n), labels, targets);
+  } else {
+    dout_.resize(static_cast<size_t>(n * cols));
+    loss_sum_ += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, dout_.data()).loss_sum;
+    // d(micro-batch mean)/d out, scaled to d(step batch mean)/d out.
+    const float share = static_cast<float>(n) / static_cast<float>(rows_in_pass_);
+    float* g = top_->output_grad();
+    for (size_t i = 0; i < dout_.size(); ++i) g[i] = dout_[i] * share;
+    top_->Backward();
+    const float* gin = top_->input_grad();
+    float* own = bottom_->output_grad();
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(own + r * bottom_->out_cols(), gin + r * total, bottom_->out_cols() * sizeof(float));
+    }
+    bottom_->Backward();
+    int64_t at = bottom_->out_cols();
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      SplitMessage g2;
+      g2.type = SplitMessageType::kGradients;
+      g2.training = true;
+      g2.wire = options_.wire;
+      g2.step = steps_completed_;
+      g2.micro = m;
+      g2.rows = static_cast<uint32_t>(n);
+      g2.cols = static_cast<uint32_t>(peer_cols_[p]);
+      g2.values.resize(static_cast<size_t>(n * peer_cols_[p]));
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(&g2.values[static_cast<size_t>(r * peer_cols_[p])], gin + r * total + at,
+                    peer_cols_[p] * sizeof(float));
+      }
+      if (options_.noise > 0) {
+        for (float& v : g2.values) v += static_cast<float>(noise_rng_.Normal(0.0, options_.noise));
+      }
+      at += peer_cols_[p];
+      out->emplace_back(peers_[p], std::move(g2));
+    }
+  }
+  got_[m].assign(peers_.size(), std::nullopt);
+  processed_[m] = true;
+  if (--remaining_ == 0 && training_) {
+    top_->Step();
+    bottom_->Step();
+    ++steps_completed_;
+  }
+  return Status::OK();
+}
+
+}  // namespace fedmesh::vertical

@@ -1,0 +1,97 @@
+// LabelParty: the party of split training that holds the label (and columns of its own).
+// It drives the job: each pass over a batch of rows (a training step, or an evaluation)
+// asks every feature party for its bottom model's activations of each micro-batch at once,
+// and as soon as one micro-batch's activations are all in it runs its own bottom model, the
+// top model over [own | peer 1 | peer 2 ...] (columns concatenated in that order), the loss,
+// and backward, sending each feature party the gradient of its own columns (plus Gaussian
+// noise of std `noise`, a fresh secret draw). While it works on micro-batch m the feature
+// parties compute m + 1 (GPipe pipelining). Gradients are summed over the step's
+// micro-batches (each scaled by its share of the batch, so the step is one batch's mean
+// loss) and applied once per step. Sans-IO: Begin() and OnActivations() give the messages.
+// Thread-safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "core/loss.h"
+#include "core/metrics.h"
+#include "core/rng.h"
+#include "vertical/split_messages.h"
+#include "vertical/split_part.h"
+
+namespace fedmesh::vertical {
+
+struct LabelPartyOptions {
+  LossOptions loss;  // Default softmax cross-entropy.
+  // Standard deviation of the Gaussian noise on the gradients sent to feature parties.
+  // Default 0 (none).
+  double noise = 0.0;
+  // How gradients travel. Default float32.
+  collective::WireType wire = collective::WireType::kFloat32;
+};
+
+// A message and the rank it goes to.
+using Outgoing = std::pair<int, SplitMessage>;
+
+class LabelParty {
+ public:
+  // `data`: the label party's aligned rows (features and labels), `peers`: the feature
+  // parties' ranks in column order. InvalidArgument when the own bottom's width is not the
+  // data's or the top's output does not fit the loss.
+  static Result<std::unique_ptr<LabelParty>> Create(std::unique_ptr<SplitPart> bottom, std::unique_ptr<SplitPart> top,
+                                                    Dataset data, std::vector<int> peers,
+                                                    const LabelPartyOptions& options);
+
+  // Starts a pass over `rows` (indices into the data) in `micro` micro-batches: a training
+  // step (numbered steps_completed()) or an evaluation. REQUIRES: the last pass is done.
+  Result<std::vector<Outgoing>> Begin(std::span<const uint64_t> rows, uint32_t micro, bool training);
+  // A feature party's activations. Corruption when they are for another pass, step or
+  // micro-batch, come twice, or have another row count or width than before.
+  Status OnActivations(int rank, const SplitMessage& m, std::vector<Outgoing>* out);
+  bool pass_done() const { return remaining_ == 0; }
+
+  // The last pass's mean loss, and (evaluation) its metrics.
+  double pass_loss() const { return rows_in_pass_ ? loss_sum_ / static_cast<double>(rows_in_pass_) : 0.0; }
+  std::map<std::string, double> pass_metrics() const { return metrics_ ? metrics_->Finish() : std::map<std::string, double>{}; }
+  uint64_t steps_completed() const { return steps_completed_; }
+  size_t rows() const { return data_.size(); }
+  SplitPart& bottom() { return *bottom_; }
+  SplitPart& top() { return *top_; }
+  const std::vector<int>& peers() const { return peers_; }
+
+ private:
+  LabelParty() = default;
+  Status Process(uint32_t m, std::vector<Outgoing>* out);
+  static uint64_t Seed(uint64_t step, uint32_t micro) { return SplitMix64(step * 1000003 + micro) ^ 0x5eed; }
+
+  std::unique_ptr<SplitPart> bottom_, top_;
+  Dataset data_;
+  std::vector<int> peers_;
+  std::map<int, size_t> peer_index_;
+  LabelPartyOptions options_;
+  Rng noise_rng_;
+  std::vector<int64_t> peer_cols_;  // learned from the first activations (-1 until then)
+
+  bool training_ = false;
+  uint64_t steps_completed_ = 0;
+  std::vector<std::vector<uint64_t>> micro_rows_;
+  std::vector<std::vector<std::optional<std::vector<float>>>> got_;  // [micro][peer]
+  std::vector<size_t> missing_;                                      // per micro: peers not in yet
+  std::vector<bool> processed_;                                      // per micro
+  size_t remaining_ = 0;                                             // micro-batches not processed
+  size_t rows_in_pass_ = 0;
+  double loss_sum_ = 0.0;
+  std::optional<MetricAccumulator> metrics_;
+  std::vector<float> input_, top_input_, dout_, labels_f_;
+  std::vector<int32_t> labels_;
+  std::vector<float> targets_;
+};
+
+}  // namespace fedmesh::vertical

@@ -1,0 +1,55 @@
+#include "vertical/split_part.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fedmesh::vertical {
+
+Result<std::unique_ptr<SplitPart>> SplitPart::Create(graph::Graph g, const SplitPartOptions& options,
+                                                     const std::string& what) {
+  if (g.inputs.size() != 1 || g.outputs.size() != 1) {
+    return Status::InvalidArgument(what + ": a split part has one input and one output; this graph has " +
+                                   std::to_string(g.inputs.size()) + " inputs and " +
+                                   std::to_string(g.outputs.size()) + " outputs");
+  }
+  std::unique_ptr<SplitPart> p(new SplitPart());
+  p->options_ = options;
+  p->backend_ = MakeCpuBackend(1);
+  graph::GraphModelOptions go;
+  go.input_gradients = options.input_gradients;
+  FM_ASSIGN_OR_RETURN(p->model_, graph::GraphModel::Create(std::move(g), p->backend_.get(), go));
+  FM_RETURN_IF_ERROR(p->model_->Plan(1).WithContext(what));
+  const graph::Dims& in = p->model_->input_dims(0, 1);
+  const graph::Dims& out = p->model_->output_dims_for(0, 1);
+  if (in.size() != 2 || out.size() != 2) {
+    return Status::InvalidArgument(what + ": input and output must be [batch, n] (a table's rows in, a vector per row "
+                                          "out); flatten images inside the model");
+  }
+  p->in_cols_ = in[1];
+  p->out_cols_ = out[1];
+  p->grad_sum_.assign(p->model_->num_trainable(), 0.0f);
+  p->velocity_.assign(p->model_->num_trainable(), 0.0f);
+  return p;
+}
+
+Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint64_t seed) {
+  FM_RETURN_IF_ERROR(model_->Plan(rows));
+  std::memcpy(model_->input(0, rows), input, static_cast<size_t>(rows * in_cols_) * sizeof(float));
+  return model_->Forward(rows, training, seed);
+}
+
+void SplitPart::Backward() {
+  model_->Backward();
+  const float* g = model_->grads();
+  for (size_t i = 0; i < grad_sum_.size(); ++i) grad_sum_[i] += g[i];
+}
+
+void SplitPart::Step() {
+  SgdStepParams p;
+  p.lr = options_.lr;
+  p.momentum = options_.momentum;
+  backend_->SgdStep(model_->params(), grad_sum_.data(), velocity_.data(), nullptr, grad_sum_.size(), p);
+  std::fill(grad_sum_.begin(), grad_sum_.end(), 0.0f);
+}
+
+}  // namespace fedmesh::vertical

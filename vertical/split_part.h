@@ -1,0 +1,60 @@
+// SplitPart: one party's piece of a split model (a bottom model over its own columns, or
+// the label party's top model over the concatenated bottom outputs): a GraphModel with one
+// input [batch, in_cols] and one output [batch, out_cols], whose gradients are summed over
+// a step's micro-batches and applied once per step by SGD with momentum, as GPipe does.
+// Thread-safety: one thread drives a part.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/graph/graph_model.h"
+#include "core/status.h"
+
+namespace fedmesh::vertical {
+
+struct SplitPartOptions {
+  float lr = 0.01f;       // learning rate, > 0. Default 0.01.
+  float momentum = 0.0f;  // heavy-ball momentum in [0, 1). Default 0.
+  // Also compute d loss / d input (the top model: each party's gradient). Default false.
+  bool input_gradients = false;
+};
+
+class SplitPart {
+ public:
+  // `what` names the part in errors ("[split] bottom = model.onnx"). InvalidArgument when
+  // the graph has other than one input and one output, or they are not [batch, n].
+  static Result<std::unique_ptr<SplitPart>> Create(graph::Graph g, const SplitPartOptions& options,
+                                                   const std::string& what);
+
+  int64_t in_cols() const { return in_cols_; }
+  int64_t out_cols() const { return out_cols_; }
+  graph::GraphModel& model() { return *model_; }
+  const graph::GraphModel& model() const { return *model_; }
+
+  // Runs `rows` rows of `input` (rows x in_cols, row-major). `seed` fixes dropout, so the
+  // forward recomputed for a micro-batch's backward is the one whose output was sent.
+  Status Forward(const float* input, int64_t rows, bool training, uint64_t seed);
+  const float* output() const { return model_->output(0); }
+  // d loss / d output of the last Forward: write rows x out_cols, then Backward.
+  float* output_grad() { return model_->output_grad(0); }
+  // Adds this micro-batch's parameter gradients to the step's sum.
+  void Backward();
+  // d loss / d input of the last Backward (options.input_gradients).
+  const float* input_grad() const { return model_->input_grad(0); }
+  // One SGD step on the summed gradients, which it then clears.
+  void Step();
+
+ private:
+  SplitPart() = default;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<graph::GraphModel> model_;
+  SplitPartOptions options_;
+  int64_t in_cols_ = 0, out_cols_ = 0;
+  std::vector<float> grad_sum_, velocity_;
+};
+
+}  // namespace fedmesh::vertical
