@@ -22,6 +22,7 @@
 #include "node/node_config.h"
 #include "node/federated_client.h"
 #include "node/allreduce_service.h"
+#include "node/split_service.h"
 #include "node/gossip_service.h"
 #include "node/local_training.h"
 #include "telemetry/terminal_progress.h"
@@ -97,6 +98,28 @@ int RunAllreduce(const fedmesh::NodeConfig& config, fedmesh::Env* env) {
   return 0;
 }
 
+// Split mode ([train] mode = "split"): align with the [split] peers, train this party's
+// part of the model, store it, exit 0.
+int RunSplit(const fedmesh::NodeConfig& config) {
+  auto service = fedmesh::SplitService::Create(config, [](const std::string& line) { spdlog::info("{}", line); });
+  if (!service.ok()) {
+    spdlog::error("{}", service.status().message());
+    return ExitCodeFor(service.status());
+  }
+  auto report = (*service)->Run(&g_stop);
+  if (!report.ok()) {
+    spdlog::error("{}", report.status().message());
+    return g_stop.load() ? 128 + SIGTERM : kExitRuntime;
+  }
+  std::string metrics;
+  for (const auto& [k, v] : report->test_metrics) metrics += fmt::format(", test {} {:.4f}", k, v);
+  spdlog::info("done: {} rows aligned ({} ids here), {} step(s){}, idle {:.3f}, {:.1f} ms per step, {} bytes sent, "
+               "{} received",
+               report->aligned_rows, report->my_ids, report->steps, metrics, report->idle_fraction, report->step_ms,
+               report->bytes_sent, report->bytes_received);
+  return 0;
+}
+
 // The federated mode: load the config, run the client (or the gossip service) until a
 // stop signal.
 int RunFederated(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -122,6 +145,7 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
   std::signal(SIGTERM, OnStopSignal);
   if (config->gossip.enabled()) return RunGossip(*config, &env);
   if (config->collective.enabled) return RunAllreduce(*config, &env);
+  if (config->split.enabled) return RunSplit(*config);
   fedmesh::FederatedClientOptions options;
   options.federation_id = config->federation_id;
   if (progress.enabled()) options.progress = [](const std::string& line) { progress.Set(line); };

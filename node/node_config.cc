@@ -41,8 +41,9 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("train", "mode", "federated",
                   "federated: rounds with an aggregator (or gossip with [gossip] listen); "
                   "allreduce: synchronous data-parallel training with the [collective] group, "
-                  "no aggregator (docs/collectives.md)")
-            .Choices({"federated", "allreduce"}),
+                  "no aggregator (docs/collectives.md); split: vertical federated learning, one "
+                  "model cut across the [split] parties (docs/vertical.md)")
+            .Choices({"federated", "allreduce", "split"}),
         StringKey("collective", "listen", "",
                   "allreduce mode: the endpoint this rank binds, e.g. tcp://0.0.0.0:7200"),
         StringListKey("collective", "group", {},
@@ -63,6 +64,37 @@ const ConfigSchema& NodeConfigSchema() {
                "A collective call fails when no chunk arrives for this long (a dead or cut-off "
                "neighbour)")
             .Min(100),
+        StringKey("split", "role", "",
+                  "split mode: label (holds the label and the top model, drives the job) or "
+                  "feature (holds columns only)")
+            .Choices({"", "label", "feature"}),
+        StringKey("split", "listen", "", "split mode: the endpoint this party binds, e.g. tcp://0.0.0.0:7300"),
+        StringListKey("split", "peers", {},
+                      "split mode: every party as site-id@endpoint, this one included; the top "
+                      "model's input is the label party's bottom output, then the feature "
+                      "parties' in this order"),
+        StringKey("split", "allow", "allow", "split mode: directory of the parties' public keys").Path(),
+        StringKey("split", "id_column", "",
+                  "split mode: the [data] column holding the record ids the parties align on "
+                  "(private set intersection); never a feature"),
+        StringKey("split", "bottom", "", "split mode: this party's bottom model (.onnx): its columns in, a vector out")
+            .Path(),
+        StringKey("split", "top", "",
+                  "split mode, label party: the top model (.onnx) over the concatenated bottom "
+                  "outputs")
+            .Path(),
+        IntKey("split", "microbatches", 1,
+               "split mode: micro-batches per [train] batch, pipelined so parties compute one "
+               "while another's result is in flight")
+            .Min(1)
+            .Max(4096),
+        FloatKey("split", "noise", 0.0,
+                 "split mode: standard deviation of Gaussian noise this party adds to what it "
+                 "sends over the cut (activations, or the label party's gradients); 0 = none")
+            .Min(0),
+        StringKey("split", "compression", "none", "split mode: how activations and gradients travel: none (float32), fp16, bf16")
+            .Choices({"none", "fp16", "bf16"}),
+        IntKey("split", "timeout_ms", 60000, "split mode: a party silent this long fails the job").Min(100),
         StringKey("gossip", "listen", "",
                   "Serverless mode: the endpoint this node's gossip socket binds, e.g. "
                   "tcp://0.0.0.0:7100 (tcp://127.0.0.1:* = a port the OS picks); empty = "
@@ -248,6 +280,7 @@ const ConfigSchema& NodeConfigSchema() {
 }
 
 static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c);
+static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c);
 
 Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std::string>& overrides) {
   FM_ASSIGN_OR_RETURN(ConfigValues v, LoadConfig(NodeConfigSchema(), path, overrides));
@@ -329,8 +362,9 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
             "trains, so record-level DP is its to apply";
     } else if (!v.GetString("gossip", "listen").empty()) {
       why = "is not wired into gossip training yet ([gossip] listen): use it with an aggregator";
-    } else if (v.GetString("train", "mode") == "allreduce") {
-      why = "is not wired into allreduce training yet ([train] mode): use it with an aggregator";
+    } else if (v.GetString("train", "mode") != "federated") {
+      why = "is not wired into " + v.GetString("train", "mode") +
+            " training yet ([train] mode): use it with an aggregator";
     } else if (t.device != "cpu") {
       why = "runs on the CPU backend in this version: set [train] device = \"cpu\"";
     }
@@ -387,7 +421,8 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   g.lr_decay = v.GetString("gossip", "lr_decay");
   g.lr_min_fraction = v.GetFloat("gossip", "lr_min_fraction");
   FM_RETURN_IF_ERROR(ReadCollectiveConfig(v, c));
-  if (c.collective.enabled) {
+  FM_RETURN_IF_ERROR(ReadSplitConfig(v, c));
+  if (c.collective.enabled || c.split.enabled) {
     // Checked above; allreduce mode has no aggregator to reach.
   } else if (g.enabled()) {
     if (g.lr_decay == "cosine" && g.max_steps == 0) {
@@ -415,6 +450,76 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
     }
   }
   return c;
+}
+
+static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
+  SplitConfig& k = c.split;
+  k.enabled = v.GetString("train", "mode") == "split";
+  k.role = v.GetString("split", "role");
+  k.listen = v.GetString("split", "listen");
+  k.peers = v.GetStringList("split", "peers");
+  k.allow_dir = v.GetString("split", "allow");
+  k.id_column = v.GetString("split", "id_column");
+  k.bottom = v.GetString("split", "bottom");
+  k.top = v.GetString("split", "top");
+  k.microbatches = v.GetInt("split", "microbatches");
+  k.noise = v.GetFloat("split", "noise");
+  k.compression = v.GetString("split", "compression");
+  k.timeout_ms = v.GetInt("split", "timeout_ms");
+  if (!k.enabled) return Status::OK();
+  auto bad = [&](const std::string& why, const char* section, const char* key) {
+    return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
+  };
+  if (k.role.empty()) return bad("is required in split mode: label or feature", "split", "role");
+  if (k.listen.empty()) return bad("is required in split mode: this party's bind endpoint", "split", "listen");
+  if (k.peers.size() < 2) return bad("lists every party as site-id@endpoint, this one included: at least two", "split", "peers");
+  std::set<std::string> ids;
+  bool me = false;
+  for (const std::string& m : k.peers) {
+    const size_t at = m.find('@');
+    if (at == 0 || at == std::string::npos || at + 1 == m.size()) {
+      return bad("party \"" + m + "\" is not site-id@endpoint, e.g. lab@tcp://10.0.0.2:7300", "split", "peers");
+    }
+    if (!ids.insert(m.substr(0, at)).second) return bad("lists " + m.substr(0, at) + " twice", "split", "peers");
+    me = me || m.substr(0, at) == c.node_id;
+  }
+  if (!me) return bad("does not list this site ([node] id " + c.node_id + ")", "split", "peers");
+  const bool first = k.peers[0].substr(0, k.peers[0].find('@')) == c.node_id;
+  if (first != (k.role == "label")) {
+    return bad("lists the label party first (its own columns come first in the top model's input): " +
+                   std::string(k.role == "label" ? "put this site first" : "this site is a feature party, not first"),
+               "split", "peers");
+  }
+  if (k.id_column.empty()) return bad("is required in split mode: the column of record ids to align on", "split", "id_column");
+  if (k.bottom.empty()) return bad("is required in split mode: this party's part of the model (.onnx)", "split", "bottom");
+  FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(k.bottom), v, {{"", "split", "bottom"}}));
+  if (k.role == "label") {
+    if (k.top.empty()) return bad("is required on the label party: the model over the bottom outputs (.onnx)", "split", "top");
+    FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(k.top), v, {{"", "split", "top"}}));
+    if (c.training.data.label_column.empty()) return bad("is required on the label party", "data", "label_column");
+  } else {
+    if (!k.top.empty()) return bad("is for the label party only", "split", "top");
+    if (!c.training.data.label_column.empty()) {
+      return bad("is for the label party only: a feature party holds no label", "data", "label_column");
+    }
+  }
+  if (!c.training.data.train.starts_with("csv:")) {
+    return bad("split mode reads a table: set dataset = \"csv:PATH\"", "data", "dataset");
+  }
+  if (c.training.data.missing == "drop") {
+    return bad("\"drop\" would leave rows out after the parties aligned them: use \"error\" or \"impute_mean\"",
+               "data", "missing");
+  }
+  if (std::find(c.training.data.features.begin(), c.training.data.features.end(), k.id_column) !=
+      c.training.data.features.end()) {
+    return bad("lists the id column " + k.id_column + ": ids are never features", "data", "features");
+  }
+  if (!c.gossip.listen.empty()) return bad("split mode has no gossip: unset [gossip] listen", "train", "mode");
+  if (c.external.enabled()) return bad("split mode trains in process: unset [train] external", "train", "mode");
+  if (c.training.device != "cpu") {
+    return bad("split mode runs on the CPU backend in this version: set [train] device = \"cpu\"", "train", "mode");
+  }
+  return Status::OK();
 }
 
 static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {

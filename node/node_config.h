@@ -54,6 +54,23 @@ struct CollectiveConfig {
   int64_t timeout_ms = 60000;       // a silent neighbour fails the run after this
 };
 
+// [train] mode = "split" with [split]: vertical federated learning, one model cut across
+// parties that hold different columns of the same records (docs/vertical.md).
+struct SplitConfig {
+  bool enabled = false;               // [train] mode == "split"
+  std::string role;                   // label | feature
+  std::string listen;                 // this party's bind endpoint
+  std::vector<std::string> peers;     // "site-id@endpoint" of every party, this one included
+  std::string allow_dir = "allow";    // the parties' public keys
+  std::string id_column;              // the column holding the record ids
+  std::string bottom;                 // this party's bottom model (.onnx)
+  std::string top;                    // label party: the top model (.onnx)
+  int64_t microbatches = 1;           // per step, pipelined
+  double noise = 0.0;                 // std of Gaussian noise on what this party sends over the cut
+  std::string compression = "none";   // none | fp16 | bf16
+  int64_t timeout_ms = 60000;         // a silent party fails the job after this
+};
+
 struct NodeConfig {
   std::string config_path;  // the file loaded; empty when none
   // [federation]
@@ -77,6 +94,7 @@ struct NodeConfig {
   codec::ErrorFeedbackOptions error_feedback;
   GossipConfig gossip;
   CollectiveConfig collective;
+  SplitConfig split;
   // [secagg] allow: the public key files of every site that may share a secure
   // aggregation round with this one. A node checks each member's signed keys against them
   // (the aggregator relays the keys and must not be able to swap them). Empty (the

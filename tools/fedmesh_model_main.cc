@@ -125,13 +125,14 @@ fedmesh::Result<uint64_t> BestRound(fedmesh::AggregatorStore& store, const std::
 // The model of `round` (its committed version; the latest when round is empty; the best
 // by federated evaluation with `best`) from an aggregator store, or the checkpointed model
 // of a node store.
-int Export(const std::string& db, std::optional<uint64_t> round, const std::string& best,
+int Export(const std::string& db, std::optional<uint64_t> round, const std::string& best, const std::string& part,
            const std::string& out) {
   std::string graph_bytes;
   std::optional<fedmesh::ModelSpec> builtin;  // the store's built-in model, when it says
   std::vector<float> params;
   auto agg = fedmesh::AggregatorStore::Open(db);
   if (agg.ok()) {
+    if (!part.empty()) return Fail(fedmesh::Status::InvalidArgument("--part is for a split job's node store, " + db + " is an aggregator's"));
     auto graph = (*agg)->ModelGraph();
     if (!graph.ok()) return Fail(graph.status());
     if (*graph && (*graph)->sha256 == fedmesh::kBuiltinModelGraph) {
@@ -181,6 +182,20 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
     if (!cp.ok()) return Fail(cp.status());
     if (!*cp) return Fail(fedmesh::Status::NotFound(db + " holds no checkpoint yet"));
     params = std::move((*cp)->model);
+    const auto role = (*cp)->attributes.find("split/role");
+    if (part == "top") {
+      // A split job's label party keeps its top model beside its bottom one.
+      auto top = (*cp)->tensors.find("split/top");
+      auto graph = (*cp)->attributes.find("split/top_graph_hex");
+      if (top == (*cp)->tensors.end() || graph == (*cp)->attributes.end())
+        return Fail(fedmesh::Status::InvalidArgument(
+            db + " holds no top model: --part top is for the label party of a split job" +
+            (role != (*cp)->attributes.end() ? " (this store is a " + role->second + " party's)" : "")));
+      params = std::move(top->second);
+      (*cp)->attributes["model/graph_hex"] = graph->second;
+    } else if (part != "bottom" && !part.empty()) {
+      return Fail(fedmesh::Status::InvalidArgument("--part is bottom or top, not " + part));
+    }
     if (auto spec = (*cp)->attributes.find("model/spec"); spec != (*cp)->attributes.end()) {
       auto parsed = fedmesh::SpecFromText(spec->second);  // a built-in model ([train] mode = "allreduce")
       if (!parsed.ok()) return Fail(parsed.status().WithContext(db));
@@ -232,7 +247,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fedmesh-model: inspect ONNX models and export trained models from fedmesh stores"};
   app.set_version_flag("--version", "fedmesh-model 0.1.0");
   app.require_subcommand(1);
-  std::string inspect_path, db, out, best;
+  std::string inspect_path, db, out, best, part;
   std::optional<uint64_t> round;
   auto* inspect = app.add_subcommand("inspect", "Print ops, parameters, shapes and the graph hash");
   inspect->add_option("file", inspect_path, "The .onnx file")->required();
@@ -244,6 +259,9 @@ int main(int argc, char** argv) {
                   "metric (accuracy, auc, macro_f1, r2, ...: higher; loss, log_loss, mse, "
                   "rmse, mae: lower)");
   exp->add_option("--out", out, "FILE.onnx or FILE.npz")->required();
+  exp->add_option("--part", part,
+                  "A split job's node store: bottom (default: this party's part) or top (the "
+                  "label party's model over the bottom outputs)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -251,5 +269,5 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
   if (*inspect) return Inspect(inspect_path);
-  return Export(db, round, best, out);
+  return Export(db, round, best, part, out);
 }

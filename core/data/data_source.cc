@@ -20,17 +20,7 @@ Result<Dataset> LoadNamed(const std::string& name, const DataSourceSpec& spec, D
     if (spec.label_column.empty()) {
       return Status::InvalidArgument("data '" + name + "' is CSV: name its label column (--label-column)");
     }
-    CsvOptions o;
-    o.label_column = spec.label_column;
-    o.num_classes = spec.num_classes;
-    o.regression = spec.regression;
-    o.label_values = spec.label_values;
-    o.features = spec.features;
-    o.categorical = spec.categorical;
-    o.categories = spec.categories;
-    o.categorical_encoding = spec.categorical_encoding;
-    o.missing = spec.missing;
-    return ReadCsv(name.substr(4), o);
+    return ReadCsv(name.substr(4), CsvOptionsOf(spec));
   }
   ArraySourceOptions arrays;
   arrays.num_classes = spec.num_classes;
@@ -72,6 +62,20 @@ Result<Dataset> LoadNamed(const std::string& name, const DataSourceSpec& spec, D
 }
 
 }  // namespace
+
+CsvOptions CsvOptionsOf(const DataSourceSpec& spec) {
+  CsvOptions o;
+  o.label_column = spec.label_column;
+  o.num_classes = spec.num_classes;
+  o.regression = spec.regression;
+  o.label_values = spec.label_values;
+  o.features = spec.features;
+  o.categorical = spec.categorical;
+  o.categories = spec.categories;
+  o.categorical_encoding = spec.categorical_encoding;
+  o.missing = spec.missing;
+  return o;
+}
 
 std::string DataSourceNames() {
   return "fashion-mnist, csv:PATH, npz:PATH, npy:X_PATH,Y_PATH or images:DIR";

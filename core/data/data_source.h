@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data/csv_reader.h"
 #include "core/data/dataset.h"
 #include "core/data/fashion_mnist.h"
 #include "core/status.h"
@@ -44,6 +45,9 @@ struct DataSourceSpec {
   int image_width = 28;
   int image_channels = 1;
 };
+
+// The CSV reader's options for a csv: source.
+CsvOptions CsvOptionsOf(const DataSourceSpec& spec);
 
 // Loads the training (split = kTrain) or test (split = kTest) data named by `spec`.
 Result<Dataset> LoadDataSource(const DataSourceSpec& spec, DataSplit split);

@@ -176,7 +176,9 @@ TEST(RingCollective, BroadcastFromEveryRootAndBarrier) {
     // A barrier completes only when every rank has entered it.
     for (int r = 0; r + 1 < n; ++r) ring.Queue(r, ring.ranks[r].StartBarrier().value());
     while (ring.DeliverOne()) {}
-    if (n > 1) for (auto& rk : ring.ranks) EXPECT_FALSE(rk.done() && rk.rank() != n - 1) << "left before the last came";
+    if (n > 1) {
+      for (auto& rk : ring.ranks) EXPECT_FALSE(rk.done() && rk.rank() != n - 1) << "left before the last came";
+    }
     ring.Queue(n - 1, ring.ranks[n - 1].StartBarrier().value());
     ring.Run();
   }
