@@ -66,8 +66,9 @@ Status DecodeChunkHeader(std::string_view h, Chunk* c) {
 
 ZmqRingTransport::~ZmqRingTransport() = default;
 
-void ZmqRingTransport::DropQueued() {
-  for (auto& [rank, d] : dealers_) d.set(zmq::sockopt::linger, 0);
+void ZmqRingTransport::SetLinger(int ms) {
+  options_.linger_ms = ms;
+  for (auto& [rank, d] : dealers_) d.set(zmq::sockopt::linger, ms);
 }
 
 Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identity& me,

@@ -62,9 +62,10 @@ class ZmqRingTransport final : public CollectiveTransport {
   // real ports). Replaces the endpoints given to Create.
   void SetEndpoints(const std::vector<std::string>& endpoints);
 
-  // Closing will not wait for what is still queued (options.linger_ms): the run failed and
-  // nobody waits for it.
-  void DropQueued();
+  // How long closing waits for what is still queued, from now on (options.linger_ms at
+  // first): 0 when a run failed and nobody waits for the rest, a short time when only an
+  // error message should still reach live peers.
+  void SetLinger(int ms);
 
   Status Send(int to, Chunk chunk) override;
   Result<std::optional<std::pair<int, Chunk>>> Receive(int timeout_ms) override;

@@ -150,6 +150,8 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
     r = vertical::RunFeatureJob(*transport_, std::move(*feature_), o, &party);
     if (r.ok()) FM_RETURN_IF_ERROR(SaveParts(&party->bottom(), nullptr));
   }
+  // A failed job has told the others why; a dead party will not take the rest.
+  if (!r.ok()) transport_->SetLinger(1000);
   FM_RETURN_IF_ERROR(metrics_error);
   return r;
 }

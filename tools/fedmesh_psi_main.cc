@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   const int peer = 1 - g->my_rank;
   auto result = fedmesh::vertical::RunPsi(**transport, peer, **party, xo, &stats);
   if (!result.ok()) {
-    (*transport)->DropQueued();
+    (*transport)->SetLinger(0);
     return Fail(1, result.status().message());
   }
   fedmesh::Status w = fedmesh::WriteCsvRows(*table, result->rows, out);

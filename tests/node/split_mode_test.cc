@@ -1,0 +1,133 @@
+// fedmesh-node in [train] mode = "split" (issue 22), real processes on loopback: the
+// vertical example's hospital (label) and lab (feature) align their patients by private set
+// intersection and train the cut model to a high test AUC; both trained parts export as
+// ONNX; bad [split] settings exit 2 naming the key; a lab killed mid-job stops the hospital
+// with a reason, not a hang.
+#include <csignal>
+
+#include "tests/node/federation_fixture.h"
+
+namespace fedmesh {
+namespace {
+
+using namespace federation_testing;  // NOLINT: the fixture's helpers
+
+const fs::path kVertical = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "vertical";
+
+class SplitModeTest : public FederationTest {
+ protected:
+  void SetUp() override {
+    FederationTest::SetUp();
+    if (IsSkipped()) return;
+    if (!fs::exists("/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv")) {
+      GTEST_SKIP() << "no breast cancer CSV (apt-get install python3-sklearn)";
+    }
+    for (const char* who : {"hospital", "lab"}) {
+      ASSERT_TRUE(GenKey(who));
+      fs::copy_file(dir_ / "keys" / (std::string(who) + ".pub"), dir_ / "keys" / "allow" / (std::string(who) + ".pub"));
+    }
+    for (const char* f : {"hospital.toml", "lab.toml", "hospital_bottom.onnx", "lab_bottom.onnx", "top.onnx"}) {
+      fs::copy_file(kVertical / f, dir_ / f);
+    }
+    auto rc = fedmesh::testing::RunToCompletion({"/bin/bash", (kVertical / "split.sh").string(), "data"}, dir_,
+                                                dir_ / "split.log", seconds(60));
+    ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "split.log");
+    hp_ = FreeLoopbackPort();
+    lp_ = FreeLoopbackPort();
+  }
+  std::vector<std::string> Node(const std::string& who, std::vector<std::string> sets = {}) {
+    std::vector<std::string> argv = {kBin + "fedmesh-node", "--config", who + ".toml", "--set",
+                                     "split.listen=tcp://127.0.0.1:" + std::to_string(who == "hospital" ? hp_ : lp_),
+                                     "--set",
+                                     "split.peers=hospital@tcp://127.0.0.1:" + std::to_string(hp_) +
+                                         ",lab@tcp://127.0.0.1:" + std::to_string(lp_)};
+    for (auto& s : sets) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+    return argv;
+  }
+  int hp_ = 0, lp_ = 0;
+};
+
+TEST_F(SplitModeTest, HospitalAndLabTrainTheCutModelAndExportTheirParts) {
+  ChildProcess* lab = Spawn("lab", Node("lab"));
+  ChildProcess* hospital = Spawn("hospital", Node("hospital", {"train.epochs=15"}));
+  ASSERT_EQ(hospital->WaitExit(seconds(180)), 0) << hospital->Log();
+  ASSERT_EQ(lab->WaitExit(seconds(30)), 0) << lab->Log();
+  // 396 patients are in both files (split.sh is deterministic); 25% held out per class.
+  EXPECT_NE(hospital->Log().find("psi: 471 ids here; 396 rows shared by every party: 297 to train, 99 held out"),
+            std::string::npos)
+      << hospital->Log();
+  EXPECT_NE(lab->Log().find("psi: 476 ids here, 396 shared with the label party"), std::string::npos) << lab->Log();
+  const auto lines = SplitLines(ReadWholeFile(dir_ / "run" / "hospital-metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 15u);
+  const double auc = std::stod(lines.back().substr(lines.back().find("\"test_auc\":") + 11));
+  const double acc = std::stod(lines.back().substr(lines.back().find("\"test_accuracy\":") + 16));
+  EXPECT_GE(auc, 0.95) << lines.back();
+  EXPECT_GE(acc, 0.9) << lines.back();
+  EXPECT_NE(lines.back().find("\"microbatches\":4"), std::string::npos);
+  // Each party's trained part as ONNX; a feature party has no top.
+  for (const auto& [db, part, out] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"run/hospital.db", "bottom", "h.onnx"}, {"run/hospital.db", "top", "t.onnx"}, {"run/lab.db", "bottom", "l.onnx"}}) {
+    auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-model", "export", "--db", db, "--part", part, "--out", out},
+                                                dir_, dir_ / "export.log", seconds(60));
+    ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "export.log");
+    EXPECT_GT(fs::file_size(dir_ / out), 200u);
+  }
+  auto rc = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-model", "export", "--db", "run/lab.db", "--part", "top", "--out", "x.onnx"}, dir_,
+      dir_ / "export.log", seconds(60));
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 2);
+  EXPECT_NE(ReadWholeFile(dir_ / "export.log").find("holds no top model"), std::string::npos);
+}
+
+TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
+  struct Case {
+    std::string who;
+    std::vector<std::string> sets;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"lab", {"split.role="}, "[split] role: is required in split mode"},
+      {"hospital", {"split.peers=lab@tcp://127.0.0.1:1,hospital@tcp://127.0.0.1:2"}, "lists the label party first"},
+      {"lab", {"split.top=top.onnx"}, "[split] top: is for the label party only"},
+      {"lab", {"data.label_column=diagnosis"}, "[data] label_column: is for the label party only"},
+      {"hospital", {"split.top="}, "[split] top: is required on the label party"},
+      {"hospital", {"data.missing=drop"}, "[data] missing: \"drop\" would leave rows out"},
+      {"hospital", {"data.dataset=fashion-mnist"}, "split mode reads a table"},
+      {"hospital", {"split.bottom=missing.onnx"}, "missing.onnx"},
+      {"hospital", {"split.id_column=customer"}, "[split] id_column: column \"customer\" is not in the header"},
+      {"hospital", {"split.bottom=lab_bottom.onnx"}, "takes 20 features per row; data/hospital.csv gives 10"},
+      {"hospital", {"split.peers=hospital@tcp://127.0.0.1:1,stranger@tcp://127.0.0.1:2"},
+       "member stranger has no public key in keys/allow"},
+  };
+  for (const Case& c : cases) {
+    auto rc = fedmesh::testing::RunToCompletion(Node(c.who, c.sets), dir_, dir_ / "bad.log", seconds(60));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 2) << ReadWholeFile(dir_ / "bad.log");
+    EXPECT_NE(ReadWholeFile(dir_ / "bad.log").find(c.expect), std::string::npos)
+        << "want: " << c.expect << "\ngot: " << ReadWholeFile(dir_ / "bad.log");
+    fs::remove(dir_ / "bad.log");
+  }
+}
+
+TEST_F(SplitModeTest, ALabKilledMidJobStopsTheHospitalWithAReason) {
+  ChildProcess* lab = Spawn("lab", Node("lab"));
+  ChildProcess* hospital =
+      Spawn("hospital", Node("hospital", {"train.epochs=100000", "split.timeout_ms=3000", "split.microbatches=1"}));
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "run" / "hospital-metrics.jsonl"); }, seconds(60)))
+      << hospital->Log();
+  lab->Signal(SIGKILL);
+  const auto rc = hospital->WaitExit(seconds(30));
+  ASSERT_TRUE(rc.has_value()) << "the hospital hangs";
+  EXPECT_EQ(*rc, 1);
+  EXPECT_NE(hospital->Log().find("heard nothing for 3000 ms while waiting for activations"), std::string::npos)
+      << hospital->Log();
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "hospital.db") && ReadWholeFile(dir_ / "run" / "hospital.db").find("split/role") != std::string::npos)
+      << "a failed job must not store a model as if it had finished";
+}
+
+}  // namespace
+}  // namespace fedmesh
