@@ -154,6 +154,7 @@ Result<SplitJobReport> LabelSide(collective::CollectiveTransport& transport, Lab
     const double waited0 = link.waited_s();
     for (size_t b = 0; b < train.size(); b += static_cast<size_t>(o.batch)) {
       FM_RETURN_IF_ERROR(Stopped(o));
+      if (o.max_steps > 0 && party->steps_completed() >= o.max_steps) break;
       const size_t e = std::min(train.size(), b + static_cast<size_t>(o.batch));
       FM_RETURN_IF_ERROR(RunPass(*party, link, std::span<const uint64_t>(train).subspan(b, e - b), o.microbatches, true));
       loss_sum += party->pass_loss() * static_cast<double>(e - b);

@@ -31,6 +31,7 @@ struct SplitJobOptions {
   double test_fraction = 0.2; // of the aligned rows, held out per class by the label party. Default 0.2.
   uint64_t seed = 0;          // the test split and the shuffles. Default 0.
   int timeout_ms = 60000;     // a party silent this long fails the job. Default 60,000 ms.
+  uint64_t max_steps = 0;     // stop training after this many steps (benchmarks). Default 0: no limit.
   psi::PsiOptions psi;
   std::function<void(const std::string&)> log;      // progress lines; may be empty
   std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty

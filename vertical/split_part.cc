@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/builtin_graph.h"
+#include "core/model.h"
+
 namespace fedmesh::vertical {
 
 Result<std::unique_ptr<SplitPart>> SplitPart::Create(graph::Graph g, const SplitPartOptions& options,
@@ -30,6 +33,15 @@ Result<std::unique_ptr<SplitPart>> SplitPart::Create(graph::Graph g, const Split
   p->grad_sum_.assign(p->model_->num_trainable(), 0.0f);
   p->velocity_.assign(p->model_->num_trainable(), 0.0f);
   return p;
+}
+
+Result<std::unique_ptr<SplitPart>> SplitPart::FromBuiltin(const ModelSpec& spec, uint64_t seed,
+                                                           const SplitPartOptions& options) {
+  auto backend = MakeCpuBackend(1);
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, BuildModel(spec, backend.get()));
+  model->InitParams(seed);
+  FM_ASSIGN_OR_RETURN(graph::Graph g, BuiltinModelGraph(spec, model->GetParams()));
+  return Create(std::move(g), options, "built-in " + SpecToText(spec));
 }
 
 Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint64_t seed) {

@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "core/graph/graph_model.h"
+#include "core/model_zoo.h"
 #include "core/status.h"
 
 namespace fedmesh::vertical {
@@ -29,6 +30,11 @@ class SplitPart {
   // the graph has other than one input and one output, or they are not [batch, n].
   static Result<std::unique_ptr<SplitPart>> Create(graph::Graph g, const SplitPartOptions& options,
                                                    const std::string& what);
+
+  // A part built from a built-in model (core/model_zoo.h: mlp or logreg over a vector
+  // input), initialised from `seed`: for tests and benchmarks that bring no ONNX file.
+  static Result<std::unique_ptr<SplitPart>> FromBuiltin(const ModelSpec& spec, uint64_t seed,
+                                                        const SplitPartOptions& options);
 
   int64_t in_cols() const { return in_cols_; }
   int64_t out_cols() const { return out_cols_; }

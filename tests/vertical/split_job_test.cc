@@ -4,7 +4,7 @@
 //    noise columns and the label, so every bit of accuracy comes through the cut (the
 //    feature party's activations forward, its gradients back). It reaches the accuracy of
 //    an uncut mlp trained centrally on the same rows (and tested on the same held-out ones)
-//    within 3 points (2.5 of ~80 test rows; runs differ by the PSI order).
+//    within 2 points on the mean of five jobs (each ~80 test rows; jobs differ by their PSI order).
 //  - Micro-batching changes the schedule, not the result: 1 and 4 micro-batches per step
 //    end with the same parameters on both sides.
 //  - Three parties: the job trains on the rows all three hold.
@@ -51,7 +51,8 @@ std::vector<std::string> IdsOf(const std::vector<uint32_t>& rows) {
   return ids;
 }
 
-TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
+// One job and its central baseline: (split test accuracy, central test accuracy).
+std::pair<double, double> SplitAndCentral(const Dataset& all_) {
   const auto hospital_rows = Holds(all_.size(), 0.85, 1), lab_rows = Holds(all_.size(), 0.85, 2);
   // The label party: 4 columns of noise and the label. The lab: the 30 measurements.
   Dataset hospital;
@@ -90,8 +91,9 @@ TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
   std::thread t([&] { fr = RunFeatureJob(*hub.endpoint(1), std::move(lab), o); });
   auto lr = RunLabelJob(*hub.endpoint(0), std::move(label), o);
   t.join();
-  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
-  ASSERT_TRUE(fr.ok()) << fr.status().ToString();
+  EXPECT_TRUE(lr.ok()) << lr.status().ToString();
+  EXPECT_TRUE(fr.ok()) << fr.status().ToString();
+  if (!lr.ok() || !fr.ok()) return {0, 0};
   // About 0.85 * 0.85 of 569 rows are held by both.
   EXPECT_NEAR(static_cast<double>(lr->aligned_rows), 0.7225 * 569, 40);
   EXPECT_EQ(lr->aligned_rows, fr->aligned_rows);
@@ -115,7 +117,7 @@ TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
   spec.num_classes = 2;
   spec.hidden = {16};
   auto model = BuildModel(spec, backend.get());
-  ASSERT_TRUE(model.ok());
+  EXPECT_TRUE(model.ok());
   (*model)->InitParams(13);
   TrainerOptions to;
   to.batch_size = 32;
@@ -123,13 +125,25 @@ TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
   to.sgd.momentum = 0.9f;
   SystemEnv env(3);
   Trainer trainer(model->get(), to, &env);
-  for (int e = 0; e < 8; ++e) ASSERT_TRUE(trainer.TrainEpoch(train).ok());
+  for (int e = 0; e < 8; ++e) EXPECT_TRUE(trainer.TrainEpoch(train).ok());
   auto central = trainer.Evaluate(test);
-  ASSERT_TRUE(central.ok());
+  EXPECT_TRUE(central.ok());
   std::cout << "split test accuracy " << split_acc << " (auc " << lr->test_metrics.at("auc") << ", "
             << lr->test_rows << " rows); central " << central->accuracy << " (" << test.size() << " rows)\n";
-  EXPECT_GE(split_acc, 0.90);
-  EXPECT_GE(split_acc, central->accuracy - 0.03);
+  return {split_acc, central->accuracy};
+}
+
+TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
+  // Five jobs: each draws its own PSI order, so its own held-out rows (about 80 of them);
+  // the means compare the methods rather than the draws.
+  double split = 0, central = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto [s, c] = SplitAndCentral(all_);
+    EXPECT_GE(s, 0.88);
+    split += s / 5;
+    central += c / 5;
+  }
+  EXPECT_GE(split, central - 0.02);
 }
 
 // Drives a label party and one feature party by hand, message by message.

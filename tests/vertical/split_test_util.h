@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/builtin_graph.h"
 #include "core/data/dataset.h"
 #include "core/model_zoo.h"
 #include "vertical/split_part.h"
@@ -66,13 +64,7 @@ inline std::unique_ptr<SplitPart> Part(int in, int hidden, int out, uint64_t see
   spec.input_shape = {in};
   spec.num_classes = out;
   spec.hidden = {hidden};
-  auto backend = MakeCpuBackend(1);
-  auto model = BuildModel(spec, backend.get());
-  if (!model.ok()) return nullptr;
-  (*model)->InitParams(seed);
-  auto g = BuiltinModelGraph(spec, (*model)->GetParams());
-  if (!g.ok()) return nullptr;
-  auto p = SplitPart::Create(std::move(*g), o, "test part");
+  auto p = SplitPart::FromBuiltin(spec, seed, o);
   return p.ok() ? std::move(*p) : nullptr;
 }
 
