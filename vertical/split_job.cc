@@ -37,13 +37,19 @@ class Link {
   }
   // The next split message and its sender. An error message from the sender is Unavailable.
   Result<std::pair<int, SplitMessage>> Receive(const std::string& waiting_for) {
-    const auto t0 = Clock::now();
-    FM_ASSIGN_OR_RETURN(auto got, t_.Receive(o_.timeout_ms));
-    waited_s_ += Since(t0);
+    FM_ASSIGN_OR_RETURN(auto got, Poll(o_.timeout_ms));
     if (!got) {
       return Status::DeadlineExceeded("split: heard nothing for " + std::to_string(o_.timeout_ms) + " ms while waiting for " +
                                       waiting_for);
     }
+    return std::move(*got);
+  }
+  // The same, waiting at most timeout_ms (0: only what is there); nullopt when nothing came.
+  Result<std::optional<std::pair<int, SplitMessage>>> Poll(int timeout_ms) {
+    const auto t0 = Clock::now();
+    FM_ASSIGN_OR_RETURN(auto got, t_.Receive(timeout_ms));
+    waited_s_ += Since(t0);
+    if (!got) return std::optional<std::pair<int, SplitMessage>>();
     auto& [from, chunk] = *got;
     r_.bytes_received += chunk.bytes.size();
     const std::string who = "rank " + std::to_string(from) + ": ";
@@ -51,7 +57,7 @@ class Link {
     auto m = DecodeSplitMessage(chunk.bytes.view());
     if (!m.ok()) return Status::Corruption(who + m.status().message());
     if (m->type == SplitMessageType::kError) return Status::Unavailable(who + "stopped: " + m->text);
-    return std::make_pair(from, std::move(*m));
+    return std::optional<std::pair<int, SplitMessage>>(std::make_pair(from, std::move(*m)));
   }
   // Best effort: tell `ranks` this side stopped, and why.
   void Abort(const std::vector<int>& ranks, const Status& why) {
@@ -80,14 +86,24 @@ Status Stopped(const SplitJobOptions& o) {
 }
 
 // Runs one pass (a step or an evaluation) to its end.
-Status RunPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, uint32_t micro, bool training) {
+Status RunPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, uint32_t micro, bool training,
+               bool overlap) {
   FM_ASSIGN_OR_RETURN(std::vector<Outgoing> out, party.Begin(rows, micro, training));
   FM_RETURN_IF_ERROR(link.SendAll(out));
   while (!party.pass_done()) {
-    FM_ASSIGN_OR_RETURN(auto got, link.Receive("activations"));
-    FM_RETURN_IF_ERROR(party.OnActivations(got.first, got.second, &out));
+    // What has arrived first (the critical path), then own-bottom work, then wait.
+    FM_ASSIGN_OR_RETURN(auto got, link.Poll(0));
+    if (!got && overlap) {
+      FM_ASSIGN_OR_RETURN(bool worked, party.DoIdleWork());
+      if (worked) continue;
+    }
+    if (!got) {
+      FM_ASSIGN_OR_RETURN(got, link.Receive("activations"));
+    }
+    FM_RETURN_IF_ERROR(party.OnActivations(got->first, got->second, &out));
     FM_RETURN_IF_ERROR(link.SendAll(out));
   }
+  if (!overlap) FM_RETURN_IF_ERROR(party.Flush());  // the whole step before the next one starts
   return Status::OK();
 }
 
@@ -156,7 +172,8 @@ Result<SplitJobReport> LabelSide(collective::CollectiveTransport& transport, Lab
       FM_RETURN_IF_ERROR(Stopped(o));
       if (o.max_steps > 0 && party->steps_completed() >= o.max_steps) break;
       const size_t e = std::min(train.size(), b + static_cast<size_t>(o.batch));
-      FM_RETURN_IF_ERROR(RunPass(*party, link, std::span<const uint64_t>(train).subspan(b, e - b), o.microbatches, true));
+      FM_RETURN_IF_ERROR(
+          RunPass(*party, link, std::span<const uint64_t>(train).subspan(b, e - b), o.microbatches, true, o.overlap));
       loss_sum += party->pass_loss() * static_cast<double>(e - b);
     }
     train_s += Since(t_epoch);
@@ -165,7 +182,7 @@ Result<SplitJobReport> LabelSide(collective::CollectiveTransport& transport, Lab
     double test_loss = 0.0;
     if (!test.empty()) {
       // One pass over every test row keeps the metrics exact (AUC is not a mean of batches).
-      FM_RETURN_IF_ERROR(RunPass(*party, link, test, o.microbatches, false));
+      FM_RETURN_IF_ERROR(RunPass(*party, link, test, o.microbatches, false, o.overlap));
       test_loss = party->pass_loss();
       metrics = party->pass_metrics();
     }
@@ -186,6 +203,7 @@ Result<SplitJobReport> LabelSide(collective::CollectiveTransport& transport, Lab
     Log(o, "epoch " + std::to_string(epoch) + ": train loss " + std::to_string(loss_sum / static_cast<double>(train.size())) +
                acc + ", idle " + std::to_string(report.idle_fraction));
   }
+  FM_RETURN_IF_ERROR(party->Flush());
   SplitMessage done;
   done.type = SplitMessageType::kDone;
   done.step = party->steps_completed();

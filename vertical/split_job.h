@@ -32,6 +32,10 @@ struct SplitJobOptions {
   uint64_t seed = 0;          // the test split and the shuffles. Default 0.
   int timeout_ms = 60000;     // a party silent this long fails the job. Default 60,000 ms.
   uint64_t max_steps = 0;     // stop training after this many steps (benchmarks). Default 0: no limit.
+  // The label party does its own bottom model's work while the feature parties compute
+  // (LabelParty::DoIdleWork). false: in line, the sequential schedule of split learning
+  // without pipelining, for benchmarks. Default true.
+  bool overlap = true;
   psi::PsiOptions psi;
   std::function<void(const std::string&)> log;      // progress lines; may be empty
   std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty

@@ -53,6 +53,9 @@ Result<std::vector<Outgoing>> LabelParty::Begin(std::span<const uint64_t> rows, 
       if (r >= data_.size()) return Status::InvalidArgument("row " + std::to_string(r) + " is past the data");
     }
   }
+  ++pass_;
+  pass_step_ = steps_completed_;
+  own_out_.assign(micro, std::nullopt);
   got_.assign(micro, std::vector<std::optional<std::vector<float>>>(peers_.size()));
   missing_.assign(micro, peers_.size());
   processed_.assign(micro, false);
@@ -122,27 +125,82 @@ Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Ou
   return Status::OK();
 }
 
+Status LabelParty::GatherOwn(const std::vector<uint64_t>& rows) {
+  const size_t w = data_.sample_size();
+  input_.resize(rows.size() * w);
+  for (size_t i = 0; i < rows.size(); ++i) std::memcpy(&input_[i * w], data_.sample(rows[i]), w * sizeof(float));
+  return Status::OK();
+}
+
+Status LabelParty::RunDeferred() {
+  Deferred d = std::move(deferred_.front());
+  deferred_.pop_front();
+  if (d.step) {
+    bottom_->Step();
+    return Status::OK();
+  }
+  FM_RETURN_IF_ERROR(GatherOwn(d.rows));
+  const auto n = static_cast<int64_t>(d.rows.size());
+  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, true, d.seed));
+  std::memcpy(bottom_->output_grad(), d.dout.data(), d.dout.size() * sizeof(float));
+  bottom_->Backward();
+  return Status::OK();
+}
+
+Status LabelParty::FlushEarlierPasses() {
+  while (!deferred_.empty() && deferred_.front().pass < pass_) FM_RETURN_IF_ERROR(RunDeferred());
+  return Status::OK();
+}
+
+Status LabelParty::Flush() {
+  while (!deferred_.empty()) FM_RETURN_IF_ERROR(RunDeferred());
+  return Status::OK();
+}
+
+Status LabelParty::EnsureOwnForward(uint32_t m) {
+  if (own_out_[m]) return Status::OK();
+  FM_RETURN_IF_ERROR(FlushEarlierPasses());
+  const std::vector<uint64_t>& rows = micro_rows_[m];
+  FM_RETURN_IF_ERROR(GatherOwn(rows));
+  const auto n = static_cast<int64_t>(rows.size());
+  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, Seed(pass_step_, m)));
+  own_out_[m].emplace(bottom_->output(), bottom_->output() + n * bottom_->out_cols());
+  return Status::OK();
+}
+
+Result<bool> LabelParty::DoIdleWork() {
+  if (!deferred_.empty()) {
+    FM_RETURN_IF_ERROR(RunDeferred());
+    return true;
+  }
+  for (uint32_t m = 0; m < own_out_.size(); ++m) {
+    if (!processed_[m] && !own_out_[m]) {
+      FM_RETURN_IF_ERROR(EnsureOwnForward(m));
+      return true;
+    }
+  }
+  return false;
+}
+
 Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
   const std::vector<uint64_t>& rows = micro_rows_[m];
   const auto n = static_cast<int64_t>(rows.size());
-  const size_t w = data_.sample_size();
-  input_.resize(rows.size() * w);
   labels_.resize(rows.size());
   const bool regression = data_.target_dim > 0;
   targets_.resize(regression ? rows.size() * static_cast<size_t>(data_.target_dim) : 0);
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::memcpy(&input_[i * w], data_.sample(rows[i]), w * sizeof(float));
     labels_[i] = data_.labels[rows[i]];
     if (regression) std::memcpy(&targets_[i * data_.target_dim], data_.target(rows[i]), data_.target_dim * sizeof(float));
   }
-  const uint64_t seed = Seed(steps_completed_, m);
-  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, seed));
+  const uint64_t seed = Seed(pass_step_, m);
+  FM_RETURN_IF_ERROR(EnsureOwnForward(m));
+  const std::vector<float>& own_out = *own_out_[m];
   // The top's input: [own | peer 1 | peer 2 ...] per row.
   const int64_t total = top_->in_cols();
   top_input_.resize(static_cast<size_t>(n * total));
   for (int64_t r = 0; r < n; ++r) {
     float* dst = &top_input_[static_cast<size_t>(r * total)];
-    std::memcpy(dst, bottom_->output() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
+    std::memcpy(dst, own_out.data() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
     int64_t at = bottom_->out_cols();
     for (size_t p = 0; p < peers_.size(); ++p) {
       std::memcpy(dst + at, got_[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
@@ -165,11 +223,6 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     for (size_t i = 0; i < dout_.size(); ++i) g[i] = dout_[i] * share;
     top_->Backward();
     const float* gin = top_->input_grad();
-    float* own = bottom_->output_grad();
-    for (int64_t r = 0; r < n; ++r) {
-      std::memcpy(own + r * bottom_->out_cols(), gin + r * total, bottom_->out_cols() * sizeof(float));
-    }
-    bottom_->Backward();
     int64_t at = bottom_->out_cols();
     for (size_t p = 0; p < peers_.size(); ++p) {
       SplitMessage g2;
@@ -191,12 +244,28 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
       at += peer_cols_[p];
       out->emplace_back(peers_[p], std::move(g2));
     }
+    // The own bottom's backward waits for idle time: the gradients above are what the
+    // feature parties are waiting for.
+    Deferred d;
+    d.pass = pass_;
+    d.rows = rows;
+    d.seed = seed;
+    d.dout.resize(static_cast<size_t>(n * bottom_->out_cols()));
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(&d.dout[static_cast<size_t>(r * bottom_->out_cols())], gin + r * total,
+                  bottom_->out_cols() * sizeof(float));
+    }
+    deferred_.push_back(std::move(d));
   }
   got_[m].assign(peers_.size(), std::nullopt);
+  own_out_[m].reset();
   processed_[m] = true;
   if (--remaining_ == 0 && training_) {
     top_->Step();
-    bottom_->Step();
+    Deferred step;
+    step.pass = pass_;
+    step.step = true;
+    deferred_.push_back(std::move(step));
     ++steps_completed_;
   }
   return Status::OK();

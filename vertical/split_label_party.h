@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -56,6 +57,14 @@ class LabelParty {
   // micro-batch, come twice, or have another row count or width than before.
   Status OnActivations(int rank, const SplitMessage& m, std::vector<Outgoing>* out);
   bool pass_done() const { return remaining_ == 0; }
+  // Work on the own bottom model that waits for no one, done while the feature parties
+  // compute: the backward of micro-batches already answered (rematerialised: forward again
+  // with the same seed, then backward), the step after them, and the forwards of the
+  // current pass. Returns whether there was any. The critical path (activations in ->
+  // top -> gradients out) never waits for it, only for what it needs.
+  Result<bool> DoIdleWork();
+  // Finishes every deferred piece (before exporting the parts).
+  Status Flush();
 
   // The last pass's mean loss, and (evaluation) its metrics.
   double pass_loss() const { return rows_in_pass_ ? loss_sum_ / static_cast<double>(rows_in_pass_) : 0.0; }
@@ -69,6 +78,14 @@ class LabelParty {
  private:
   LabelParty() = default;
   Status Process(uint32_t m, std::vector<Outgoing>* out);
+  // The own bottom's output for micro-batch m of the current pass, computed now if idle
+  // time has not done it yet.
+  Status EnsureOwnForward(uint32_t m);
+  // Runs the oldest deferred piece of own-bottom work.
+  Status RunDeferred();
+  // Runs deferred work of passes before the current one (their step must precede its forwards).
+  Status FlushEarlierPasses();
+  Status GatherOwn(const std::vector<uint64_t>& rows);
   static uint64_t Seed(uint64_t step, uint32_t micro) { return SplitMix64(step * 1000003 + micro) ^ 0x5eed; }
 
   std::unique_ptr<SplitPart> bottom_, top_;
@@ -90,6 +107,18 @@ class LabelParty {
   double loss_sum_ = 0.0;
   std::optional<MetricAccumulator> metrics_;
   std::vector<float> input_, top_input_, dout_, labels_f_;
+  // Own-bottom work off the critical path.
+  struct Deferred {
+    uint64_t pass = 0;
+    bool step = false;  // the pass's SGD step (after its backwards), or one backward:
+    std::vector<uint64_t> rows;
+    uint64_t seed = 0;
+    std::vector<float> dout;  // d loss / d own output, rows x out_cols
+  };
+  std::deque<Deferred> deferred_;
+  uint64_t pass_ = 0;  // passes begun
+  uint64_t pass_step_ = 0;  // the step number of the current pass
+  std::vector<std::optional<std::vector<float>>> own_out_;  // [micro]: own bottom output
   std::vector<int32_t> labels_;
   std::vector<float> targets_;
 };

@@ -199,6 +199,7 @@ TEST_F(SplitJobTest, MicroBatchesChangeTheScheduleNotTheResult) {
       for (int i = 0; i < 48; ++i) rows.push_back(static_cast<uint64_t>((step * 48 + i * 7) % 200));
       ASSERT_TRUE(Pump(p, rows, k == 0 ? 1 : 4, true).ok());
     }
+    ASSERT_TRUE(p.label->Flush().ok());
     for (SplitPart* part : {&p.label->bottom(), &p.label->top(), &p.feature->bottom()}) {
       params[k].emplace_back(part->model().params(), part->model().params() + part->model().num_flat());
     }

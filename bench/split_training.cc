@@ -1,0 +1,199 @@
+// Split training benchmarks (issue 22), two parties in one process (a thread each, one core
+// each) over the in-process transport:
+//   --mode accuracy   Fashion-MNIST cut into left and right image halves (14 of 28 columns
+//                     each): the label party holds the left half and the label, the feature
+//                     party the right half. Reports the split model's test accuracy beside
+//                     an uncut mlp trained centrally on the same rows (same held-out rows).
+//   --mode pipeline   steps over a link with --delay-ms one-way latency added to every
+//                     message (collective/delayed_transport.h: this kernel has no sch_netem),
+//                     timed with 1 micro-batch per step and with --microbatches; reports the
+//                     step-time ratio and the label party's idle fraction.
+//   bench/split_training.sh
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "collective/delayed_transport.h"
+#include "collective/in_process_hub.h"
+#include "core/data/data_source.h"
+#include "core/data/fashion_mnist.h"
+#include "core/env.h"
+#include "core/model.h"
+#include "core/trainer.h"
+#include "vertical/split_job.h"
+
+namespace {
+
+using namespace fedmesh;
+
+// Columns [from, to) of every 28-pixel image row: a vertical strip of the image.
+Dataset Strip(const Dataset& d, int from, int to) {
+  Dataset out;
+  out.sample_shape = {28 * (to - from)};
+  out.num_classes = d.num_classes;
+  out.labels = d.labels;
+  out.features.reserve(d.size() * 28 * static_cast<size_t>(to - from));
+  for (size_t i = 0; i < d.size(); ++i)
+    for (int y = 0; y < 28; ++y)
+      for (int x = from; x < to; ++x) out.features.push_back(d.sample(i)[y * 28 + x]);
+  return out;
+}
+
+struct Setup {
+  int hidden = 256, label_hidden = 256, cut = 64, top_hidden = 64;
+  float lr = 0.05f, momentum = 0.9f;
+};
+
+std::unique_ptr<vertical::SplitPart> Part(int in, int hidden, int out, uint64_t seed, const Setup& s, bool top) {
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.input_shape = {in};
+  spec.num_classes = out;
+  spec.hidden = {hidden};
+  vertical::SplitPartOptions o;
+  o.lr = s.lr;
+  o.momentum = s.momentum;
+  o.input_gradients = top;
+  return std::move(vertical::SplitPart::FromBuiltin(spec, seed, o)).value();
+}
+
+// Runs one job; `delay_us` > 0 wraps both endpoints in a DelayedTransport.
+Result<vertical::SplitJobReport> RunJob(const Dataset& all, const Setup& s, const vertical::SplitJobOptions& o,
+                                        int delay_us) {
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < all.size(); ++i) ids.push_back("img-" + std::to_string(i));
+  vertical::LabelJob label;
+  label.ids = ids;
+  label.data = Strip(all, 0, 14);
+  label.bottom = Part(392, s.label_hidden, s.cut, 1, s, false);
+  label.top = Part(2 * s.cut, s.top_hidden, 10, 2, s, true);
+  label.feature_ranks = {1};
+  vertical::FeatureJob feature;
+  feature.ids = ids;
+  feature.data = Strip(all, 14, 28);
+  feature.bottom = Part(392, s.hidden, s.cut, 3, s, false);
+  collective::InProcessHub hub(2);
+  std::unique_ptr<collective::CollectiveTransport> d0, d1;
+  collective::CollectiveTransport* t0 = hub.endpoint(0);
+  collective::CollectiveTransport* t1 = hub.endpoint(1);
+  if (delay_us > 0) {
+    d0 = std::make_unique<collective::DelayedTransport>(t0, std::chrono::microseconds(delay_us));
+    d1 = std::make_unique<collective::DelayedTransport>(t1, std::chrono::microseconds(delay_us));
+    t0 = d0.get();
+    t1 = d1.get();
+  }
+  Result<vertical::SplitJobReport> fr = Status::Internal("");
+  std::thread t([&] { fr = vertical::RunFeatureJob(*t1, std::move(feature), o); });
+  auto lr = vertical::RunLabelJob(*t0, std::move(label), o);
+  t.join();
+  if (!fr.ok()) return fr.status();
+  return lr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fedmesh split-training benchmarks on Fashion-MNIST halves"};
+  std::string mode = "pipeline";
+  int epochs = 5, batch = 64, microbatches = 4, steps = 20, rows = 70000;
+  double delay_ms = 20;
+  Setup s;
+  app.add_option("--mode", mode, "accuracy | pipeline");
+  app.add_option("--epochs", epochs, "accuracy: epochs (default 5)");
+  app.add_option("--batch", batch, "rows per step (default 64)");
+  app.add_option("--microbatches", microbatches, "micro-batches per step (default 4)");
+  app.add_option("--steps", steps, "pipeline: timed steps per setting (default 20)");
+  app.add_option("--delay-ms", delay_ms, "pipeline: one-way latency per message (default 20)");
+  app.add_option("--rows", rows, "rows of Fashion-MNIST used (train then test images; default all 70000)");
+  app.add_option("--hidden", s.hidden, "the feature party's bottom hidden width (default 256)");
+  app.add_option("--label-hidden", s.label_hidden, "the label party's bottom hidden width (default 256)");
+  CLI11_PARSE(app, argc, argv);
+  auto train = LoadFashionMnist(DataSplit::kTrain);
+  auto test = LoadFashionMnist(DataSplit::kTest);
+  if (!train.ok() || !test.ok()) {
+    std::fprintf(stderr, "Fashion-MNIST: %s\n", train.status().ToString().c_str());
+    return 1;
+  }
+  Dataset all = *train;
+  all.features.insert(all.features.end(), test->features.begin(), test->features.end());
+  all.labels.insert(all.labels.end(), test->labels.begin(), test->labels.end());
+  if (static_cast<size_t>(rows) < all.size()) {
+    all.features.resize(static_cast<size_t>(rows) * 784);
+    all.labels.resize(static_cast<size_t>(rows));
+  }
+  vertical::SplitJobOptions o;
+  o.batch = batch;
+  o.test_fraction = 1.0 / 7;
+  o.seed = 1;
+  o.timeout_ms = 600000;
+  if (mode == "accuracy") {
+    o.epochs = epochs;
+    o.microbatches = static_cast<uint32_t>(microbatches);
+    o.log = [](const std::string& l) { std::printf("  %s\n", l.c_str()); };
+    auto r = RunJob(all, s, o, 0);
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    // Central: an uncut mlp over all 784 pixels (hidden: both bottoms' widths), on the same rows.
+    Dataset joined = all.Subset(r->aligned);
+    std::vector<uint32_t> test_rows(r->test.begin(), r->test.end()), train_rows;
+    for (uint32_t i = 0; i < joined.size(); ++i)
+      if (!std::binary_search(test_rows.begin(), test_rows.end(), i)) train_rows.push_back(i);
+    joined.sample_shape = {784};
+    Dataset tr = joined.Subset(train_rows), te = joined.Subset(test_rows);
+    auto backend = MakeCpuBackend(1);
+    ModelSpec spec;
+    spec.input_shape = {784};
+    spec.num_classes = 10;
+    spec.hidden = {s.hidden + s.label_hidden, s.top_hidden};
+    auto model = std::move(BuildModel(spec, backend.get())).value();
+    model->InitParams(1);
+    TrainerOptions to;
+    to.batch_size = batch;
+    to.sgd.lr = s.lr;
+    to.sgd.momentum = s.momentum;
+    SystemEnv env(1);
+    Trainer trainer(model.get(), to, &env);
+    for (int e = 0; e < epochs; ++e) (void)trainer.TrainEpoch(tr);
+    auto c = trainer.Evaluate(te);
+    std::printf(
+        "accuracy: split (left | right halves, %d epochs, batch %d, %d micro-batches) %.4f on %llu held-out rows; "
+        "central uncut mlp 784-%d-%d-10 %.4f on the same rows; difference %+.2f points\n",
+        epochs, batch, microbatches, r->test_metrics.at("accuracy"), static_cast<unsigned long long>(r->test_rows),
+        s.hidden + s.label_hidden, s.top_hidden, c->accuracy, 100 * (r->test_metrics.at("accuracy") - c->accuracy));
+    return 0;
+  }
+  o.epochs = 1;
+  o.max_steps = static_cast<uint64_t>(steps);
+  o.psi.batch = 65536;
+  // Sequential (no pipelining: 1 micro-batch, the label party's own work in line), then
+  // 1 micro-batch with the label party's own work overlapped, then --microbatches.
+  struct Setting {
+    uint32_t micro;
+    bool overlap;
+    const char* name;
+  };
+  const Setting settings[3] = {{1, false, "sequential (no pipelining)"},
+                               {1, true, "1 micro-batch, own work overlapped"},
+                               {static_cast<uint32_t>(microbatches), true, "micro-batches, own work overlapped"}};
+  double ms[3];
+  for (int k = 0; k < 3; ++k) {
+    o.microbatches = settings[k].micro;
+    o.overlap = settings[k].overlap;
+    auto r = RunJob(all, s, o, static_cast<int>(delay_ms * 1000));
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    ms[k] = r->step_ms;
+    std::printf("pipeline: %-36s %u micro-batch(es) per step of %d rows, %.0f ms one-way delay: %.1f ms per step, "
+                "label party idle %.2f\n",
+                settings[k].name, settings[k].micro, batch, delay_ms, ms[k], r->idle_fraction);
+  }
+  std::printf("pipeline: %d micro-batches take %.2fx the sequential step time (%.2fx that of 1 micro-batch with overlap)\n",
+              microbatches, ms[2] / ms[0], ms[2] / ms[1]);
+  return 0;
+}
