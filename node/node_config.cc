@@ -94,7 +94,17 @@ const ConfigSchema& NodeConfigSchema() {
             .Min(0),
         StringKey("split", "compression", "none", "split mode: how activations and gradients travel: none (float32), fp16, bf16")
             .Choices({"none", "fp16", "bf16"}),
-        IntKey("split", "timeout_ms", 60000, "split mode: a party silent this long fails the job").Min(100),
+        IntKey("split", "timeout_ms", 60000,
+               "split mode: a party silent this long is lost (the job then waits for it to come back)")
+            .Min(100),
+        IntKey("split", "checkpoint_every", 0,
+               "split mode: steps between checkpoints (two-phase, every party at the same step); 0 = at each "
+               "epoch's end")
+            .Min(0),
+        IntKey("split", "rejoin_timeout_ms", 300000,
+               "split mode: how long the job waits for a lost party to restart before it fails; every party then "
+               "goes back to the last committed checkpoint")
+            .Min(100),
         StringKey("gossip", "listen", "",
                   "Serverless mode: the endpoint this node's gossip socket binds, e.g. "
                   "tcp://0.0.0.0:7100 (tcp://127.0.0.1:* = a port the OS picks); empty = "
@@ -466,6 +476,8 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.noise = v.GetFloat("split", "noise");
   k.compression = v.GetString("split", "compression");
   k.timeout_ms = v.GetInt("split", "timeout_ms");
+  k.checkpoint_every = v.GetInt("split", "checkpoint_every");
+  k.rejoin_timeout_ms = v.GetInt("split", "rejoin_timeout_ms");
   if (!k.enabled) return Status::OK();
   auto bad = [&](const std::string& why, const char* section, const char* key) {
     return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});

@@ -85,6 +85,15 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
                                    " features per row; " + path + " gives " + std::to_string(data.sample_size()) +
                                    " (" + cols + ")");
   }
+  FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));
+  {
+    FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> old, s->store_->LoadCheckpoint());
+    if (old && old->attributes.count("split/finished")) {
+      return Status::FailedPrecondition(config.db_path + " holds a finished split job ([node] db): export its parts "
+                                        "with fedmesh-model, and start another job with a new [node] db");
+    }
+  }
+  FM_ASSIGN_OR_RETURN(s->checkpoints_, NodeCheckpointStore::Open(s->store_.get()));
   collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = uint64_t{1} << 30;
   to.linger_ms = 10000;  // the last message (done, or an error) must reach the others
@@ -126,6 +135,9 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
   o.timeout_ms = static_cast<int>(config_.split.timeout_ms);
   o.log = log_;
   o.stop = stop;
+  o.checkpoints = checkpoints_.get();
+  o.checkpoint_every = static_cast<uint64_t>(config_.split.checkpoint_every);
+  o.rejoin_timeout_ms = static_cast<int>(config_.split.rejoin_timeout_ms);
   Status metrics_error;
   if (!config_.training.metrics_path.empty()) {
     o.metrics = [&](const std::string& line) {
@@ -157,11 +169,11 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
 }
 
 Status SplitService::SaveParts(vertical::SplitPart* bottom, vertical::SplitPart* top) {
-  FM_ASSIGN_OR_RETURN(std::unique_ptr<NodeStore> store, NodeStore::Open(config_.db_path));
-  NodeCheckpoint cp;
-  FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> old, store->LoadCheckpoint());
-  if (old) cp.model_version = old->model_version;
+  // The checkpoints stay beside the model (the record of how the job ended).
+  FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> old, store_->LoadCheckpoint());
+  NodeCheckpoint cp = old ? *old : NodeCheckpoint{};
   ++cp.model_version;
+  cp.attributes["split/finished"] = "1";
   const graph::GraphModel& b = bottom->model();
   cp.model.assign(b.params(), b.params() + b.num_flat());
   FM_ASSIGN_OR_RETURN(std::string onnx, onnx::SerializeArchitecture(b.graph()));
@@ -174,7 +186,7 @@ Status SplitService::SaveParts(vertical::SplitPart* bottom, vertical::SplitPart*
     FM_ASSIGN_OR_RETURN(std::string top_onnx, onnx::SerializeArchitecture(t.graph()));
     cp.attributes["split/top_graph_hex"] = ToHex(top_onnx);
   }
-  return store->SaveCheckpoint(cp);
+  return store_->SaveCheckpoint(cp);
 }
 
 }  // namespace fedmesh

@@ -4,7 +4,8 @@
 // label party's top model), joins the [split] peers over CurveZMQ, runs the job
 // (vertical/split_job.h: PSI, alignment, pipelined split training), and keeps the trained
 // part(s) in the node store, where fedmesh-model export --db [--part top] finds them. The
-// label party writes a metrics line per epoch.
+// label party writes a metrics line per epoch. Checkpoints go to the same store: a party
+// restarted with it resumes the job (docs/vertical.md, "Faults").
 // Thread-safety: Run() blocks; `stop` may be set from a signal handler.
 #pragma once
 
@@ -17,6 +18,8 @@
 #include "core/status.h"
 #include "crypto/identity.h"
 #include "node/node_config.h"
+#include "node/split_checkpoint_store.h"
+#include "storage/node_store.h"
 #include "vertical/split_job.h"
 
 namespace fedmesh {
@@ -39,6 +42,8 @@ class SplitService {
   std::unique_ptr<collective::ZmqRingTransport> transport_;
   std::unique_ptr<vertical::LabelJob> label_;
   std::unique_ptr<vertical::FeatureJob> feature_;
+  std::unique_ptr<NodeStore> store_;
+  std::unique_ptr<NodeCheckpointStore> checkpoints_;
 };
 
 }  // namespace fedmesh

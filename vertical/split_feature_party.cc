@@ -28,6 +28,24 @@ Result<std::unique_ptr<FeatureParty>> FeatureParty::Create(std::unique_ptr<Split
   return p;
 }
 
+Result<std::unique_ptr<FeatureParty>> FeatureParty::CreateAligned(std::unique_ptr<SplitPart> bottom, Dataset rows,
+                                                                  const FeaturePartyOptions& options) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<FeatureParty> p, Create(std::move(bottom), std::move(rows), options));
+  p->data_ = std::move(p->psi_rows_);
+  p->psi_rows_ = Dataset();
+  p->aligned_ = true;
+  return p;
+}
+
+Status FeatureParty::Restore(uint64_t step, const std::vector<float>& params, const std::vector<float>& velocity) {
+  FM_RETURN_IF_ERROR(bottom_->Restore(params, velocity));
+  steps_completed_ = step;
+  pending_.clear();
+  gradients_started_ = false;
+  done_ = false;
+  return Status::OK();
+}
+
 Status FeatureParty::Gather(const std::vector<uint64_t>& rows, const char* what, uint64_t step) {
   const size_t w = data_.sample_size();
   input_.resize(rows.size() * w);
@@ -60,6 +78,7 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
         idx.push_back(static_cast<uint32_t>(p));
       }
       data_ = psi_rows_.Subset(idx);
+      positions_ = idx;
       psi_rows_ = Dataset();
       aligned_ = true;
       return Status::OK();
@@ -137,7 +156,13 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
       done_ = true;
       return Status::OK();
     case SplitMessageType::kActivations:
-      return Status::Corruption("activations sent to a feature party");
+    case SplitMessageType::kCheckpointed:
+    case SplitMessageType::kHello:
+    case SplitMessageType::kResumed:
+      return Status::Corruption(std::string("a ") + SplitMessageTypeName(m.type) + " message sent to a feature party");
+    case SplitMessageType::kCheckpoint:
+    case SplitMessageType::kResume:
+      return Status::Corruption(std::string("a ") + SplitMessageTypeName(m.type) + " message outside a job");
   }
   return Status::Corruption("unknown split message");
 }

@@ -41,6 +41,17 @@ class FeatureParty {
   // step while one waits for gradients); Unavailable when the label party reports an error.
   Status Handle(const SplitMessage& m, std::vector<SplitMessage>* out);
 
+  // A party resumed from a checkpoint: `rows` already in the job's order.
+  static Result<std::unique_ptr<FeatureParty>> CreateAligned(std::unique_ptr<SplitPart> bottom, Dataset rows,
+                                                             const FeaturePartyOptions& options);
+  // Back to the state after `step` steps (a resume): parameters and velocity as saved,
+  // nothing pending.
+  Status Restore(uint64_t step, const std::vector<float>& params, const std::vector<float>& velocity);
+  // Between steps (nothing waits for gradients): where a checkpoint may be taken.
+  bool between_steps() const { return pending_.empty(); }
+  // The align message's positions (into this party's PSI rows), in the job's order.
+  const std::vector<uint32_t>& align_positions() const { return positions_; }
+
   bool aligned() const { return aligned_; }
   bool done() const { return done_; }
   uint64_t steps_completed() const { return steps_completed_; }
@@ -62,6 +73,7 @@ class FeatureParty {
   uint64_t pending_step_ = 0;
   bool gradients_started_ = false;  // the pending step's first gradient came: no more forwards for it
   std::vector<float> input_;
+  std::vector<uint32_t> positions_;
 };
 
 }  // namespace fedmesh::vertical

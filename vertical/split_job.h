@@ -19,6 +19,7 @@
 #include "collective/collective_transport.h"
 #include "core/data/dataset.h"
 #include "crypto/psi/ecdh_psi.h"
+#include "vertical/split_checkpoint.h"
 #include "vertical/split_feature_party.h"
 #include "vertical/split_label_party.h"
 
@@ -36,6 +37,14 @@ struct SplitJobOptions {
   // (LabelParty::DoIdleWork). false: in line, the sequential schedule of split learning
   // without pipelining, for benchmarks. Default true.
   bool overlap = true;
+  // Where this party keeps its checkpoints. null: none, and a party lost fails the job.
+  // Set: the parties checkpoint (two-phase, docs/vertical.md) every `checkpoint_every`
+  // steps and at every epoch's end; a lost feature party stalls the job until it comes
+  // back (within rejoin_timeout_ms), then every party goes back to the last committed
+  // step; a party that restarts resumes from its store instead of running PSI again.
+  CheckpointStore* checkpoints = nullptr;
+  uint64_t checkpoint_every = 0;     // 0: at epochs' ends only
+  int rejoin_timeout_ms = 300000;    // 5 minutes
   psi::PsiOptions psi;
   std::function<void(const std::string&)> log;      // progress lines; may be empty
   std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty
@@ -57,6 +66,7 @@ struct SplitJobReport {
   std::vector<uint32_t> aligned;
   std::vector<uint64_t> test;
   double seconds = 0.0;
+  uint64_t resumes = 0;  // times the job went back to a checkpoint
 };
 
 struct LabelJob {

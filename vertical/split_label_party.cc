@@ -157,6 +157,22 @@ Status LabelParty::Flush() {
   return Status::OK();
 }
 
+Status LabelParty::Restore(uint64_t step, const std::vector<std::vector<float>>& params,
+                           const std::vector<std::vector<float>>& velocity) {
+  if (params.size() != 2 || velocity.size() != 2) return Status::InvalidArgument("a label party's checkpoint holds two parts");
+  FM_RETURN_IF_ERROR(bottom_->Restore(params[0], velocity[0]));
+  FM_RETURN_IF_ERROR(top_->Restore(params[1], velocity[1]));
+  steps_completed_ = step;
+  deferred_.clear();
+  remaining_ = 0;
+  micro_rows_.clear();
+  got_.clear();
+  own_out_.clear();
+  processed_.clear();
+  missing_.clear();
+  return Status::OK();
+}
+
 Status LabelParty::EnsureOwnForward(uint32_t m) {
   if (own_out_[m]) return Status::OK();
   FM_RETURN_IF_ERROR(FlushEarlierPasses());

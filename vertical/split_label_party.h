@@ -65,6 +65,10 @@ class LabelParty {
   Result<bool> DoIdleWork();
   // Finishes every deferred piece (before exporting the parts).
   Status Flush();
+  // Back to the state after `step` steps (a resume): the parts as saved (bottom, top),
+  // the current pass and all deferred work dropped.
+  Status Restore(uint64_t step, const std::vector<std::vector<float>>& params,
+                 const std::vector<std::vector<float>>& velocity);
 
   // The last pass's mean loss, and (evaluation) its metrics.
   double pass_loss() const { return rows_in_pass_ ? loss_sum_ / static_cast<double>(rows_in_pass_) : 0.0; }

@@ -26,6 +26,9 @@ bool HasValues(SplitMessageType t) {
   return t == SplitMessageType::kActivations || t == SplitMessageType::kGradients;
 }
 bool HasIndices(SplitMessageType t) { return t == SplitMessageType::kAlign || t == SplitMessageType::kForward; }
+bool HasText(SplitMessageType t) {
+  return t == SplitMessageType::kError || t == SplitMessageType::kHello || t == SplitMessageType::kResume;
+}
 
 }  // namespace
 
@@ -37,6 +40,11 @@ const char* SplitMessageTypeName(SplitMessageType t) {
     case SplitMessageType::kGradients: return "gradients";
     case SplitMessageType::kDone: return "done";
     case SplitMessageType::kError: return "error";
+    case SplitMessageType::kCheckpoint: return "checkpoint";
+    case SplitMessageType::kCheckpointed: return "checkpointed";
+    case SplitMessageType::kHello: return "hello";
+    case SplitMessageType::kResume: return "resume";
+    case SplitMessageType::kResumed: return "resumed";
   }
   return "?";
 }
@@ -49,7 +57,7 @@ Result<std::string> EncodeSplitMessage(const SplitMessage& m) {
                                    std::to_string(m.values.size()) + " values for " + std::to_string(m.rows) + " x " +
                                    std::to_string(m.cols));
   }
-  const uint64_t count = m.type == SplitMessageType::kError ? m.text.size() : HasIndices(m.type) ? m.indices.size() : 0;
+  const uint64_t count = HasText(m.type) ? m.text.size() : HasIndices(m.type) ? m.indices.size() : 0;
   std::string values;
   if (HasValues(m.type)) FM_RETURN_IF_ERROR(collective::EncodeWireFloats(m.wire, m.values, values));
   std::string out(kHeader, '\0');
@@ -63,7 +71,7 @@ Result<std::string> EncodeSplitMessage(const SplitMessage& m) {
   Put<uint32_t>(out, 20, m.rows);
   Put<uint32_t>(out, 24, m.cols);
   Put<uint64_t>(out, 32, count);
-  if (m.type == SplitMessageType::kError) {
+  if (HasText(m.type)) {
     out += m.text;
   } else if (HasIndices(m.type)) {
     const size_t at = out.size();
@@ -80,7 +88,7 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
   if (!IsSplitMessage(b)) return bad("wrong magic (not a fedmesh split-training message)");
   if (static_cast<uint8_t>(b[4]) != kVersion) return bad("version " + std::to_string(static_cast<uint8_t>(b[4])));
   const auto type = static_cast<uint8_t>(b[5]);
-  if (type < 1 || type > 6) return bad("unknown type " + std::to_string(type));
+  if (type < 1 || type > 11) return bad("unknown type " + std::to_string(type));
   const auto flags = static_cast<uint8_t>(b[6]);
   const auto wire = static_cast<uint8_t>(b[7]);
   if (flags > 1 || wire > static_cast<uint8_t>(collective::WireType::kBFloat16)) return bad("unknown flags or wire type");
@@ -104,15 +112,16 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
     return bad(what + " with " + std::to_string(count) + " indices is over the limit of " +
                std::to_string(limits.max_indices));
   }
-  const uint64_t body = m.type == SplitMessageType::kError ? count
+  const uint64_t body = HasText(m.type) ? count
                         : HasIndices(m.type)              ? 8 * count
                         : HasValues(m.type)               ? values * collective::WireBytes(m.wire)
                                                           : 0;
-  if ((!HasIndices(m.type) && m.type != SplitMessageType::kError && count != 0) || b.size() - kHeader != body) {
+  if ((!HasIndices(m.type) && !HasText(m.type) && count != 0) || b.size() - kHeader != body) {
     return bad(what + " message of " + std::to_string(b.size()) + " bytes, expected " + std::to_string(kHeader + body));
   }
-  if (m.type == SplitMessageType::kError) {
-    m.text = std::string(b.substr(kHeader, std::min<uint64_t>(count, 4096)));
+  if (HasText(m.type)) {
+    if (count > 4096) return bad(what + " text of " + std::to_string(count) + " bytes is over the limit of 4096");
+    m.text = std::string(b.substr(kHeader, count));
   } else if (HasIndices(m.type)) {
     m.indices.resize(count);
     for (uint64_t i = 0; i < count; ++i) m.indices[i] = Get<uint64_t>(b, kHeader + 8 * i);

@@ -3,7 +3,7 @@
 //   0  magic "FMSP"   4 version (1)   5 type   6 flags (bit 0: training forward)   7 wire type
 //   8  step u64       16 micro u32    20 rows u32   24 cols u32   28 reserved u32 = 0
 //   32 count u64 (indices, or text bytes)          40 reserved u64 = 0
-//   48 count u64 indices (align, forward) or count text bytes (error), then rows x cols
+//   48 count u64 indices (align, forward) or count text bytes (error, hello, resume), then rows x cols
 //      values in the wire type (activations, gradients).
 // Authenticity: the transport's CurveZMQ session is keyed to the sender's allowlisted
 // identity, so a message is the sender's and unaltered; no signature is added per message.
@@ -27,6 +27,11 @@ enum class SplitMessageType : uint8_t {
   kGradients = 4,    // label -> feature: d loss / d activations for a training forward
   kDone = 5,         // label -> feature: training is over after `step` steps
   kError = 6,        // either way: the sender stopped, text says why
+  kCheckpoint = 7,   // label -> feature: save your part after `step` steps
+  kCheckpointed = 8, // feature -> label: saved `step`
+  kHello = 9,        // feature -> label, at a restart: its newest checkpoint is `step`, text its alignment
+  kResume = 10,      // label -> feature: go back to the checkpoint of `step`; text the alignment expected
+  kResumed = 11,     // feature -> label: back at `step`
 };
 const char* SplitMessageTypeName(SplitMessageType t);
 

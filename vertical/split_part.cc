@@ -56,6 +56,17 @@ void SplitPart::Backward() {
   for (size_t i = 0; i < grad_sum_.size(); ++i) grad_sum_[i] += g[i];
 }
 
+Status SplitPart::Restore(const std::vector<float>& params, const std::vector<float>& velocity) {
+  if (params.size() != model_->num_flat() || velocity.size() != velocity_.size()) {
+    return Status::InvalidArgument("a checkpoint of " + std::to_string(params.size()) + " parameters for a part of " +
+                                   std::to_string(model_->num_flat()) + ": another model");
+  }
+  std::copy(params.begin(), params.end(), model_->params());
+  velocity_ = velocity;
+  std::fill(grad_sum_.begin(), grad_sum_.end(), 0.0f);
+  return Status::OK();
+}
+
 void SplitPart::Step() {
   SgdStepParams p;
   p.lr = options_.lr;

@@ -53,6 +53,10 @@ class SplitPart {
   const float* input_grad() const { return model_->input_grad(0); }
   // One SGD step on the summed gradients, which it then clears.
   void Step();
+  // The optimizer's velocity (checkpoints keep it with the parameters).
+  std::vector<float>& velocity() { return velocity_; }
+  // Parameters (flat, with state) and velocity as saved; InvalidArgument for other sizes.
+  Status Restore(const std::vector<float>& params, const std::vector<float>& velocity);
 
  private:
   SplitPart() = default;
