@@ -101,6 +101,14 @@ const ConfigSchema& NodeConfigSchema() {
                "split mode: steps between checkpoints (two-phase, every party at the same step); 0 = at each "
                "epoch's end")
             .Min(0),
+        BoolKey("split", "share_part", false,
+                "split mode, feature party: consent to send this party's trained part to the label party at the "
+                "end, so that it can assemble the whole model ([split] assemble)"),
+        StringKey("split", "assemble", "",
+                  "split mode, label party: write the whole model here as one ONNX file (a joined row in: every "
+                  "party's feature columns, the label party's first), if every feature party consents "
+                  "([split] share_part); empty = parts only")
+            .Path(),
         IntKey("split", "rejoin_timeout_ms", 300000,
                "split mode: how long the job waits for a lost party to restart before it fails; every party then "
                "goes back to the last committed checkpoint")
@@ -478,6 +486,8 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.timeout_ms = v.GetInt("split", "timeout_ms");
   k.checkpoint_every = v.GetInt("split", "checkpoint_every");
   k.rejoin_timeout_ms = v.GetInt("split", "rejoin_timeout_ms");
+  k.share_part = v.GetBool("split", "share_part");
+  k.assemble = v.GetString("split", "assemble");
   if (!k.enabled) return Status::OK();
   auto bad = [&](const std::string& why, const char* section, const char* key) {
     return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
@@ -509,7 +519,9 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
     if (k.top.empty()) return bad("is required on the label party: the model over the bottom outputs (.onnx)", "split", "top");
     FM_RETURN_IF_ERROR(AttributeToKey(CheckOnnxModelFile(k.top), v, {{"", "split", "top"}}));
     if (c.training.data.label_column.empty()) return bad("is required on the label party", "data", "label_column");
+    if (k.share_part) return bad("is for feature parties: the label party assembles ([split] assemble)", "split", "share_part");
   } else {
+    if (!k.assemble.empty()) return bad("is for the label party only", "split", "assemble");
     if (!k.top.empty()) return bad("is for the label party only", "split", "top");
     if (!c.training.data.label_column.empty()) {
       return bad("is for the label party only: a feature party holds no label", "data", "label_column");

@@ -71,6 +71,8 @@ struct SplitConfig {
   int64_t timeout_ms = 60000;         // a silent party fails the job after this
   int64_t checkpoint_every = 0;       // steps between checkpoints; 0 = at each epoch's end
   int64_t rejoin_timeout_ms = 300000; // how long the job waits for a lost party to come back
+  bool share_part = false;            // feature party: send its trained part to the label party at the end
+  std::string assemble;               // label party: write the whole model here (.onnx), if every party consents
 };
 
 struct NodeConfig {

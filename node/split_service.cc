@@ -9,9 +9,11 @@
 #include "core/hex.h"
 #include "core/json_line.h"
 #include "core/onnx/onnx_reader.h"
+#include "core/graph/inference_graph.h"
 #include "core/onnx/onnx_writer.h"
 #include "crypto/key_files.h"
 #include "storage/node_store.h"
+#include "vertical/assemble_model.h"
 
 namespace fedmesh {
 namespace {
@@ -112,6 +114,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     j.party.noise = k.noise;
     j.party.wire = WireOf(k.compression);
     for (int r = 1; r < static_cast<int>(group.members.size()); ++r) j.feature_ranks.push_back(r);
+    j.collect_parts = !k.assemble.empty();
   } else {
     s->feature_ = std::make_unique<vertical::FeatureJob>();
     vertical::FeatureJob& j = *s->feature_;
@@ -121,6 +124,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     j.party.noise = k.noise;
     j.party.wire = WireOf(k.compression);
     j.label_rank = 0;
+    j.share_part = k.share_part;
   }
   return s;
 }
@@ -157,6 +161,7 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
     std::unique_ptr<vertical::LabelParty> party;
     r = vertical::RunLabelJob(*transport_, std::move(*label_), o, &party);
     if (r.ok()) FM_RETURN_IF_ERROR(SaveParts(&party->bottom(), &party->top()));
+    if (r.ok() && !config_.split.assemble.empty()) FM_RETURN_IF_ERROR(Assemble(*party, r->parts));
   } else {
     std::unique_ptr<vertical::FeatureParty> party;
     r = vertical::RunFeatureJob(*transport_, std::move(*feature_), o, &party);
@@ -166,6 +171,32 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
   if (!r.ok()) transport_->SetLinger(1000);
   FM_RETURN_IF_ERROR(metrics_error);
   return r;
+}
+
+Status SplitService::Assemble(vertical::LabelParty& party, const std::vector<std::string>& parts) {
+  std::string declined;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].empty()) {
+      const std::string& m = config_.split.peers[k + 1];
+      declined += (declined.empty() ? "" : ", ") + m.substr(0, m.find('@'));
+    }
+  }
+  if (!declined.empty()) {
+    log_("not assembling the whole model: " + declined +
+         " did not consent ([split] share_part); each party exports its own part");
+    return Status::OK();
+  }
+  std::vector<graph::Graph> bottoms = {graph::InferenceGraph(party.bottom().model())};
+  for (size_t k = 0; k < parts.size(); ++k) {
+    auto g = onnx::ParseOnnx(parts[k]);
+    if (!g.ok()) return g.status().WithContext("the part " + config_.split.peers[k + 1] + " sent");
+    bottoms.push_back(std::move(*g));
+  }
+  FM_ASSIGN_OR_RETURN(graph::Graph whole, vertical::AssembleSplitModel(bottoms, graph::InferenceGraph(party.top().model())));
+  FM_RETURN_IF_ERROR(onnx::WriteOnnxFile(whole, config_.split.assemble));
+  log_("wrote the whole model to " + config_.split.assemble + " (input: " + std::to_string(whole.inputs[0].dims[1]) +
+       " columns, this party's first, then each feature party's in [split] peers order)");
+  return Status::OK();
 }
 
 Status SplitService::SaveParts(vertical::SplitPart* bottom, vertical::SplitPart* top) {

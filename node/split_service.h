@@ -35,6 +35,8 @@ class SplitService {
  private:
   SplitService() = default;
   Status SaveParts(vertical::SplitPart* bottom, vertical::SplitPart* top);
+  // [split] assemble: the whole model from the parts the feature parties sent.
+  Status Assemble(vertical::LabelParty& party, const std::vector<std::string>& parts);
 
   NodeConfig config_;
   std::function<void(const std::string&)> log_;

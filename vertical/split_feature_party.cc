@@ -159,6 +159,7 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
     case SplitMessageType::kCheckpointed:
     case SplitMessageType::kHello:
     case SplitMessageType::kResumed:
+    case SplitMessageType::kPart:
       return Status::Corruption(std::string("a ") + SplitMessageTypeName(m.type) + " message sent to a feature party");
     case SplitMessageType::kCheckpoint:
     case SplitMessageType::kResume:

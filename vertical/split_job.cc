@@ -6,7 +6,9 @@
 #include <set>
 
 #include "core/data/data_source.h"
+#include "core/graph/inference_graph.h"
 #include "core/json_line.h"
+#include "core/onnx/onnx_writer.h"
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "vertical/psi_exchange.h"
@@ -207,7 +209,9 @@ class LabelRun {
     SplitMessage done;
     done.type = SplitMessageType::kDone;
     done.step = party_->steps_completed();
+    if (job_.collect_parts) done.text = "parts";
     for (int r : job_.feature_ranks) FM_RETURN_IF_ERROR(link_.Send(r, done));
+    if (job_.collect_parts) FM_RETURN_IF_ERROR(CollectParts());
     report_.seconds = Since(start);
     return std::move(party_);
   }
@@ -362,6 +366,20 @@ class LabelRun {
       }
     }
     return o_.checkpoints->Commit(s);
+  }
+
+  Status CollectParts() {
+    std::map<int, std::string> got;
+    while (got.size() < job_.feature_ranks.size()) {
+      FM_ASSIGN_OR_RETURN(auto m, link_.Receive("the feature parties' trained parts"));
+      if (m.second.type != SplitMessageType::kPart || got.count(m.first)) {
+        return Status::Corruption("rank " + std::to_string(m.first) + ": a " + SplitMessageTypeName(m.second.type) +
+                                  " message where its part was expected");
+      }
+      got[m.first] = std::move(m.second.text);
+    }
+    for (int r : job_.feature_ranks) report_.parts.push_back(std::move(got[r]));
+    return Status::OK();
   }
 
   // A feature party was lost (silent, or it stopped): with checkpoints, wait for it to come
@@ -552,6 +570,16 @@ Result<SplitJobReport> RunFeatureJob(collective::CollectiveTransport& transport,
       }
       const Status s = party->Handle(m, &out);
       if (!s.ok()) return Status(s.code(), "from the label party: " + s.message());
+      if (m.type == SplitMessageType::kDone && m.text == "parts") {
+        SplitMessage part;
+        part.type = SplitMessageType::kPart;
+        if (job.share_part) {
+          FM_ASSIGN_OR_RETURN(part.text, onnx::SerializeOnnx(graph::InferenceGraph(party->bottom().model())));
+        }
+        Log(o, job.share_part ? "sent this party's trained part to the label party ([split] share_part)"
+                              : "the label party asked for this party's part: not sent ([split] share_part is off)");
+        FM_RETURN_IF_ERROR(link.Send(job.label_rank, part));
+      }
       for (SplitMessage& r : out) FM_RETURN_IF_ERROR(link.Send(job.label_rank, r));
       out.clear();
       if (party->aligned() && rows.empty() && !psi_rows.empty()) {

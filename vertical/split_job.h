@@ -67,6 +67,9 @@ struct SplitJobReport {
   std::vector<uint64_t> test;
   double seconds = 0.0;
   uint64_t resumes = 0;  // times the job went back to a checkpoint
+  // Label party with collect_parts: each feature party's trained part as ONNX, in
+  // feature_ranks order; empty where that party did not consent.
+  std::vector<std::string> parts;
 };
 
 struct LabelJob {
@@ -75,6 +78,9 @@ struct LabelJob {
   std::unique_ptr<SplitPart> bottom, top;
   LabelPartyOptions party;
   std::vector<int> feature_ranks;  // in column order of the top's input (after the own bottom's)
+  // At the end, ask every feature party for its trained part (SplitJobReport::parts), to
+  // assemble the whole model. Default false.
+  bool collect_parts = false;
 };
 
 struct FeatureJob {
@@ -83,6 +89,9 @@ struct FeatureJob {
   std::unique_ptr<SplitPart> bottom;
   FeaturePartyOptions party;
   int label_rank = 0;
+  // Consent to send this party's trained part to the label party when it asks at the end
+  // ([split] share_part). Default false: it answers with nothing.
+  bool share_part = false;
 };
 
 // The label party's side. Its trained parts stay in *party_out (for export) when not null.

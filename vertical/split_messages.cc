@@ -27,7 +27,8 @@ bool HasValues(SplitMessageType t) {
 }
 bool HasIndices(SplitMessageType t) { return t == SplitMessageType::kAlign || t == SplitMessageType::kForward; }
 bool HasText(SplitMessageType t) {
-  return t == SplitMessageType::kError || t == SplitMessageType::kHello || t == SplitMessageType::kResume;
+  return t == SplitMessageType::kError || t == SplitMessageType::kHello || t == SplitMessageType::kResume ||
+         t == SplitMessageType::kDone || t == SplitMessageType::kPart;
 }
 
 }  // namespace
@@ -45,6 +46,7 @@ const char* SplitMessageTypeName(SplitMessageType t) {
     case SplitMessageType::kHello: return "hello";
     case SplitMessageType::kResume: return "resume";
     case SplitMessageType::kResumed: return "resumed";
+    case SplitMessageType::kPart: return "part";
   }
   return "?";
 }
@@ -88,7 +90,7 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
   if (!IsSplitMessage(b)) return bad("wrong magic (not a fedmesh split-training message)");
   if (static_cast<uint8_t>(b[4]) != kVersion) return bad("version " + std::to_string(static_cast<uint8_t>(b[4])));
   const auto type = static_cast<uint8_t>(b[5]);
-  if (type < 1 || type > 11) return bad("unknown type " + std::to_string(type));
+  if (type < 1 || type > 12) return bad("unknown type " + std::to_string(type));
   const auto flags = static_cast<uint8_t>(b[6]);
   const auto wire = static_cast<uint8_t>(b[7]);
   if (flags > 1 || wire > static_cast<uint8_t>(collective::WireType::kBFloat16)) return bad("unknown flags or wire type");
@@ -120,7 +122,8 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
     return bad(what + " message of " + std::to_string(b.size()) + " bytes, expected " + std::to_string(kHeader + body));
   }
   if (HasText(m.type)) {
-    if (count > 4096) return bad(what + " text of " + std::to_string(count) + " bytes is over the limit of 4096");
+    const uint64_t limit = m.type == SplitMessageType::kPart ? limits.max_part_bytes : 4096;
+    if (count > limit) return bad(what + " of " + std::to_string(count) + " bytes is over the limit of " + std::to_string(limit));
     m.text = std::string(b.substr(kHeader, count));
   } else if (HasIndices(m.type)) {
     m.indices.resize(count);

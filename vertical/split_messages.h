@@ -3,7 +3,7 @@
 //   0  magic "FMSP"   4 version (1)   5 type   6 flags (bit 0: training forward)   7 wire type
 //   8  step u64       16 micro u32    20 rows u32   24 cols u32   28 reserved u32 = 0
 //   32 count u64 (indices, or text bytes)          40 reserved u64 = 0
-//   48 count u64 indices (align, forward) or count text bytes (error, hello, resume), then rows x cols
+//   48 count u64 indices (align, forward) or count text bytes (error, hello, resume, done, part), then rows x cols
 //      values in the wire type (activations, gradients).
 // Authenticity: the transport's CurveZMQ session is keyed to the sender's allowlisted
 // identity, so a message is the sender's and unaltered; no signature is added per message.
@@ -32,6 +32,7 @@ enum class SplitMessageType : uint8_t {
   kHello = 9,        // feature -> label, at a restart: its newest checkpoint is `step`, text its alignment
   kResume = 10,      // label -> feature: go back to the checkpoint of `step`; text the alignment expected
   kResumed = 11,     // feature -> label: back at `step`
+  kPart = 12,        // feature -> label, after done "parts": its trained part as ONNX (empty: no consent)
 };
 const char* SplitMessageTypeName(SplitMessageType t);
 
@@ -50,6 +51,7 @@ struct SplitMessage {
 struct SplitMessageLimits {
   uint64_t max_indices = 100'000'000;   // an align or forward message's indices
   uint64_t max_values = uint64_t{1} << 28;  // rows * cols of activations or gradients (1 GiB)
+  uint64_t max_part_bytes = uint64_t{1} << 30;  // a part's ONNX bytes
 };
 
 // InvalidArgument when values cannot be put on the wire (an fp16 overflow) or sizes disagree.

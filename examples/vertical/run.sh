@@ -54,3 +54,4 @@ done <run/hospital-metrics.jsonl
 "$bin/fedmesh-model" export --db run/hospital.db --part top --out top_part.onnx >/dev/null 2>&1
 "$bin/fedmesh-model" export --db run/lab.db --out lab_part.onnx >/dev/null 2>&1
 echo "trained parts: $run/hospital_part.onnx, $run/top_part.onnx (hospital), $run/lab_part.onnx (lab)"
+[[ -f whole_model.onnx ]] && echo "whole model (the lab consented): $run/whole_model.onnx, input: the hospital's 10 columns, then the lab's 20"

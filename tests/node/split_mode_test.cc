@@ -52,8 +52,8 @@ class SplitModeTest : public FederationTest {
 };
 
 TEST_F(SplitModeTest, HospitalAndLabTrainTheCutModelAndExportTheirParts) {
-  ChildProcess* lab = Spawn("lab", Node("lab"));
-  ChildProcess* hospital = Spawn("hospital", Node("hospital", {"train.epochs=15"}));
+  ChildProcess* lab = Spawn("lab", Node("lab", {"split.share_part=true"}));
+  ChildProcess* hospital = Spawn("hospital", Node("hospital", {"train.epochs=15", "split.assemble=whole.onnx"}));
   ASSERT_EQ(hospital->WaitExit(seconds(180)), 0) << hospital->Log();
   ASSERT_EQ(lab->WaitExit(seconds(30)), 0) << lab->Log();
   // 396 patients are in both files (split.sh is deterministic); 25% held out per class.
@@ -76,6 +76,13 @@ TEST_F(SplitModeTest, HospitalAndLabTrainTheCutModelAndExportTheirParts) {
     ASSERT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "export.log");
     EXPECT_GT(fs::file_size(dir_ / out), 200u);
   }
+  // The whole model, with the lab's consent: the 10 + 20 columns of a joined row in, one logit out.
+  EXPECT_NE(hospital->Log().find("wrote the whole model to whole.onnx (input: 30 columns"), std::string::npos)
+      << hospital->Log();
+  auto inspect = fedmesh::testing::RunToCompletion({kBin + "fedmesh-model", "inspect", "whole.onnx"}, dir_,
+                                                   dir_ / "inspect.log", seconds(60));
+  ASSERT_TRUE(inspect.has_value() && *inspect == 0) << ReadWholeFile(dir_ / "inspect.log");
+  EXPECT_NE(ReadWholeFile(dir_ / "inspect.log").find("[-1,30]"), std::string::npos) << ReadWholeFile(dir_ / "inspect.log");
   auto rc = fedmesh::testing::RunToCompletion(
       {kBin + "fedmesh-model", "export", "--db", "run/lab.db", "--part", "top", "--out", "x.onnx"}, dir_,
       dir_ / "export.log", seconds(60));
@@ -121,7 +128,8 @@ TEST_F(SplitModeTest, ALabKilledAndRestartedResumesFromTheLastCheckpointAndTheJo
     return extra;
   };
   ChildProcess* lab = Spawn("lab", Node("lab", with({})));
-  ChildProcess* hospital = Spawn("hospital", Node("hospital", with({"train.epochs=150"})));
+  ChildProcess* hospital =
+      Spawn("hospital", Node("hospital", with({"train.epochs=150", "split.assemble=whole.onnx"})));
   const fs::path metrics = dir_ / "run" / "hospital-metrics.jsonl";
   ASSERT_TRUE(WaitUntil([&] { return SplitLines(ReadWholeFile(metrics)).size() >= 3; }, seconds(60))) << hospital->Log();
   lab->Signal(SIGKILL);
@@ -133,6 +141,10 @@ TEST_F(SplitModeTest, ALabKilledAndRestartedResumesFromTheLastCheckpointAndTheJo
   ASSERT_EQ(again->WaitExit(seconds(30)), 0) << again->Log();
   EXPECT_NE(again->Log().find("restarted with the checkpoint of step"), std::string::npos) << again->Log();
   EXPECT_NE(hospital->Log().find("every party is back at step"), std::string::npos) << hospital->Log();
+  // The lab did not consent to share its part: no whole model, each part exports alone.
+  EXPECT_NE(hospital->Log().find("not assembling the whole model: lab did not consent"), std::string::npos)
+      << hospital->Log();
+  EXPECT_FALSE(fs::exists(dir_ / "whole.onnx"));
   const auto lines = SplitLines(ReadWholeFile(metrics));
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("\"epoch\":150,"), std::string::npos) << lines.back();

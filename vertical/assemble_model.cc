@@ -1,0 +1,92 @@
+#include "vertical/assemble_model.h"
+
+#include <map>
+
+namespace fedmesh::vertical {
+namespace {
+
+// Copies `part`'s nodes and initializers into `g` with every value name prefixed, its input
+// read from `input` and its output written as `output`.
+Status Inline(const graph::Graph& part, const std::string& prefix, const std::string& input, const std::string& output,
+              graph::Graph* g) {
+  if (part.inputs.size() != 1 || part.outputs.size() != 1) {
+    return Status::InvalidArgument("part " + prefix + " has " + std::to_string(part.inputs.size()) + " inputs and " +
+                                   std::to_string(part.outputs.size()) + " outputs; a split part has one of each");
+  }
+  std::map<std::string, std::string> rename = {{part.inputs[0].name, input}, {part.outputs[0].name, output}};
+  auto name = [&](const std::string& n) {
+    if (n.empty()) return n;
+    auto it = rename.find(n);
+    return it != rename.end() ? it->second : prefix + n;
+  };
+  for (const graph::Tensor& t : part.initializers) {
+    graph::Tensor c = t;
+    c.name = name(t.name);
+    g->initializers.push_back(std::move(c));
+  }
+  for (const graph::Node& n : part.nodes) {
+    graph::Node c = n;
+    c.name = prefix + n.name;
+    for (auto& in : c.inputs) in = name(in);
+    for (auto& out : c.outputs) out = name(out);
+    g->nodes.push_back(std::move(c));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<graph::Graph> AssembleSplitModel(const std::vector<graph::Graph>& bottoms, const graph::Graph& top) {
+  if (bottoms.empty()) return Status::InvalidArgument("no bottom models to assemble");
+  graph::Graph g;
+  g.name = "split_model";
+  int64_t total = 0;
+  std::vector<std::string> outs;
+  for (size_t k = 0; k < bottoms.size(); ++k) {
+    const graph::Graph& b = bottoms[k];
+    if (b.inputs.size() != 1 || b.outputs.size() != 1) {
+      return Status::InvalidArgument("bottom " + std::to_string(k) + " has " + std::to_string(b.inputs.size()) +
+                                     " inputs and " + std::to_string(b.outputs.size()) +
+                                     " outputs; a split part has one of each");
+    }
+    if (b.inputs[0].dims.size() != 2 || b.inputs[0].dims[1] <= 0) {
+      return Status::InvalidArgument("bottom " + std::to_string(k) + ": its input must be [batch, width]");
+    }
+    const int64_t width = b.inputs[0].dims[1];
+    const std::string p = "party" + std::to_string(k) + "/";
+    graph::Tensor cols;
+    cols.name = p + "columns";
+    cols.dtype = graph::DType::kInt64;
+    cols.dims = {width};
+    for (int64_t c = 0; c < width; ++c) cols.i.push_back(total + c);
+    g.initializers.push_back(cols);
+    graph::Node gather;
+    gather.name = p + "select_columns";
+    gather.op_type = "Gather";
+    gather.inputs = {"x", cols.name};
+    gather.outputs = {p + "x"};
+    gather.attrs["axis"] = graph::Attribute::OfInt(1);
+    g.nodes.push_back(gather);
+    FM_RETURN_IF_ERROR(Inline(b, p, p + "x", p + "out", &g));
+    outs.push_back(p + "out");
+    total += width;
+  }
+  graph::Node concat;
+  concat.name = "concat_cut";
+  concat.op_type = "Concat";
+  concat.inputs = outs;
+  concat.outputs = {"cut"};
+  concat.attrs["axis"] = graph::Attribute::OfInt(1);
+  g.nodes.push_back(concat);
+  if (top.outputs.size() != 1) return Status::InvalidArgument("the top model has other than one output");
+  const std::string out_name = top.outputs[0].name;
+  FM_RETURN_IF_ERROR(Inline(top, "top/", "cut", out_name, &g));
+  g.inputs = {{"x", graph::DType::kFloat32, {-1, total}}};
+  graph::ValueInfo out = top.outputs[0];
+  g.outputs = {out};
+  g.opset = top.opset;
+  FM_RETURN_IF_ERROR(graph::Finalize(&g));
+  return g;
+}
+
+}  // namespace fedmesh::vertical
