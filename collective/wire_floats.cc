@@ -6,6 +6,13 @@
 
 namespace fedmesh::collective {
 
+Result<WireType> WireTypeOfCompression(std::string_view compression) {
+  if (compression == "none") return WireType::kFloat32;
+  if (compression == "fp16") return WireType::kFloat16;
+  if (compression == "bf16") return WireType::kBFloat16;
+  return Status::InvalidArgument("compression \"" + std::string(compression) + "\" is not none, fp16 or bf16");
+}
+
 Status EncodeWireFloats(WireType wire, std::span<const float> values, std::string& out) {
   out.resize(values.size() * WireBytes(wire));
   auto* dst = reinterpret_cast<uint8_t*>(out.data());

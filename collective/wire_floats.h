@@ -12,6 +12,10 @@
 
 namespace fedmesh::collective {
 
+// The wire type a configuration's `compression` names: "none" (float32), "fp16", "bf16".
+// InvalidArgument for anything else.
+Result<WireType> WireTypeOfCompression(std::string_view compression);
+
 // `values` in `wire` format into `out` (resized). InvalidArgument when a value does not fit
 // the wire type (fp16 overflow) or the type is unknown.
 Status EncodeWireFloats(WireType wire, std::span<const float> values, std::string& out);

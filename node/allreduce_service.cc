@@ -9,19 +9,10 @@
 #include "core/graph/graph_model.h"
 #include "core/sha256.h"
 #include "collective/group_members.h"
+#include "collective/wire_floats.h"
 #include "crypto/key_files.h"
 
 namespace fedmesh {
-namespace {
-
-
-collective::WireType WireOf(const std::string& compression) {
-  if (compression == "fp16") return collective::WireType::kFloat16;
-  if (compression == "bf16") return collective::WireType::kBFloat16;
-  return collective::WireType::kFloat32;
-}
-
-}  // namespace
 
 AllreduceService::~AllreduceService() = default;
 
@@ -54,7 +45,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   co.ring.size = static_cast<int>(members.size());
   co.ring.rank = rank;
   co.ring.chunk_bytes = static_cast<uint64_t>(config.collective.chunk_kb) * 1024;
-  co.ring.wire = WireOf(config.collective.compression);
+  co.ring.wire = collective::WireTypeOfCompression(config.collective.compression).value();
   co.timeout_ms = static_cast<int>(config.collective.timeout_ms);
   FM_ASSIGN_OR_RETURN(s->comm_, collective::Communicator::Create(co, s->transport_.get()));
 

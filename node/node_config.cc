@@ -470,6 +470,24 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   return c;
 }
 
+// A list of "site-id@endpoint" naming every member once, this site included.
+static Status CheckGroupList(const ConfigValues& v, const std::vector<std::string>& list, const std::string& node_id,
+                             const char* section, const char* key, const char* example) {
+  auto bad = [&](const std::string& why) { return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}}); };
+  std::set<std::string> ids;
+  bool me = false;
+  for (const std::string& m : list) {
+    const size_t at = m.find('@');
+    if (at == 0 || at == std::string::npos || at + 1 == m.size()) {
+      return bad("member \"" + m + "\" is not site-id@endpoint, e.g. " + example);
+    }
+    if (!ids.insert(m.substr(0, at)).second) return bad("lists " + m.substr(0, at) + " twice");
+    me = me || m.substr(0, at) == node_id;
+  }
+  if (!me) return bad("does not list this site ([node] id " + node_id + ")");
+  return Status::OK();
+}
+
 static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   SplitConfig& k = c.split;
   k.enabled = v.GetString("train", "mode") == "split";
@@ -495,17 +513,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   if (k.role.empty()) return bad("is required in split mode: label or feature", "split", "role");
   if (k.listen.empty()) return bad("is required in split mode: this party's bind endpoint", "split", "listen");
   if (k.peers.size() < 2) return bad("lists every party as site-id@endpoint, this one included: at least two", "split", "peers");
-  std::set<std::string> ids;
-  bool me = false;
-  for (const std::string& m : k.peers) {
-    const size_t at = m.find('@');
-    if (at == 0 || at == std::string::npos || at + 1 == m.size()) {
-      return bad("party \"" + m + "\" is not site-id@endpoint, e.g. lab@tcp://10.0.0.2:7300", "split", "peers");
-    }
-    if (!ids.insert(m.substr(0, at)).second) return bad("lists " + m.substr(0, at) + " twice", "split", "peers");
-    me = me || m.substr(0, at) == c.node_id;
-  }
-  if (!me) return bad("does not list this site ([node] id " + c.node_id + ")", "split", "peers");
+  FM_RETURN_IF_ERROR(CheckGroupList(v, k.peers, c.node_id, "split", "peers", "lab@tcp://10.0.0.2:7300"));
   const bool first = k.peers[0].substr(0, k.peers[0].find('@')) == c.node_id;
   if (first != (k.role == "label")) {
     return bad("lists the label party first (its own columns come first in the top model's input): " +
@@ -562,17 +570,7 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   };
   if (k.listen.empty()) return bad("is required in allreduce mode: this rank's bind endpoint", "collective", "listen");
   if (k.group.empty()) return bad("is required in allreduce mode: every member as site-id@endpoint", "collective", "group");
-  std::set<std::string> ids;
-  bool me = false;
-  for (const std::string& m : k.group) {
-    const size_t at = m.find('@');
-    if (at == 0 || at == std::string::npos || at + 1 == m.size()) {
-      return bad("member \"" + m + "\" is not site-id@endpoint, e.g. site-2@tcp://10.0.0.2:7200", "collective", "group");
-    }
-    if (!ids.insert(m.substr(0, at)).second) return bad("lists " + m.substr(0, at) + " twice", "collective", "group");
-    me = me || m.substr(0, at) == c.node_id;
-  }
-  if (!me) return bad("does not list this site ([node] id " + c.node_id + ")", "collective", "group");
+  FM_RETURN_IF_ERROR(CheckGroupList(v, k.group, c.node_id, "collective", "group", "site-2@tcp://10.0.0.2:7200"));
   if (!c.gossip.listen.empty()) return bad("allreduce mode has no gossip: unset [gossip] listen", "train", "mode");
   if (c.external.enabled()) return bad("allreduce mode trains in process: unset [train] external", "train", "mode");
   if (c.training.device != "cpu") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "collective/group_members.h"
+#include "collective/wire_floats.h"
 #include "core/data/csv_table.h"
 #include "core/data/data_source.h"
 #include "core/data/impute.h"
@@ -18,11 +19,6 @@
 namespace fedmesh {
 namespace {
 
-collective::WireType WireOf(const std::string& compression) {
-  if (compression == "fp16") return collective::WireType::kFloat16;
-  if (compression == "bf16") return collective::WireType::kBFloat16;
-  return collective::WireType::kFloat32;
-}
 
 Result<std::unique_ptr<vertical::SplitPart>> LoadPart(const std::string& path, const char* key,
                                                       const vertical::SplitPartOptions& o) {
@@ -112,7 +108,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     FM_ASSIGN_OR_RETURN(j.top, LoadPart(k.top, "top", top_o));
     j.party.loss = config.training.trainer.loss;
     j.party.noise = k.noise;
-    j.party.wire = WireOf(k.compression);
+    j.party.wire = collective::WireTypeOfCompression(k.compression).value();
     for (int r = 1; r < static_cast<int>(group.members.size()); ++r) j.feature_ranks.push_back(r);
     j.collect_parts = !k.assemble.empty();
   } else {
@@ -122,7 +118,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     j.data = std::move(data);
     j.bottom = std::move(bottom);
     j.party.noise = k.noise;
-    j.party.wire = WireOf(k.compression);
+    j.party.wire = collective::WireTypeOfCompression(k.compression).value();
     j.label_rank = 0;
     j.share_part = k.share_part;
   }
