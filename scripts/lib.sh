@@ -19,6 +19,15 @@ wait_for_endpoint() {
   return 1
 }
 
+# ensure_package PACKAGE WHAT: installs Debian's PACKAGE (WHAT: what an example needs it for)
+# when it is missing.
+ensure_package() {
+  if ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; then
+    echo "installing $1 ($2)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null
+  fi
+}
+
 # gen_site_keys BIN COORDINATOR SITE...: a key pair per party in keys/ (fedmesh-keys from
 # BIN), and the sites' public keys in keys/allow, the coordinator's allowlist.
 gen_site_keys() {

@@ -110,7 +110,7 @@ class LabelParty {
   size_t rows_in_pass_ = 0;
   double loss_sum_ = 0.0;
   std::optional<MetricAccumulator> metrics_;
-  std::vector<float> input_, top_input_, dout_, labels_f_;
+  std::vector<float> input_, top_input_, dout_;
   // Own-bottom work off the critical path.
   struct Deferred {
     uint64_t pass = 0;

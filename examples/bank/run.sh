@@ -14,10 +14,7 @@ build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
 rounds=${ROUNDS:-20}
 "$root/scripts/setup.sh"
-if ! dpkg-query -W -f='${Status}' r-cran-caret 2>/dev/null | grep -q "install ok installed"; then
-  echo "installing r-cran-caret (the German credit data)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends r-cran-caret >/dev/null
-fi
+ensure_package r-cran-caret "the German credit data"
 FEDMESH_TARGETS="${FEDMESH_TARGETS:-fedmesh-node fedmesh-aggregator fedmesh-keys}" \
   "$root/scripts/build.sh" >/dev/null
 run=${RUN_DIR:-$root/runs/bank-$(date +%Y%m%d-%H%M%S)}

@@ -15,10 +15,7 @@ build=${FEDMESH_BUILD_DIR:-$root/build}
 bin="$build/bin"
 rounds=${ROUNDS:-15}
 "$root/scripts/setup.sh"
-if ! dpkg-query -W -f='${Status}' python3-sklearn 2>/dev/null | grep -q "install ok installed"; then
-  echo "installing python3-sklearn (the Wisconsin breast cancer CSV)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn >/dev/null
-fi
+ensure_package python3-sklearn "the Wisconsin breast cancer CSV"
 "$root/scripts/build.sh" >/dev/null
 run=${RUN_DIR:-$root/runs/breast-cancer-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$run" && cd "$run"
