@@ -273,6 +273,7 @@ TEST_F(SplitJobTest, ThreePartiesTrainOnTheRowsAllThreeHold) {
   const auto a = Holds(all_.size(), 0.9, 21), b = Holds(all_.size(), 0.9, 22), c = Holds(all_.size(), 0.9, 23);
   SplitPartOptions po;
   po.lr = 0.05f;
+  po.momentum = 0.9f;
   SplitPartOptions top_o = po;
   top_o.input_gradients = true;
   LabelJob label;
@@ -289,7 +290,7 @@ TEST_F(SplitJobTest, ThreePartiesTrainOnTheRowsAllThreeHold) {
   f2.data = Columns(all_, 20, 30, c);
   f2.bottom = Part(10, 8, 4, 4, po);
   SplitJobOptions o;
-  o.epochs = 3;
+  o.epochs = 8;
   o.batch = 64;
   o.microbatches = 3;
   collective::InProcessHub hub(3);
