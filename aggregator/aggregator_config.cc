@@ -202,6 +202,20 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "model (graph models with a [batch, features] input), so every site scales alike "
                   "and the exported ONNX takes raw rows")
             .Choices({"none", "federated"}),
+        StringKey("upstream", "endpoint", "",
+                  "Hierarchical aggregation: this aggregator is a region of the top aggregator at "
+                  "this endpoint. It takes part in each upstream round as one node, running one "
+                  "regional round with its own sites from the top's model and answering with "
+                  "their combined change and example count (docs/hierarchy.md). Its own [rounds] "
+                  "total is then ignored: it runs until stopped. Empty = none"),
+        StringKey("upstream", "public_key", "upstream.pub", "The top aggregator's public key file")
+            .Path(),
+        StringKey("upstream", "key", "region.key",
+                  "This region's site key at the top (enrolled in the top's allow directory); "
+                  "its name is the region's node id there")
+            .Path(),
+        StringKey("upstream", "federation", "",
+                  "The top's [federation] id; empty = this aggregator's own [federation] id"),
         StringKey("stats", "report", "stats.json",
                   "Where the statistics report goes (JSON; a PNG of the histograms per site is "
                   "written next to it with gnuplot); relative to the working directory"),
@@ -221,6 +235,56 @@ const ConfigSchema& AggregatorConfigSchema() {
   }();
   return *schema;
 }
+
+namespace {
+
+// [upstream]: a regional aggregator runs rounds only when its top grants them, with plain
+// (stateless) averaging, so the region's answer is exactly its sites' weighted mean.
+Status ReadUpstream(const ConfigValues& v, AggregatorConfig* c) {
+  AggregatorConfig::Upstream& u = c->upstream;
+  u.endpoint = v.GetString("upstream", "endpoint");
+  u.public_key = v.GetString("upstream", "public_key");
+  u.key = v.GetString("upstream", "key");
+  u.federation_id = v.GetString("upstream", "federation");
+  if (u.federation_id.empty()) u.federation_id = c->federation_id;
+  if (u.endpoint.empty()) return Status::OK();
+  RoundEngineOptions& r = c->rounds;
+  auto refuse = [&](std::string_view section, std::string_view key, const std::string& why) {
+    return AttributeToKey(Status::InvalidArgument("with [upstream] endpoint set (a regional "
+                                                  "aggregator): " + why),
+                          v, {{"", section, key}});
+  };
+  if (r.mode != RoundMode::kSynchronous) return refuse("rounds", "mode", "rounds must be synchronous");
+  if (r.federated_stats.enabled) {
+    return refuse("stats", "enabled", "federated statistics are not run at a region");
+  }
+  if (r.federated_eval.enabled) {
+    return refuse("eval", "federated", "federated evaluation is not run at a region");
+  }
+  if (r.update_prediction != 0.0) {
+    return refuse("rounds", "update_prediction", "update prediction is not used at a region");
+  }
+  for (std::string_view plain : {"fedavg", "median", "trimmed_mean", "krum", "multikrum"}) {
+    if (c->strategy == plain) {
+      r.rounds_on_demand = true;
+      break;
+    }
+  }
+  if (!r.rounds_on_demand) {
+    return refuse("rounds", "strategy", "strategy \"" + c->strategy +
+                                            "\" keeps server state or a proximal term; a region "
+                                            "averages plainly (fedavg or a robust strategy) and "
+                                            "the top runs the server optimiser");
+  }
+  if (c->strategy_options.dp.central || c->strategy_options.dp.distributed) {
+    return refuse("dp", "mode", "differential privacy is accounted at the top, not at a region");
+  }
+  // The top decides how many rounds there are; the region serves until stopped.
+  r.total_rounds = 1000000000;
+  return Status::OK();
+}
+
+}  // namespace
 
 Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                                               const std::vector<std::string>& overrides) {
@@ -351,6 +415,8 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                                 "channels]), got " + std::to_string(c.model.input_shape.size())),
         v, {{"", "model", "input_shape"}});
   }
+
+  FM_RETURN_IF_ERROR(ReadUpstream(v, &c));
 
   // Field names as Validate(RoundEngineOptions) spells them; longer names first where one
   // contains another, so "min_available_clients" is not taken for "min_clients".

@@ -63,6 +63,14 @@ struct AggregatorConfig {
   std::string stats_report = "stats.json";
   // [data] normalize: "none" or "federated" (input normalization from the statistics)
   std::string normalize = "none";
+  // [upstream]: a regional aggregator's seat in a top aggregator's federation
+  // (aggregator/upstream_link.h); endpoint empty = a top-level (or only) aggregator.
+  struct Upstream {
+    std::string endpoint;       // the top aggregator's endpoint
+    std::string public_key;     // the top's public key file
+    std::string key;            // this region's site key at the top (its name is the region's id there)
+    std::string federation_id;  // the top's [federation] id; default: this one's
+  } upstream;
 };
 
 const ConfigSchema& AggregatorConfigSchema();

@@ -202,6 +202,7 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   }
 
   FM_RETURN_IF_ERROR(s->StartOperations(identity));
+  if (!config.upstream.endpoint.empty()) FM_RETURN_IF_ERROR(s->StartUpstream());
 
   if (!s->finished_) FM_RETURN_IF_ERROR(s->Handle(s->engine_->Start()));
   s->PublishStatus(true);
@@ -307,8 +308,13 @@ Status AggregatorService::InitEngine() {
     }
     state.round = std::min<uint64_t>(rounds_closed + 1, config_.rounds.total_rounds);
     state.attempt = 1;
-    spdlog::info("continuing from model version {} at round {}", state.model_version,
-                 state.round);
+    if (!config_.rounds.rounds_on_demand) {
+      spdlog::info("continuing from model version {} at round {}", state.model_version,
+                   state.round);
+    }
+  }
+  if (config_.rounds.rounds_on_demand) {
+    FM_RETURN_IF_ERROR(RestoreUpstreamState(open.has_value(), rounds_closed, &state));
   }
   auto engine = RoundEngine::Restore(config_.rounds, env_, std::move(strategy),
                                      std::move(evaluator), std::move(state));
@@ -380,6 +386,7 @@ EvalResult AggregatorService::Evaluate(std::span<const float> global) {
 Result<bool> AggregatorService::Step(int max_wait_ms) {
   if (finished_) return true;
   FM_RETURN_IF_ERROR(PollAdmin());
+  if (upstream_) FM_RETURN_IF_ERROR(PollUpstream());
   PublishStatus(false);
   if (finished_) return true;  // aborted
   const double now = env_->NowSeconds();
@@ -691,6 +698,9 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
         },
         output);
     FM_RETURN_IF_ERROR(s);
+    if (const auto* c = std::get_if<RoundEngine::RoundClosed>(&output); c && upstream_) {
+      FM_RETURN_IF_ERROR(AnswerUpstream(*c));
+    }
   }
   return Status::OK();
 }

@@ -26,6 +26,7 @@
 #include "aggregator/aggregator_metrics.h"
 #include "aggregator/round_engine.h"
 #include "aggregator/round_progress.h"
+#include "aggregator/upstream_link.h"
 #include "aggregator/federation_status.h"
 #include "aggregator/status_page.h"
 #include "transport/zmq/admin_server.h"
@@ -148,6 +149,18 @@ class AggregatorService {
   void PublishStatus(bool force);
   EvalResult Evaluate(std::span<const float> global);
 
+  // ---- hierarchy ([upstream], aggregator/aggregator_service_upstream.cc)
+  // Opens the link to the top aggregator.
+  Status StartUpstream();
+  // Takes what the top sent (without waiting) and grants a regional round for a new task.
+  Status PollUpstream();
+  Status HandleUpstreamTask(UpstreamTask task);
+  // After regional round c closed: answers the top's task of that round.
+  Status AnswerUpstream(const RoundEngine::RoundClosed& c);
+  // A restart: the granted or answered upstream round from the store's control state.
+  Status RestoreUpstreamState(bool round_open, uint64_t rounds_closed,
+                              RoundEngine::RestoredState* state);
+
   AggregatorConfig config_;
   AggregatorServiceOptions options_;
   Env* env_ = nullptr;
@@ -212,6 +225,18 @@ class AggregatorService {
   uint64_t eval_bytes_down_ = 0;  // the open federated evaluation's tasks
   bool finished_ = false;
   Status finish_status_;
+
+  // [upstream]: the link to the top, the task the open (or granted) regional round serves,
+  // and the last round answered (to answer a re-sent task again from the store).
+  std::unique_ptr<UpstreamLink> upstream_;
+  std::optional<UpstreamTask> upstream_task_;
+  struct UpstreamAnswer {
+    uint64_t round = 0;
+    uint64_t model_version = 0;  // the regional result's version in the store
+    uint64_t num_examples = 0;
+    double train_loss = 0.0;
+  };
+  std::optional<UpstreamAnswer> upstream_answer_;
 };
 
 }  // namespace fedmesh

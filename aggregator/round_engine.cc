@@ -59,6 +59,14 @@ Status Validate(const RoundEngineOptions& o) {
                                    std::string(rule));
   };
   if (o.total_rounds < 1) return bad("total_rounds", o.total_rounds, ">= 1");
+  if (o.rounds_on_demand) {
+    auto refuse = [](std::string_view what) {
+      return Status::InvalidArgument("rounds_on_demand (a regional aggregator) " + std::string(what));
+    };
+    if (o.mode != RoundMode::kSynchronous) return refuse("runs synchronous rounds only");
+    if (o.federated_stats.enabled) return refuse("has no federated statistics of its own");
+    if (o.update_prediction != 0.0) return refuse("does not predict updates (update_prediction)");
+  }
   if (o.federated_eval.enabled) {
     const FederatedEvalSettings& e = o.federated_eval;
     if (e.every < 1) return bad("federated_eval.every", e.every, ">= 1");
@@ -307,6 +315,15 @@ Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
                 std::move(evaluator));
   e.round_ = state.round;
   e.rounds_completed_ = state.round - 1;
+  if (e.options_.rounds_on_demand) {
+    e.granted_ = state.granted || !selected.empty();
+    e.last_closed_round_ = state.last_closed_round;
+    if (e.granted_ && state.last_closed_round >= state.round) {
+      return bad("granted round " + Str(state.round) + " is not after the last closed round " +
+                 Str(state.last_closed_round));
+    }
+    e.stats_done_ = true;
+  }
   e.model_version_ = state.model_version;
   e.total_retries_ = state.attempt - 1;
   // Statistics precede round 1's first attempt; a restart after it does not repeat them.
@@ -586,7 +603,7 @@ void RoundEngine::Reject(const std::string& to, const wire::Message& m, RejectCa
 
 void RoundEngine::TryOpenRound(std::vector<Output>& out) {
   if (pending_finish_) return;  // the last round closed; only its evaluation is open
-  if (paused_) {
+  if (paused_ || (options_.rounds_on_demand && !granted_)) {
     phase_ = Phase::kWaitingForNodes;
     return;
   }
@@ -805,8 +822,58 @@ void RoundEngine::CloseRound(std::vector<Output>& out) {
     Finish(Status::OK(), out, can.message());
     return;
   }
+  if (options_.rounds_on_demand) {
+    granted_ = false;  // the next round is the upstream's to grant
+    last_closed_round_ = round_;
+    phase_ = Phase::kWaitingForNodes;
+    return;
+  }
   ++round_;
   TryOpenRound(out);
+}
+
+Result<std::vector<RoundEngine::Output>> RoundEngine::GrantRound(
+    uint64_t round, std::vector<float> global, std::optional<TrainingSettings> settings) {
+  if (!options_.rounds_on_demand) {
+    return Status::FailedPrecondition("GrantRound needs rounds_on_demand");
+  }
+  if (phase_ == Phase::kFinished) return Status::FailedPrecondition("the federation has finished");
+  if (granted_) {
+    return Status::FailedPrecondition("round " + Str(round_) + " is granted and has not closed");
+  }
+  if (round <= last_closed_round_) {
+    return Status::FailedPrecondition("round " + Str(round) + " is not after round " +
+                                      Str(last_closed_round_) + ", the last one closed");
+  }
+  if (global.size() != global_.size()) {
+    return Status::InvalidArgument("the granted model has " + Str(global.size()) +
+                                   " parameters; this model has " + Str(global_.size()));
+  }
+  if (size_t i = FirstNonFinite(global); i != global.size()) {
+    return Status::InvalidArgument("the granted model holds " + Str(global[i]) + " at index " + Str(i));
+  }
+  if (settings) {
+    TrainingSettings& t = *settings;
+    if (t.local_epochs < 1 || t.batch_size < 1 || !(std::isfinite(t.learning_rate) && t.learning_rate > 0) ||
+        !(t.momentum >= 0.0 && t.momentum < 1.0)) {
+      return Status::InvalidArgument("the granted training settings are out of range (epochs " +
+                                     Str(t.local_epochs) + ", batch " + Str(t.batch_size) + ", lr " +
+                                     Str(t.learning_rate) + ", momentum " + Str(t.momentum) + ")");
+    }
+    options_.local_epochs = t.local_epochs;
+    options_.batch_size = t.batch_size;
+    options_.learning_rate = t.learning_rate;
+    options_.momentum = t.momentum;
+  }
+  global_ = std::move(global);
+  ++model_version_;
+  round_ = round;
+  attempt_ = 0;
+  earlier_selected_.clear();
+  granted_ = true;
+  std::vector<Output> out;
+  if (started_) TryOpenRound(out);
+  return out;
 }
 
 void RoundEngine::RetryOrGiveUp(std::vector<Output>& out, std::string why) {

@@ -165,6 +165,13 @@ struct RoundEngineOptions {
   // persists for Restore. A driver that keeps no store (the simulator) turns it off and
   // saves a model-sized copy per update. Default: true.
   bool report_update_params = true;
+  // A regional aggregator's engine (aggregator/upstream_link.h): a round opens only when
+  // GrantRound hands it the upstream model, numbered as the upstream round, and after it
+  // closes the engine waits for the next grant instead of opening round + 1. total_rounds
+  // still ends the federation. Synchronous rounds only, without federated statistics or
+  // update prediction (the upstream aggregator owns the model between rounds). Default:
+  // false.
+  bool rounds_on_demand = false;
 };
 
 // InvalidArgument naming the first offending field and its value, e.g. min_clients >
@@ -352,6 +359,11 @@ class RoundEngine {
     std::vector<RestoredUpdate> accepted;
     // The strategy state committed with `global` (RoundClosed::strategy_state).
     std::vector<float> strategy_state;
+    // rounds_on_demand: `round` was granted (GrantRound) and has not closed (implied when
+    // `selected` is not empty); false: the engine waits for a grant of a round after
+    // last_closed_round (0: none closed yet).
+    bool granted = false;
+    uint64_t last_closed_round = 0;
   };
 
   // A new federation at round 1, model version 0. REQUIRES: env outlives the engine.
@@ -399,6 +411,24 @@ class RoundEngine {
   // restored pause).
   std::vector<Output> Pause();
   std::vector<Output> Resume();
+  // rounds_on_demand: round `round` trains from `global` (the upstream model), replacing the
+  // engine's global model as version model_version() + 1, which the driver stores before
+  // acting on the outputs; the round opens now or once enough nodes are connected, and
+  // runs (and retries) like any round. `settings` replaces the local training settings
+  // sent to nodes (epochs, batch, learning rate, momentum) when set. FailedPrecondition
+  // without rounds_on_demand, while a round is open or granted, when finished, or for a
+  // round not after the last one closed; InvalidArgument for a model of another size or
+  // with a non-finite value.
+  struct TrainingSettings {
+    int local_epochs = 1;
+    int batch_size = 32;
+    double learning_rate = 0.01;
+    double momentum = 0.0;
+  };
+  Result<std::vector<Output>> GrantRound(uint64_t round, std::vector<float> global,
+                                         std::optional<TrainingSettings> settings = {});
+  // rounds_on_demand: a granted round has not closed yet.
+  bool granted() const { return granted_; }
   std::vector<Output> Abort(const std::string& reason);
 
   // ---- Observers ---------------------------------------------------------------------------
@@ -514,6 +544,8 @@ class RoundEngine {
 
   bool started_ = false;
   bool paused_ = false;  // Pause(): no new round opens
+  bool granted_ = false;  // rounds_on_demand: round_ was granted and has not closed
+  uint64_t last_closed_round_ = 0;  // rounds_on_demand: the last round that closed
   Phase phase_ = Phase::kWaitingForNodes;
   uint64_t round_ = 1;
   uint32_t attempt_ = 0;

@@ -1,6 +1,7 @@
 // RoundEngine's secure aggregation (SecAgg+, aggregator/secagg_round.h): the nodes'
 // SecAgg messages for the open round, and closing each stage when every expected message
 // came or at the deadline. The rest of the engine is in round_engine.cc.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -67,7 +68,14 @@ void RoundEngine::AdvanceSecAgg(bool at_deadline, std::vector<Output>& out) {
   // The strategy gets the contributors' mean change as the round's one update.
   const SecAggResult& r = *step->result;
   const double n = static_cast<double>(r.contributors.size());
-  ClientUpdate mean{"secure-aggregate", 1, global_};
+  // Its weight is what the contributors registered (a regional aggregator reports it
+  // upstream); 1 each for nodes that registered none.
+  uint64_t examples = 0;
+  for (const std::string& id : r.contributors) {
+    const auto it = nodes_.find(id);
+    examples += it != nodes_.end() && it->second.num_examples > 0 ? it->second.num_examples : 1;
+  }
+  ClientUpdate mean{"secure-aggregate", std::max<uint64_t>(examples, 1), global_};
   for (size_t i = 0; i < mean.params.size(); ++i) {
     mean.params[i] = static_cast<float>(global_[i] + static_cast<double>(r.decoded_sum[i]) / n);
   }

@@ -384,5 +384,46 @@ population = 400
   EXPECT_THAT(cap.status().message(), HasSubstr("[rounds] max_examples_per_node"));
 }
 
+TEST(ConfigAggregator, UpstreamMakesARegionAndRefusesWhatARegionCannotRun) {
+  TempDir dir;
+  std::string path = dir.Write("region.toml", R"([federation]
+id = "region-a"
+[rounds]
+total = 5
+[upstream]
+endpoint = "tcp://top.example:5555"
+public_key = "top.pub"
+key = "region-a.key"
+)");
+  auto r = LoadAggregatorConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->rounds.rounds_on_demand);
+  EXPECT_EQ(r->upstream.endpoint, "tcp://top.example:5555");
+  EXPECT_EQ(r->upstream.federation_id, "region-a");  // defaults to its own
+  EXPECT_EQ(r->rounds.total_rounds, 1000000000u);    // the top decides
+  auto top = LoadAggregatorConfig(path, {"upstream.endpoint=", "upstream.federation=hier"});
+  ASSERT_TRUE(top.ok());
+  EXPECT_FALSE(top->rounds.rounds_on_demand);
+  EXPECT_EQ(top->upstream.federation_id, "hier");
+  EXPECT_EQ(top->rounds.total_rounds, 5u);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"rounds.strategy=fedadam", "[rounds] strategy"},
+      {"rounds.strategy=fedprox", "[rounds] strategy"},
+      {"rounds.mode=buffered", "[rounds] mode"},
+      {"stats.enabled=true", "[stats] enabled"},
+      {"eval.federated=true", "[eval] federated"},
+      {"rounds.update_prediction=0.5", "[rounds] update_prediction"},
+      {"dp.mode=central", "[dp] mode"},
+  };
+  for (const auto& [set, key] : refused) {
+    std::vector<std::string> sets = {set};
+    if (set == "rounds.mode=buffered") sets.push_back("rounds.buffer_size=2");
+    auto bad = LoadAggregatorConfig(path, sets);
+    ASSERT_FALSE(bad.ok()) << set;
+    EXPECT_THAT(bad.status().message(), HasSubstr(key)) << set;
+    EXPECT_THAT(bad.status().message(), HasSubstr("regional aggregator")) << set;
+  }
+}
+
 }  // namespace
 }  // namespace fedmesh
