@@ -13,6 +13,8 @@ PACKAGES=(
   libonnx-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fedmesh-sim sharded over MPI ranks (mpirun -n R fedmesh-sim; docs/simulation.md)
+  libopenmpi-dev openmpi-bin
   # the external trainer's tests: the python/ package (pytest, a venv install) and the
   # PyTorch sites of examples/pytorch
   python3-numpy python3-pytest python3-venv python3-setuptools python3-torch python3-onnx
@@ -24,7 +26,7 @@ PACKAGES=(
   dataset-fashion-mnist gnuplot-nox
 )
 # Baselines used only by bench/ (never linked into the product).
-BENCH_PACKAGES=(python3-pip libgloo-dev libopenmpi-dev openmpi-bin)
+BENCH_PACKAGES=(python3-pip libgloo-dev)
 
 want=("${PACKAGES[@]}")
 if [[ "${FEDMESH_SETUP_BENCH:-0}" == "1" ]]; then want+=("${BENCH_PACKAGES[@]}"); fi

@@ -17,9 +17,19 @@
 // answer is sent at arrival + (held-out rows / its speed), in parallel with any training it
 // is doing. Evaluation tasks and answers are counted in the evaluation's line, not in the
 // rounds' bytes.
+//
+// Sharded over R ranks (sim/rank_group.h): every rank runs this whole loop (engine,
+// network, virtual time, registrations, crashes, dropout coins) from the same seed, so they
+// all see the same events; only a client's owner (sim/client_shards.h) trains or evaluates
+// for it and keeps its carry and ledger. When a client's answer is due, its owner
+// broadcasts it (ClientAnswer: the encoded frames it sends) and every rank delivers the
+// same message to its engine, which aggregates the same updates in the same order: rank 0
+// writes the one-process metrics file byte for byte. A rank waiting for an answer trains
+// its own queued clients meanwhile.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -32,6 +42,7 @@
 #include "core/rng.h"
 #include "node/fit_task_runner.h"
 #include "node/record_privacy.h"
+#include "sim/client_answer.h"
 #include "sim/client_state_store.h"
 #include "sim/client_traits.h"
 #include "sim/in_process_network.h"
@@ -82,6 +93,7 @@ class AggregatorSim {
     uint64_t model_version = 0;
     uint64_t message_id = 0;  // of its FitResult, taken when the task arrived
     bool attack = false;
+    bool owned = true;  // this rank trains it; else its answer comes from its owner
     bool done = false;  // batched path: set by RunPending
     // Per-client path: the background job, the carry it trains with (taken when the task
     // arrived) and whether Collect has put the carry back.
@@ -92,6 +104,7 @@ class AggregatorSim {
     // The FitResult through the wire codec, made on the worker that trained it (when the
     // outcome is a result): the client's encoding and the aggregator's decoding.
     Result<WireTrip> trip = Status::Internal("not sent");
+    std::vector<wire::Frame> frames;  // sharded, owned: the encoding, for the other ranks
   };
   // One client's answer to an evaluate_only task, computed on a worker as the task arrives.
   struct EvalJob {
@@ -102,6 +115,7 @@ class AggregatorSim {
     Workspaces::Ticket ticket;
     Result<FitOutcome> outcome = Status::Internal("not run");
     Result<WireTrip> trip = Status::Internal("not sent");  // set when there is an answer
+    std::vector<wire::Frame> frames;  // sharded, owned: the encoding, for the other ranks
   };
   using Outputs = std::vector<RoundEngine::Output>;
 
@@ -140,6 +154,14 @@ class AggregatorSim {
   // Applies the schedule up to the next round with a rejoin; false when none is left.
   bool ApplyNextRejoin();
   void CloseRoundMetrics(const RoundEngine::RoundClosed& closed);
+  // Sharded runs: every rank gets the answer of `client` from its owner (a collective:
+  // every rank calls it at the same event). Non-owners' outcome and trip become the
+  // owner's; the owner's frames are released.
+  Status ShareAnswer(uint64_t client, Result<FitOutcome>& outcome, Result<WireTrip>& trip,
+                     std::vector<wire::Frame>& frames);
+  // The [privacy] dp-sgd epsilon_max of the metrics: the largest any client spent, over
+  // every rank's ledgers (a collective when sharded).
+  Result<double> MaxClientEpsilon();
   Status SendFromClient(uint64_t client, wire::Body body, uint64_t round, uint64_t version);
   void Fail(Status s) {
     if (status_.ok()) status_ = std::move(s);
@@ -392,14 +414,19 @@ void AggregatorSim::OnClientMessage(const std::string& id, wire::Message message
   }
   auto job = std::make_shared<Job>();
   job->client = c;
-  job->task = std::move(*task);
+  job->owned = ctx_.shards.Owns(c);
+  if (job->owned) {
+    job->task = std::move(*task);
+  } else {
+    job->task.round = task->round;  // the model it carries is trained by the owner
+  }
   job->model_version = message.header.model_version;
   job->message_id = next_message_id_++;
   job->attack = traits.byzantine;
   busy_[c] = job;
   if (ctx_.batched != nullptr) {
-    pending_.push_back(job);
-  } else {
+    pending_.push_back(job);  // every rank's, so all run RunPending at the same events
+  } else if (job->owned) {
     Submit(job);
   }
   const double compute_s = static_cast<double>(o_.local_epochs) *
@@ -462,8 +489,16 @@ void AggregatorSim::PutCarry(uint64_t client, FitCarry carry) {
 
 void AggregatorSim::RunPending() {
   if (pending_.empty()) return;
-  std::vector<std::shared_ptr<Job>> jobs;
-  jobs.swap(pending_);
+  std::vector<std::shared_ptr<Job>> all, jobs;
+  all.swap(pending_);
+  for (auto& job : all) {
+    if (job->owned) {
+      jobs.push_back(job);
+    } else {
+      job->done = true;  // its owner runs it at this same event
+    }
+  }
+  if (jobs.empty()) return;
   std::vector<FitCarry> carries(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     auto carry = TakeCarry(jobs[j]->client);
@@ -563,7 +598,8 @@ void AggregatorSim::TransmitResult(Job& job, const Model& worker) {
   const std::string id = SimClientId(job.client);
   wire::Message m{wire::Header{kSimFederation, id, job.task.round, job.model_version, job.message_id},
                   std::move(job.outcome->result)};
-  job.trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(worker));
+  job.trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(worker),
+                                       ctx_.sharded() ? &job.frames : nullptr);
 }
 
 Result<FitCarry> AggregatorSim::TakeCarry(uint64_t client) {
@@ -586,6 +622,9 @@ void AggregatorSim::OnJobDue(const std::shared_ptr<Job>& job) {
   }
   if (auto it = busy_.find(job->client); it != busy_.end() && it->second == job) busy_.erase(it);
   if (finished_ || !status_.ok()) return;
+  if (Status s = ShareAnswer(job->client, job->outcome, job->trip, job->frames); !s.ok()) {
+    return Fail(s);
+  }
   if (!job->outcome.ok()) {
     Fail(job->outcome.status().WithContext("training " + SimClientId(job->client)));
     return;
@@ -606,6 +645,14 @@ void AggregatorSim::StartEval(uint64_t client, const ClientTraits& traits, wire:
   job->task = std::move(task);
   job->model_version = model_version;
   job->message_id = next_message_id_++;
+  // Like training: the client's held-out rows at its speed.
+  const double compute_s =
+      static_cast<double>(ctx_.data.TestSizeOf(client)) / traits.samples_per_s;
+  net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnEvalDue(job); });
+  if (!ctx_.shards.Owns(client)) {
+    job->task = wire::FitTask{};  // its owner evaluates
+    return;
+  }
   job->ticket = ctx_.workers.Submit([this, job](Model& model) {
     const std::string id = SimClientId(job->client);
     FitContext fc;
@@ -623,18 +670,18 @@ void AggregatorSim::StartEval(uint64_t client, const ClientTraits& traits, wire:
     if (!job->outcome.ok() || !job->outcome->refused.empty()) return;
     wire::Message m{wire::Header{kSimFederation, id, round, job->model_version, job->message_id},
                     std::move(job->outcome->result)};
-    job->trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(model));
+    job->trip = InProcessNetwork::Transmit(m, net_.limits(), MemoOf(model),
+                                           ctx_.sharded() ? &job->frames : nullptr);
     job->outcome->global = std::vector<float>();  // the decoded model: not needed any more
   });
-  // Like training: the client's held-out rows at its speed.
-  const double compute_s =
-      static_cast<double>(ctx_.data.TestOf(client).size()) / traits.samples_per_s;
-  net_.ScheduleAt(env_.NowSeconds() + compute_s, [this, job] { OnEvalDue(job); });
 }
 
 void AggregatorSim::OnEvalDue(const std::shared_ptr<EvalJob>& job) {
-  ctx_.workers.Wait(job->ticket);
+  if (job->ticket != nullptr) ctx_.workers.Wait(job->ticket);
   if (finished_ || !status_.ok()) return;
+  if (Status s = ShareAnswer(job->client, job->outcome, job->trip, job->frames); !s.ok()) {
+    return Fail(s);
+  }
   const std::string id = SimClientId(job->client);
   if (!job->outcome.ok()) {
     return Fail(job->outcome.status().WithContext("evaluating on " + id));
@@ -676,10 +723,9 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
     m.clip_norm = closed.metrics.privacy->clip_norm;
   }
   if (o_.privacy.enabled()) {
-    std::lock_guard<std::mutex> lock(ledgers_mu_);
-    double most = 0.0;
-    for (const auto& [client, ledger] : ledgers_) most = std::max(most, ledger->epsilon());
-    m.dp_sgd_epsilon_max = most;
+    auto most = MaxClientEpsilon();
+    if (!most.ok()) return Fail(most.status());
+    m.dp_sgd_epsilon_max = *most;
   }
   m.participants = closed.metrics.received;
   m.dropped = closed.metrics.selected - std::min(closed.metrics.selected, closed.metrics.received);
@@ -693,6 +739,65 @@ void AggregatorSim::CloseRoundMetrics(const RoundEngine::RoundClosed& closed) {
   round_mark_eval_down_ = eval_down_;
   round_mark_eval_up_ = eval_up_;
   if (Status s = ctx_.report(m); !s.ok()) Fail(s);
+}
+
+Status AggregatorSim::ShareAnswer(uint64_t client, Result<FitOutcome>& outcome,
+                                  Result<WireTrip>& trip, std::vector<wire::Frame>& frames) {
+  if (!ctx_.sharded()) return Status::OK();
+  const int owner = ctx_.shards.OwnerOf(client);
+  const bool mine = owner == ctx_.ranks->rank();
+  std::vector<uint8_t> bytes;
+  if (mine) {
+    ClientAnswer a;
+    if (!outcome.ok()) {
+      a.job_status = outcome.status();
+    } else if (!outcome->refused.empty()) {
+      a.refused = outcome->refused;
+    } else if (!trip.ok()) {
+      a.send_status = trip.status();
+    } else {
+      a.frames = std::move(frames);
+    }
+    bytes = EncodeClientAnswer(a);
+  }
+  frames = {};
+  FM_RETURN_IF_ERROR(ctx_.ranks->Broadcast(owner, bytes,
+                                           [this] { return ctx_.workers.RunOneQueued(); }));
+  if (mine) return Status::OK();
+  FM_ASSIGN_OR_RETURN(ClientAnswer a, DecodeClientAnswer(bytes));
+  if (!a.job_status.ok()) {
+    outcome = a.job_status;
+    return Status::OK();
+  }
+  FitOutcome out;
+  out.refused = std::move(a.refused);
+  outcome = std::move(out);
+  if (!outcome->refused.empty()) return Status::OK();
+  if (!a.send_status.ok()) {
+    trip = a.send_status;
+    return Status::OK();
+  }
+  trip = InProcessNetwork::Receive(a.frames, net_.limits());
+  return trip.status().WithContext("the answer of " + SimClientId(client) + " from rank " +
+                                   std::to_string(owner));
+}
+
+Result<double> AggregatorSim::MaxClientEpsilon() {
+  double most = 0.0;
+  {
+    std::lock_guard<std::mutex> lock(ledgers_mu_);
+    for (const auto& [client, ledger] : ledgers_) most = std::max(most, ledger->epsilon());
+  }
+  if (!ctx_.sharded()) return most;
+  FM_ASSIGN_OR_RETURN(auto all, ctx_.ranks->Allgather(std::span<const uint8_t>(
+                                    reinterpret_cast<const uint8_t*>(&most), sizeof most)));
+  for (const auto& part : all) {
+    if (part.size() != sizeof most) return Status::Internal("a rank sent a malformed epsilon");
+    double theirs;
+    std::memcpy(&theirs, part.data(), sizeof theirs);
+    most = std::max(most, theirs);
+  }
+  return most;
 }
 
 }  // namespace

@@ -18,13 +18,21 @@ InProcessNetwork::InProcessNetwork(VirtualClockEnv& env, LinkModel link, uint64_
 
 Result<WireTrip> InProcessNetwork::Transmit(const wire::Message& message,
                                             const wire::WireLimits& limits,
-                                            wire::DigestMemo* memo) {
+                                            wire::DigestMemo* memo,
+                                            std::vector<wire::Frame>* frames_out) {
   FM_ASSIGN_OR_RETURN(auto frames, wire::Encode(message, limits, memo));
+  auto trip = Receive(frames, limits, memo);
+  FM_CHECK(trip.ok());  // Encode produced the frames with the same limits
+  if (frames_out != nullptr) *frames_out = std::move(frames);
+  return trip;
+}
+
+Result<WireTrip> InProcessNetwork::Receive(std::span<const wire::Frame> frames,
+                                           const wire::WireLimits& limits,
+                                           wire::DigestMemo* memo) {
   WireTrip trip;
   for (const auto& f : frames) trip.bytes += f.size();
-  auto received = wire::Decode(frames, limits, memo);
-  FM_CHECK(received.ok());  // Encode produced the frames with the same limits
-  trip.received = std::move(*received);
+  FM_ASSIGN_OR_RETURN(trip.received, wire::Decode(frames, limits, memo));
   return trip;
 }
 

@@ -15,6 +15,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,8 +61,15 @@ class InProcessNetwork {
   // With `memo` (that thread's own), both sides hash the payload through it: the receiver's
   // check of the bytes the sender just hashed, and a round's FitTasks, which all carry the
   // same model, cost one SHA-256 pass instead of two per message.
+  // With `frames`, also the encoded frames (a sharded simulation hands them to the other
+  // ranks, which Receive them).
   static Result<WireTrip> Transmit(const wire::Message& message, const wire::WireLimits& limits,
-                                   wire::DigestMemo* memo = nullptr);
+                                   wire::DigestMemo* memo = nullptr,
+                                   std::vector<wire::Frame>* frames = nullptr);
+  // The trip of frames Transmit made elsewhere: decoded as its receiver would, with their
+  // size. The decoder's error for frames that do not decode.
+  static Result<WireTrip> Receive(std::span<const wire::Frame> frames,
+                                  const wire::WireLimits& limits, wire::DigestMemo* memo = nullptr);
 
   // `from`, `to`, and the decoded message, at its arrival time (env.NowSeconds()).
   using Handler = std::function<void(const std::string& from, const std::string& to,

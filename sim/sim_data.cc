@@ -16,7 +16,7 @@ ModelSpec SimData::Spec(const ModelSpec& model) const {
   return spec;
 }
 
-Result<SimData> LoadSimData(const SimOptions& o) {
+Result<SimData> LoadSimData(const SimOptions& o, const ClientShards& owner) {
   SimData d;
   DataSourceSpec source = o.data;
   source.split_seed = o.seed;
@@ -56,6 +56,7 @@ Result<SimData> LoadSimData(const SimOptions& o) {
         " samples: set data_shards so that clients share partitions)");
   }
   FM_ASSIGN_OR_RETURN(d.shards, PartitionAll(d.train.labels, d.train.num_classes, p));
+  const std::vector<bool> needed = owner.NeededDataShards(o.clients, d.shards.size());
   if (o.federated_eval) {
     // Each shard's own split, seeded per shard; a shard too small to give a row of any
     // class keeps them all for training and its clients refuse evaluation tasks.
@@ -73,11 +74,14 @@ Result<SimData> LoadSimData(const SimOptions& o) {
         for (uint32_t i : rows.train) train.push_back(shard[i]);
         shard = std::move(train);
       }
-      d.shard_test.push_back(d.train.Subset(test));
+      d.shard_test_sizes.push_back(test.size());
+      d.shard_test.push_back(d.train.Subset(needed[k] ? test : std::vector<uint32_t>{}));
     }
   }
   d.shard_data.reserve(d.shards.size());
-  for (const auto& shard : d.shards) d.shard_data.push_back(d.train.Subset(shard));
+  for (size_t k = 0; k < d.shards.size(); ++k) {
+    d.shard_data.push_back(d.train.Subset(needed[k] ? d.shards[k] : std::vector<uint32_t>{}));
+  }
   return d;
 }
 

@@ -12,6 +12,9 @@
 // partition, exactly as PartitionFor gives it to a real node. The shards' samples are
 // copied out once, at load (partitions are disjoint, so this costs one more copy of the
 // training split at most), rather than for every training job.
+// Sharded runs (sim/client_shards.h): a rank copies out only the shards its own clients
+// train on; the others stay empty (their row indices, hence SizeOf, are kept everywhere:
+// every rank's round engine registers every client with its example count).
 // Thread-safety: const after LoadSimData; read from any thread.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include "core/data/dataset.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
+#include "sim/client_shards.h"
 #include "sim/sim_options.h"
 
 namespace fedmesh {
@@ -36,21 +40,28 @@ struct SimData {
   std::vector<Dataset> shard_data;            // train.Subset(shards[k])
   // Federated evaluation: each shard's held-out rows (never in shards[k]); empty otherwise.
   std::vector<Dataset> shard_test;
+  std::vector<uint64_t> shard_test_sizes;  // their row counts, on every rank
 
   const std::vector<uint32_t>& ShardOf(uint64_t client) const {
     return shards[client % shards.size()];
   }
   uint64_t SizeOf(uint64_t client) const { return ShardOf(client).size(); }
-  // The samples of client `client` (what a node holds).
+  // The samples of client `client` (what a node holds). REQUIRES: this rank owns it.
   const Dataset& DataOf(uint64_t client) const { return shard_data[client % shard_data.size()]; }
-  // The held-out samples of client `client`. REQUIRES: federated evaluation (shard_test set).
+  // How many held-out samples client `client` has. REQUIRES: federated evaluation.
+  uint64_t TestSizeOf(uint64_t client) const {
+    return shard_test_sizes[client % shard_test_sizes.size()];
+  }
+  // The held-out samples of client `client`. REQUIRES: federated evaluation (shard_test
+  // set); this rank owns it.
   const Dataset& TestOf(uint64_t client) const { return shard_test[client % shard_test.size()]; }
   // The model spec with the data's input shape and class count filled in.
   ModelSpec Spec(const ModelSpec& model) const;
 };
 
-// Loads options.data (test trimmed to test_samples) and partitions it. Errors name the
+// Loads options.data (test trimmed to test_samples) and partitions it, copying out the
+// shards of the clients `owner` says this rank owns (all by default). Errors name the
 // dataset or the partition setting.
-Result<SimData> LoadSimData(const SimOptions& options);
+Result<SimData> LoadSimData(const SimOptions& options, const ClientShards& owner = {});
 
 }  // namespace fedmesh

@@ -13,7 +13,9 @@
 #include "core/status.h"
 #include "core/trainer.h"
 #include "core/rng.h"
+#include "sim/client_shards.h"
 #include "sim/in_process_network.h"
+#include "sim/rank_group.h"
 #include "sim/sim_data.h"
 #include "sim/simulation.h"
 #include "sim/workspaces.h"
@@ -44,6 +46,11 @@ struct SimContext {
   // aggregator mode with [sim] batched_clients > 0: trains the pending clients in groups;
   // null otherwise.
   BatchedTrainer* batched = nullptr;
+  // The ranks of the run (never null) and which clients this rank owns; a mode other
+  // than aggregator runs only with one rank.
+  RankGroup* ranks = nullptr;
+  ClientShards shards = {};
+  bool sharded() const { return ranks->size() > 1; }
 };
 
 Result<std::vector<float>> RunAggregatorMode(SimContext& ctx);
@@ -52,7 +59,9 @@ Result<std::vector<float>> RunLocalMode(SimContext& ctx);
 Result<std::vector<float>> RunCentralMode(SimContext& ctx);
 Result<std::vector<float>> RunAllreduceMode(SimContext& ctx);
 
-// Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk.
+// Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk (sharded:
+// each rank evaluates every R-th chunk and the ranks exchange the chunks' figures; a
+// collective).
 Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params);
 // Whether `round` (1-based) is evaluated on the central test set: every eval_every rounds
 // and the last, when there is a central test set.

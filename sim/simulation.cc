@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
 #include "core/json_line.h"
 #include "node/fit_task_runner.h"
+#include "sim/client_shards.h"
 #include "sim/sim_modes.h"
 
 namespace fedmesh {
@@ -82,13 +84,44 @@ bool IsEvalRound(const SimContext& ctx, uint64_t round) {
 Result<EvalStats> Evaluate(SimContext& ctx, std::span<const float> params) {
   const auto& chunks = ctx.data.test_chunks;
   std::vector<EvalStats> parts(chunks.size());
-  FM_RETURN_IF_ERROR(ctx.workers.Run(chunks.size(), [&](size_t j, Model& model) -> Status {
+  // This rank's chunks: every R-th one.
+  const size_t ranks = static_cast<size_t>(ctx.ranks->size());
+  const size_t rank = static_cast<size_t>(ctx.ranks->rank());
+  std::vector<size_t> mine;
+  for (size_t j = rank; j < chunks.size(); j += ranks) mine.push_back(j);
+  FM_RETURN_IF_ERROR(ctx.workers.Run(mine.size(), [&](size_t k, Model& model) -> Status {
     FM_RETURN_IF_ERROR(model.SetParams(params));
     SeededEnv env(nullptr, 0);
     Trainer trainer(&model, ctx.options.trainer, &env);
-    FM_ASSIGN_OR_RETURN(parts[j], trainer.Evaluate(chunks[j]));
+    FM_ASSIGN_OR_RETURN(parts[mine[k]], trainer.Evaluate(chunks[mine[k]]));
     return Status::OK();
   }));
+  if (ranks > 1) {
+    // The figures of each chunk as raw doubles: every rank sums the same bits below.
+    struct Figures {
+      double loss, accuracy;
+      int64_t samples;
+    };
+    std::vector<Figures> own;
+    for (size_t j : mine) own.push_back({parts[j].loss, parts[j].accuracy, parts[j].samples});
+    FM_ASSIGN_OR_RETURN(auto all, ctx.ranks->Allgather(std::span<const uint8_t>(
+                                      reinterpret_cast<const uint8_t*>(own.data()),
+                                      own.size() * sizeof(Figures))));
+    for (size_t r = 0; r < ranks; ++r) {
+      const size_t n = all[r].size() / sizeof(Figures);
+      if (n * sizeof(Figures) != all[r].size() || n != (chunks.size() + ranks - 1 - r) / ranks) {
+        return Status::Internal("rank " + std::to_string(r) + " evaluated a different test set");
+      }
+      for (size_t i = 0; i < n; ++i) {
+        Figures f;
+        std::memcpy(&f, all[r].data() + i * sizeof(Figures), sizeof f);
+        EvalStats& p = parts[r + i * ranks];
+        p.loss = f.loss;
+        p.accuracy = f.accuracy;
+        p.samples = f.samples;
+      }
+    }
+  }
   EvalStats total;
   double loss = 0, correct = 0;
   for (const EvalStats& p : parts) {
@@ -149,11 +182,39 @@ std::string Megabytes(uint64_t bytes) {
   return b;
 }
 
+// The counters every rank adds to the report at the end: client updates and peak RSS.
+Status GatherRankFigures(RankGroup& ranks, SimReport& report) {
+  const uint64_t own[2] = {report.client_updates, report.peak_rss_bytes};
+  FM_ASSIGN_OR_RETURN(auto all, ranks.Allgather(std::span<const uint8_t>(
+                                    reinterpret_cast<const uint8_t*>(own), sizeof own)));
+  report.client_updates = 0;
+  for (const auto& part : all) {
+    if (part.size() != sizeof own) return Status::Internal("a rank sent malformed run figures");
+    uint64_t theirs[2];
+    std::memcpy(theirs, part.data(), sizeof theirs);
+    report.client_updates += theirs[0];
+    report.rank_peak_rss_bytes.push_back(theirs[1]);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<SimReport> RunSimulation(const SimOptions& options,
-                                const std::function<void(const std::string&)>& progress) {
+                                const std::function<void(const std::string&)>& progress,
+                                RankGroup* ranks) {
   FM_RETURN_IF_ERROR(Validate(options));
+  SingleRankGroup single;
+  RankGroup& group = ranks != nullptr ? *ranks : single;
+  FM_RETURN_IF_ERROR(CheckShardable(options, group.size()));
+  const ClientShards shards(group.rank(), group.size());
+  const bool writer = group.rank() == 0;  // of the metrics file and the progress lines
+  // threads = 0 means all cores: shared among the ranks on this machine.
+  int threads = options.threads;
+  if (threads == 0 && group.local_size() > 1) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, cores / group.local_size());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // The device first: a missing GPU fails the run before the data is loaded.
   std::unique_ptr<BatchedOps> batched_ops;
@@ -164,13 +225,13 @@ Result<SimReport> RunSimulation(const SimOptions& options,
                                    " per client");
   }
   if (batched) {
-    auto ops = MakeBatchedOps(options.device, options.threads);
+    auto ops = MakeBatchedOps(options.device, threads);
     if (!ops.ok()) return ops.status().WithContext("[sim] device");
     batched_ops = std::move(*ops);
   }
-  FM_ASSIGN_OR_RETURN(SimData data, LoadSimData(options));
+  FM_ASSIGN_OR_RETURN(SimData data, LoadSimData(options, shards));
   const ModelSpec spec = data.Spec(options.model);
-  FM_ASSIGN_OR_RETURN(Workspaces workers, Workspaces::Create(spec, options.threads));
+  FM_ASSIGN_OR_RETURN(Workspaces workers, Workspaces::Create(spec, threads));
   std::unique_ptr<BatchedTrainer> batched_trainer;
   SimReport report;
   report.training = "per client on " + std::to_string(workers.size()) + " CPU worker" +
@@ -196,15 +257,21 @@ Result<SimReport> RunSimulation(const SimOptions& options,
       FM_RETURN_IF_ERROR(model->SupportsPerExampleClipping().WithContext("[privacy] mode"));
     }
   }
-  if (!options.metrics_path.empty()) {
+  if (group.size() > 1) {
+    report.training += " on each of " + std::to_string(group.size()) + " ranks";
+  }
+  if (writer && !options.metrics_path.empty()) {
     std::ofstream truncate(options.metrics_path, std::ios::trunc);
     if (!truncate) return Status::InvalidArgument("cannot write metrics file '" + options.metrics_path + "'");
   }
 
   sim_internal::SimContext ctx{options, data, spec, workers, std::move(initial), {}, 0};
   ctx.batched = batched_trainer.get();
+  ctx.ranks = &group;
+  ctx.shards = shards;
   ctx.report = [&](const SimRoundMetrics& m) -> Status {
     report.rounds.push_back(m);
+    if (!writer) return Status::OK();
     if (!options.metrics_path.empty()) {
       FM_RETURN_IF_ERROR(AppendJsonLine(options.metrics_path, m.ToJson()));
     }
@@ -229,6 +296,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   };
   ctx.report_eval = [&](const SimFederatedEval& e) -> Status {
     report.federated_evals.push_back(e);
+    if (!writer) return Status::OK();
     if (!options.metrics_path.empty()) {
       for (const JsonLine& line : e.ToJson(options.eval_site_lines)) {
         FM_RETURN_IF_ERROR(AppendJsonLine(options.metrics_path, line));
@@ -254,6 +322,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   report.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
   report.rounds_wall_seconds = std::chrono::duration<double>(t1 - rounds_t0).count();
   report.peak_rss_bytes = PeakRssBytes();
+  if (group.size() > 1) FM_RETURN_IF_ERROR(GatherRankFigures(group, report));
   return report;
 }
 

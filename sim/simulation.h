@@ -13,6 +13,10 @@
 // batched_clients > 0) in groups through one BatchedTrainer on `device`; results depend
 // only on (seed, client, round), so a run is identical line for line whatever the thread
 // count, and on the CPU whether batched or not.
+// Sharded (aggregator mode, a RankGroup of R > 1 ranks, e.g. under mpirun): every rank runs
+// the same engine and network from the same seed; client c's data, state and training live
+// on rank c mod R, whose answers every rank receives in event order, so rank 0 writes the
+// metrics file of the one-process run byte for byte (docs/simulation.md, "Over MPI").
 // Thread-safety: RunSimulation blocks; it uses its own workers.
 #pragma once
 
@@ -25,6 +29,7 @@
 #include "aggregator/federated_eval.h"
 #include "core/json_line.h"
 #include "core/status.h"
+#include "sim/rank_group.h"
 #include "sim/sim_options.h"
 
 namespace fedmesh {
@@ -77,11 +82,13 @@ struct SimReport {
   // Of wall_seconds, the mode's run alone: the rounds, without loading the data and building
   // the workers (what a training-loop baseline times).
   double rounds_wall_seconds = 0.0;
-  uint64_t client_updates = 0;     // local trainings run
+  uint64_t client_updates = 0;     // local trainings run (on all ranks)
   // How clients trained: "per client on N CPU workers" or "batched, up to B clients at
   // once on <ops name>".
   std::string training;
   uint64_t peak_rss_bytes = 0;     // of this process at the end (VmHWM)
+  // Sharded runs: every rank's peak RSS, by rank; empty in a one-process run.
+  std::vector<uint64_t> rank_peak_rss_bytes;
   // Why the run ended before options.rounds (a [dp] epsilon_budget); empty otherwise.
   std::string stopped_early;
 };
@@ -90,8 +97,13 @@ struct SimReport {
 // per federated evaluation (may be empty). Writes options.metrics_path when set. Errors:
 // InvalidArgument for bad options, NotFound / DataLoss from the dataset, Internal when a
 // protocol core fails.
+// With `ranks` of size R > 1, every rank calls it with the same options (CheckShardable:
+// aggregator mode, R <= clients); only rank 0 writes the metrics file and calls
+// `progress`. A rank that fails returns its error while the others may wait for it: the
+// caller then calls ranks->Abort. Null `ranks`: one process.
 Result<SimReport> RunSimulation(const SimOptions& options,
-                                const std::function<void(const std::string&)>& progress = {});
+                                const std::function<void(const std::string&)>& progress = {},
+                                RankGroup* ranks = nullptr);
 
 // The id of client `index` in messages and metrics: "c" and 7 digits ("c0000042"), so ids
 // sort like indices (the round engine aggregates in id order).

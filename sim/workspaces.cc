@@ -138,4 +138,11 @@ void Workspaces::Wait(const Ticket& ticket) {
   }
 }
 
+bool Workspaces::RunOneQueued() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (queue_.empty()) return false;
+  RunQueued(lock, nullptr, 0);
+  return true;
+}
+
 }  // namespace fedmesh

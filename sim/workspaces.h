@@ -11,8 +11,8 @@
 //    background, so the driver's serial work (the aggregator's handling of each result)
 //    overlaps training instead of leaving the other cores idle. While the driver waits for
 //    a job it runs queued jobs itself.
-// Thread-safety: Run, Serve, Submit and Wait are called from one thread (inside Serve: the
-// driver); the jobs run in parallel and must only touch their own state.
+// Thread-safety: Run, Serve, Submit, Wait and RunOneQueued are called from one thread
+// (inside Serve: the driver); the jobs run in parallel and must only touch their own state.
 #pragma once
 
 #include <condition_variable>
@@ -57,6 +57,10 @@ class Workspaces {
   // Blocks until the ticket's job has run, running queued jobs on this thread meanwhile
   // (the awaited one first when no worker has started it).
   void Wait(const Ticket& ticket);
+  // Inside Serve, on the driver: runs the oldest queued job on this thread and returns
+  // true, or returns false when none is queued. A sharded simulation trains its own
+  // clients this way while it waits for another rank's answer.
+  bool RunOneQueued();
 
  private:
   // Pops `task` (or the queue's front when null) and runs it on worker `w`'s model.
