@@ -1,5 +1,6 @@
 #include "aggregator/upstream_link.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -98,7 +99,9 @@ Result<std::optional<UpstreamTask>> UpstreamLink::Poll(int timeout_ms) {
     spdlog::warn("upstream: ignored a message for federation \"{}\"", m.header.federation_id);
     return std::optional<UpstreamTask>();
   }
-  if (std::holds_alternative<wire::RegisterAck>(m.body)) {
+  if (const auto* ack = std::get_if<wire::RegisterAck>(&m.body)) {
+    // Beat as often as the top expects, or it takes an idle region for dead.
+    transport_->SetHeartbeatInterval(static_cast<int>(std::min<uint64_t>(ack->heartbeat_interval_ms, 86400000)));
     if (!registered_) spdlog::info("upstream: registered with {} as {}", options_.endpoint, identity_.name());
     registered_ = true;
     register_attempt_ = 0;

@@ -390,6 +390,9 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
             std::to_string(ack->heartbeat_interval_ms) + " ms)");
       }
       if (!registered) Progress("registered with the aggregator · waiting for a task");
+      // Beat as often as the aggregator expects, or it takes an idle node for dead.
+      transport_->SetHeartbeatInterval(
+          static_cast<int>(std::min<uint64_t>(ack->heartbeat_interval_ms, 86400000)));
       registered = true;
       attempt = 0;
       ++stats_.registrations;

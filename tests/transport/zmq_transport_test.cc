@@ -360,6 +360,29 @@ TEST(ZmqTransport, SilentPeerIsReportedDeadAfterConfiguredIntervals) {
   EXPECT_EQ(s.server->Send(peer, AckMsg("site-a", 1)).code(), StatusCode::kUnavailable);
 }
 
+// A client configured for 5 s beats, told by the server's RegisterAck to beat every 50 ms
+// (SetHeartbeatInterval), is not taken for dead by a server that expects 50 ms. Before the
+// fix the client kept its own 5 s and an idle node was dropped every 150 ms (seen in
+// bench/netns/federation.sh: an aggregator with heartbeat_ms = 1000 cycled every idle site
+// through "silent for 3000 ms: disconnected" and a new Register).
+TEST(ZmqTransport, ClientBeatsAtTheIntervalTheServerAsksFor) {
+  Identity agg = NewIdentity("aggregator");
+  Identity node = NewIdentity("site-a");
+  ZmqServerOptions so;
+  so.heartbeat_interval_ms = 50;
+  so.dead_after_intervals = 3;
+  Server s = StartServer(agg, {node.public_identity()}, so);
+  ZmqClientOptions co;
+  co.heartbeat_interval_ms = 5000;
+  auto client = StartClient(&node, s, agg, co);
+  RoundTrip(*client, *s.server, "site-a");
+  client->SetHeartbeatInterval(50);
+  EXPECT_FALSE(AwaitEvent<PeerDead>(*s.server, 600).has_value());
+  EXPECT_EQ(s.server->peer_count(), 1u);
+  client->SetHeartbeatInterval(5000);  // back to slow beats: now it is taken for dead
+  EXPECT_TRUE(AwaitEvent<PeerDead>(*s.server, 2000).has_value());
+}
+
 TEST(ZmqTransport, PlainTcpUsesRoutingIdAsPeer) {
   Identity agg = NewIdentity("aggregator");
   ZmqServerOptions so;

@@ -27,7 +27,7 @@ std::chrono::milliseconds RegisterRetryDelay(int attempt, const ZmqClientOptions
 }
 
 ZmqClient::ZmqClient(const ZmqClientOptions& options)
-    : options_(options), reassembler_(options.limits) {}
+    : options_(options), reassembler_(options.limits), heartbeat_ms_(options.heartbeat_interval_ms) {}
 
 ZmqClient::~ZmqClient() {
   {
@@ -116,11 +116,27 @@ Status ZmqClient::Connect(const std::string& endpoint,
   return Status::OK();
 }
 
+void ZmqClient::SetHeartbeatInterval(int interval_ms) {
+  if (interval_ms <= 0 || !heartbeat_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (heartbeat_ms_ == interval_ms) return;
+    heartbeat_ms_ = interval_ms;
+    interval_changed_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
 void ZmqClient::HeartbeatLoop() {
   uint64_t sequence = 0;
-  const auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
   std::unique_lock<std::mutex> stop_lock(stop_mu_);
-  while (!stop_cv_.wait_for(stop_lock, interval, [this] { return stop_.load(); })) {
+  while (true) {
+    interval_changed_ = false;
+    const auto interval = std::chrono::milliseconds(heartbeat_ms_);
+    if (stop_cv_.wait_for(stop_lock, interval, [this] { return stop_.load() || interval_changed_; })) {
+      if (stop_.load()) return;
+      continue;  // a new interval: the next beat is one new interval from now
+    }
     ++sequence;
     wire::Message hb{
         {options_.federation_id, options_.node_id, 0, 0, kHeartbeatIdBase + sequence},

@@ -98,6 +98,12 @@ class ZmqClient final : public ClientTransport {
 
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
+  // Beats every `interval_ms` from now on: the interval the server asks for in its
+  // RegisterAck (a server that expects beats more often than this client was configured
+  // for would otherwise take an idle client for dead). No-op for interval_ms <= 0 or when
+  // heartbeats are off (heartbeat_interval_ms = 0). Thread-safe.
+  void SetHeartbeatInterval(int interval_ms);
+
   // Stops the heartbeat thread: for dead-peer tests only.
   void StopHeartbeatsForTesting();
 
@@ -117,6 +123,8 @@ class ZmqClient final : public ClientTransport {
   std::atomic<bool> stop_{false};
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
+  int heartbeat_ms_ = 0;           // GUARDED_BY(stop_mu_)
+  bool interval_changed_ = false;  // GUARDED_BY(stop_mu_)
   std::thread heartbeat_thread_;
   std::atomic<uint64_t> bytes_sent_{0};
 };
