@@ -575,6 +575,7 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               return Status::OK();
             },
             [&](RoundEngine::RoundRetried& r) -> Status {
+              if (r.abandoned) return AbandonUpstreamRound(r);
               spdlog::warn("round {} attempt {} failed with {} update(s): {}; retrying", r.round,
                            r.failed_attempt, r.received, r.reason);
               return Status::OK();

@@ -157,6 +157,9 @@ class AggregatorService {
   Status HandleUpstreamTask(UpstreamTask task);
   // After regional round c closed: answers the top's task of that round.
   Status AnswerUpstream(const RoundEngine::RoundClosed& c);
+  // Every attempt of regional round r failed: drops it from the store and refuses the
+  // top's task, so the top's round stops waiting for this region.
+  Status AbandonUpstreamRound(const RoundEngine::RoundRetried& r);
   // A restart: the granted or answered upstream round from the store's control state.
   Status RestoreUpstreamState(bool round_open, uint64_t rounds_closed,
                               RoundEngine::RestoredState* state);

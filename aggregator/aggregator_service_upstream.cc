@@ -105,6 +105,20 @@ Status AggregatorService::AnswerUpstream(const RoundEngine::RoundClosed& c) {
   return s;
 }
 
+Status AggregatorService::AbandonUpstreamRound(const RoundEngine::RoundRetried& r) {
+  spdlog::warn("round {} gave up after attempt {} ({} update(s)): {}; waiting for the top's next task",
+               r.round, r.failed_attempt, r.received, r.reason);
+  FM_RETURN_IF_ERROR(store_->AbandonRound(r.round).WithContext("giving up round " + std::to_string(r.round)));
+  FM_RETURN_IF_ERROR(store_->SetControl(kGrantControl, "none"));
+  open_round_.reset();
+  if (!upstream_task_ || upstream_task_->round != r.round) return Status::OK();
+  const uint64_t message_id = upstream_task_->message_id;
+  upstream_task_.reset();
+  return upstream_->Refuse(r.round, message_id,
+                           "the regional round failed after " + std::to_string(r.failed_attempt) +
+                               " attempt(s): " + r.reason);
+}
+
 Status AggregatorService::RestoreUpstreamState(bool round_open, uint64_t rounds_closed,
                                                RoundEngine::RestoredState* state) {
   state->last_closed_round = rounds_closed;
@@ -116,7 +130,7 @@ Status AggregatorService::RestoreUpstreamState(bool round_open, uint64_t rounds_
   }
   FM_ASSIGN_OR_RETURN(std::optional<std::string> grant, store_->Control(kGrantControl));
   std::optional<std::pair<UpstreamTask, uint64_t>> granted;  // the task and its base version
-  if (grant) {
+  if (grant && *grant != "none") {  // "none": the last grant's round was given up
     std::istringstream in(*grant);
     UpstreamTask t;
     uint64_t base = 0;

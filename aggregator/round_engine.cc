@@ -883,6 +883,20 @@ void RoundEngine::RetryOrGiveUp(std::vector<Output>& out, std::string why) {
                                           " selected nodes answered by the deadline; min_clients is " +
                                           Str(options_.min_clients);
   secagg_.reset();
+  if (attempt_ > static_cast<uint32_t>(options_.max_retries) && options_.rounds_on_demand) {
+    // A region gives the round up and waits for its top's next task.
+    out.push_back(RoundRetried{round_, attempt_, received, std::move(reason), /*abandoned=*/true});
+    ++total_retries_;
+    selected_.clear();
+    earlier_selected_.clear();
+    accepted_.clear();
+    fit_task_.reset();
+    attempt_ = 0;
+    granted_ = false;
+    last_closed_round_ = round_;
+    phase_ = Phase::kWaitingForNodes;
+    return;
+  }
   if (attempt_ > static_cast<uint32_t>(options_.max_retries)) {
     Finish(Status::DeadlineExceeded("round " + Str(round_) + " failed after " + Str(attempt_) +
                                     " attempts: " + reason),

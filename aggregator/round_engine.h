@@ -167,8 +167,9 @@ struct RoundEngineOptions {
   bool report_update_params = true;
   // A regional aggregator's engine (aggregator/upstream_link.h): a round opens only when
   // GrantRound hands it the upstream model, numbered as the upstream round, and after it
-  // closes the engine waits for the next grant instead of opening round + 1. total_rounds
-  // still ends the federation. Synchronous rounds only, without federated statistics or
+  // closes the engine waits for the next grant instead of opening round + 1. A granted
+  // round that fails every retry is given up (RoundRetried::abandoned) rather than ending
+  // the federation. total_rounds still ends the federation. Synchronous rounds only, without federated statistics or
   // update prediction (the upstream aggregator owns the model between rounds). Default:
   // false.
   bool rounds_on_demand = false;
@@ -309,6 +310,11 @@ class RoundEngine {
     uint32_t failed_attempt = 0;
     uint32_t received = 0;
     std::string reason;
+    // rounds_on_demand: that was the last attempt (max_retries). The round is given up, not
+    // retried, and the engine waits for the next grant: the driver drops the open round from
+    // its store and tells the upstream aggregator. (Without rounds_on_demand the federation
+    // finishes instead.)
+    bool abandoned = false;
   };
   // The federation ended: OK after total_rounds, DeadlineExceeded when a round failed
   // max_retries + 1 times, Internal when the strategy failed. No round opens afterwards.

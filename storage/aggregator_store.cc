@@ -672,6 +672,20 @@ Result<std::vector<float>> AggregatorStore::StrategyState(uint64_t model_version
   return out;
 }
 
+Status AggregatorStore::AbandonRound(uint64_t round) {
+  return db_->WithTransaction([&]() -> Status {
+    FM_RETURN_IF_ERROR(RequireOpenRound(round, "abandon"));
+    for (const char* sql :
+         {"DELETE FROM updates WHERE round = ?", "DELETE FROM rejections WHERE round = ?",
+          "DELETE FROM round_selection WHERE round = ?", "DELETE FROM rounds WHERE round = ?"}) {
+      FM_ASSIGN_OR_RETURN(Statement del, db_->Prepare(sql));
+      FM_RETURN_IF_ERROR(del.BindAll(round));
+      FM_RETURN_IF_ERROR(del.Run());
+    }
+    return Status::OK();
+  });
+}
+
 Status AggregatorStore::RetryRound(uint64_t round, uint32_t attempt,
                                    std::vector<std::string> selected, double deadline) {
   FM_RETURN_IF_ERROR(CheckSelection(path(), selected, round));

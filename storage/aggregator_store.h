@@ -200,6 +200,11 @@ class AggregatorStore {
   // opened, and a node selected again sends a fresh update. The store cannot tell the
   // attempts' updates apart once the failed one is gone: the engine must refuse an
   // update made for an earlier attempt.
+  // A regional aggregator gives up the open round `round` (every attempt failed): it is
+  // deleted with its accepted updates, selection and rejections (update signatures stay),
+  // so no round is open and the next one may open. FailedPrecondition when `round` is not
+  // the open round.
+  Status AbandonRound(uint64_t round);
   Status RetryRound(uint64_t round, uint32_t attempt, std::vector<std::string> selected,
                     double deadline);
   // Counts one rejected update from `node` for `round` (open or closed; counted per node

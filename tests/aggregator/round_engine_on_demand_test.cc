@@ -106,6 +106,38 @@ TEST(RoundEngineOnDemandTest, GrantNeedsTheOptionAndValidateRefusesWhatARegionCa
   EXPECT_NE(Validate(o).message().find("update_prediction"), std::string::npos);
 }
 
+TEST(RoundEngineOnDemandTest, ARoundThatFailsEveryRetryIsGivenUpNotTheFederation) {
+  RoundEngineOptions o = OnDemand();
+  o.max_retries = 1;
+  Harness h(o, {0.0f, 0.0f});
+  h.Register("n1", 10, 1.0f);
+  h.Register("n2", 10, 1.0f);
+  auto granted = h.engine->GrantRound(3, {1.0f, 1.0f});
+  ASSERT_TRUE(granted.ok());
+  h.Absorb(*granted);
+  h.Answer("n1");  // one of two: below quorum (min_clients 2) at the deadline
+  h.FireTimer();   // attempt 1 fails: retried
+  auto last = h.FireTimer();  // attempt 2 fails: given up
+  auto retried = h.Events<RoundEngine::RoundRetried>();
+  ASSERT_EQ(retried.size(), 2u);
+  EXPECT_FALSE(retried[0].abandoned);
+  EXPECT_TRUE(retried[1].abandoned);
+  EXPECT_EQ(retried[1].round, 3u);
+  EXPECT_TRUE(h.Events<RoundEngine::Finished>().empty());
+  EXPECT_NE(h.engine->phase(), RoundEngine::Phase::kFinished);
+  EXPECT_FALSE(h.engine->granted());
+  EXPECT_TRUE(Filter<RoundEngine::RoundOpened>(last).empty());
+  // The given-up round is not granted again; the next one opens with both nodes.
+  EXPECT_EQ(h.engine->GrantRound(3, {0.0f, 0.0f}).status().code(), StatusCode::kFailedPrecondition);
+  auto next = h.engine->GrantRound(4, {0.0f, 0.0f});
+  ASSERT_TRUE(next.ok());
+  h.Absorb(*next);
+  auto opened = Filter<RoundEngine::RoundOpened>(*next);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0].round, 4u);
+  EXPECT_EQ(opened[0].attempt, 1u);
+}
+
 TEST(RoundEngineOnDemandTest, ARestoredGrantResumesAndAnUngrantedRestoreWaits) {
   RoundEngine::RestoredState s;
   s.round = 4;

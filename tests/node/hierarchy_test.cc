@@ -52,8 +52,10 @@ class HierarchyTest : public FederationTest {
 
   // Starts fedmesh-aggregator with `config`; returns its endpoint ("" on failure).
   std::string StartAggregatorWith(const std::string& name, const std::string& config,
-                                  ChildProcess** child) {
-    *child = Spawn(name, {kBin + "fedmesh-aggregator", "--config", config});
+                                  ChildProcess** child, const std::vector<std::string>& sets = {}) {
+    std::vector<std::string> argv = {kBin + "fedmesh-aggregator", "--config", config};
+    for (const std::string& set : sets) argv.insert(argv.end(), {"--set", set});
+    *child = Spawn(name, argv);
     if (*child == nullptr) return "";
     static const std::regex kListening(R"(listening on (tcp://127\.0\.0\.1:[0-9]+)\n)");
     std::string endpoint;
@@ -73,7 +75,8 @@ class HierarchyTest : public FederationTest {
   // run/<prefix>site-i.db. `partition`: "dirichlet" (unequal sites) or "iid".
   ChildProcess* StartSite(int i, const std::string& federation, const std::string& endpoint,
                           const std::string& server_key, const std::string& prefix,
-                          const std::string& partition, const std::string& secagg_allow) {
+                          const std::string& partition, const std::string& secagg_allow,
+                          const std::string& model = "logreg") {
     const std::string id = "site-" + std::to_string(i);
     const std::string file = prefix + id + ".toml";
     Write(file, "[federation]\nid = \"" + federation + "\"\n[node]\nid = \"" + id + "\"\nkey = \"keys/" +
@@ -81,7 +84,7 @@ class HierarchyTest : public FederationTest {
                     endpoint + "\"\npublic_key = \"keys/" + server_key + ".pub\"\n"
                     "[data]\ndataset = \"fashion-mnist\"\npartition = \"" + partition +
                     "\"\nalpha = 0.5\nnum_partitions = 6\nindex = " + std::to_string(i - 1) +
-                    "\nseed = 7\n[model]\nname = \"logreg\"\nseed = 42\n[train]\nthreads = 1\n" +
+                    "\nseed = 7\n[model]\nname = \"" + model + "\"\nseed = 42\n[train]\nthreads = 1\n" +
                     (secagg_allow.empty() ? "" : "[secagg]\nallow = \"keys/" + secagg_allow + "\"\n"));
     return Spawn(prefix + id, {kBin + "fedmesh-node", "--config", file});
   }
@@ -212,6 +215,49 @@ TEST_F(HierarchyTest, SecureAggregationAtTheRegionsEqualsTheFlatSecureFederation
   for (const char* r : {"region-a", "region-b"}) {
     EXPECT_EQ(SplitLines(ReadWholeFile(dir_ / "run" / (std::string(r) + ".jsonl"))).size(), 5u) << r;
   }
+}
+
+TEST_F(HierarchyTest, ARegionWhoseRoundFailsRefusesTheTaskAndServesTheNext) {
+  Write("top.toml", AggregatorToml("hier", "top", "top", "allow-top", 2, "[eval]\ndataset = \"\"\n"));
+  ChildProcess* top = nullptr;
+  const std::string top_ep =
+      StartAggregatorWith("top", "top.toml", &top, {"rounds.total=2", "rounds.min_clients=1"});
+  ASSERT_FALSE(top_ep.empty());
+  std::map<std::string, std::string> ep;
+  ChildProcess* region_a = nullptr;
+  for (const std::string r : {"a", "b"}) {
+    Write("region-" + r + ".toml",
+          AggregatorToml("region-" + r, "region-" + r, "agg-" + r, "allow-" + r, r == "a" ? 2 : 3,
+                         "[eval]\ndataset = \"\"\n[upstream]\nendpoint = \"" + top_ep +
+                             "\"\npublic_key = \"keys/top.pub\"\nkey = \"keys/region-" + r +
+                             ".key\"\nfederation = \"hier\"\n"));
+    ChildProcess* child = nullptr;
+    ep[r] = StartAggregatorWith("region-" + r, "region-" + r + ".toml", &child,
+                                r == "a" ? std::vector<std::string>{"rounds.max_retries=0"}
+                                         : std::vector<std::string>{});
+    ASSERT_FALSE(ep[r].empty());
+    if (r == "a") region_a = child;
+  }
+  // Region a's two sites were set up with another model: both refuse every task, so each of
+  // its rounds fails below quorum, and with max_retries 0 it is given up at once.
+  for (int i : {1, 2, 4, 5, 6}) {
+    const std::string r = i <= 3 ? "a" : "b";
+    ASSERT_NE(StartSite(i, "region-" + r, ep[r], "agg-" + r, "hier-", "iid", "", r == "a" ? "mlp" : "logreg"),
+              nullptr);
+  }
+  const auto rc = top->WaitExit(seconds(120));
+  ASSERT_EQ(rc, std::optional<int>(0)) << top->Log();
+  const auto lines = SplitLines(ReadWholeFile(dir_ / "run" / "top.jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& line : lines) {
+    EXPECT_EQ(JsonNumber(line, "received"), std::optional<double>(1)) << line;  // region-b only
+    EXPECT_LT(JsonNumber(line, "wall_s").value_or(999), 60) << line;  // not the 120 s deadline
+  }
+  EXPECT_TRUE(region_a->Running());  // gave the rounds up, did not die
+  const std::string log = region_a->Log();
+  EXPECT_NE(log.find("round 1 gave up after attempt 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("round 2 gave up after attempt 1"), std::string::npos) << log;
+  EXPECT_NE(top->Log().find("the regional round failed after 1 attempt(s)"), std::string::npos) << top->Log();
 }
 
 }  // namespace

@@ -245,6 +245,24 @@ TEST_F(AggregatorStoreTest, OpenRoundRules) {
   EXPECT_TRUE(store->OpenRound(3, 1, {"a"}, 30.0).ok());  // gaps are allowed
 }
 
+TEST_F(AggregatorStoreTest, AnAbandonedRoundLeavesNothingOpenAndTheNextOneOpens) {
+  auto store = Open();
+  ASSERT_TRUE(store->SaveModel(0, Params(0, 4)).ok());
+  ASSERT_TRUE(store->OpenRound(5, 2, {"a", "b"}, 10.0).ok());
+  ASSERT_TRUE(store->AcceptUpdate(5, "a", 10, Params(1, 4), 0.5).ok());
+  EXPECT_EQ(store->AbandonRound(4).code(), StatusCode::kFailedPrecondition);  // not the open one
+  ASSERT_TRUE(store->AbandonRound(5).ok());
+  auto open = store->LoadOpenRound();
+  ASSERT_TRUE(open.ok());
+  EXPECT_FALSE(open->has_value());
+  EXPECT_EQ(store->AbandonRound(5).code(), StatusCode::kFailedPrecondition);  // nothing open
+  ASSERT_TRUE(store->OpenRound(6, 1, {"a", "b"}, 20.0).ok());
+  auto reopened = store->LoadOpenRound();
+  ASSERT_TRUE(reopened.ok() && reopened->has_value());
+  EXPECT_EQ((*reopened)->round, 6u);
+  EXPECT_TRUE((*reopened)->updates.empty());
+}
+
 TEST_F(AggregatorStoreTest, ReopenWithoutClosingResumesRoundWithEveryAcceptedUpdate) {
   const std::vector<std::string> selected = {"site-c", "site-a", "site-e", "site-b", "site-d"};
   {
