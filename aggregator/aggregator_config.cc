@@ -71,7 +71,9 @@ const ConfigSchema& AggregatorConfigSchema() {
             .Min(0)
             .Max(1 << 30),
         FloatKey("aggregator", "upload_idle_timeout_s", 60.0,
-                 "A partial upload that received no chunk for this many seconds is dropped")
+                 "A partial upload that received no chunk for this many seconds is dropped; "
+                 "until then a site cut off mid-upload is not declared dead, and resumes the "
+                 "upload where it stopped when it reconnects")
             .Min(0, true)
             .Max(86400),
         IntKey("aggregator", "heartbeat_ms", 5000, "How often nodes send a heartbeat, in milliseconds")

@@ -128,6 +128,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   c->server_key_ = server.curve_public;
   c->options_.transport.federation_id = options.federation_id;
   c->options_.transport.node_id = config.node_id;
+  c->options_.transport.send_chunk_bytes = config.upload_chunk_bytes;
 
   // This node's share of the data, loaded once; nothing of it ever leaves the node.
   const LocalTrainingOptions& t = config.training;
@@ -376,6 +377,13 @@ Status FederatedClient::Run(std::atomic<bool>* stop) {
       continue;
     }
     consecutive_poll_errors = 0;
+    if (transport_->resumes() != resumes_logged_) {
+      // The transport acted on a TransferResume (zmq_client.h): say what it cost.
+      resumes_logged_ = transport_->resumes();
+      Log("resumed an upload cut by a lost connection: " +
+          std::to_string(transport_->bytes_resent()) + " bytes re-sent in " +
+          std::to_string(resumes_logged_) + " resumption(s) so far");
+    }
     if (!polled->has_value()) continue;
     const wire::Message& m = **polled;
     last_heard = Clock::now();
@@ -652,6 +660,17 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   if (task.deadline_unix_ms != 0 && NowUnixMs() >= static_cast<int64_t>(task.deadline_unix_ms)) {
     return refuse("its deadline has already passed");
   }
+  if (sent_update_ && !task.secagg && sent_update_->round == task.round &&
+      sent_update_->model_version == m.header.model_version) {
+    // The same task again: the aggregator lost our connection before it had the whole
+    // update. Its transport says which chunks it lacks; nothing is trained again.
+    if (Status s = transport_->QueryRetained(); s.ok()) {
+      Log(round + ": the task came again; resuming the upload of the update already trained");
+      return Status::OK();
+    } else {
+      Log(round + ": cannot resume the upload (" + s.message() + "); training again");
+    }
+  }
   if (std::string why = ImputeMissingCells(task); !why.empty()) return refuse(why);
   if (last_round_served_ && task.round <= *last_round_served_) {
     Log(round + " was served before (checkpoint says " + std::to_string(*last_round_served_) +
@@ -720,7 +739,9 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r)
                            .WithContext("signing the update of " + round));
     wire::Message out{std::move(header), std::move(r)};
-    if (Status s = transport_->Send(out); !s.ok()) {
+    // Kept by the transport, so that a re-sent task resumes the upload (see above).
+    sent_update_ = SentUpdate{task.round, m.header.model_version};
+    if (Status s = transport_->SendResumable(out); !s.ok()) {
       Log("sending the FitResult for " + round + " failed: " + s.message());
       return Status::OK();  // the aggregator re-sends the task when we register again
     }

@@ -212,6 +212,13 @@ class FederatedClient {
   // The rounds this site sent a masked input for: never a second one (MaskLedger).
   MaskLedger masked_rounds_;
   uint64_t next_message_id_ = 1;
+  // The task whose update the transport keeps for a resumed upload (SendResumable).
+  struct SentUpdate {
+    uint64_t round = 0;
+    uint64_t model_version = 0;
+  };
+  std::optional<SentUpdate> sent_update_;
+  uint64_t resumes_logged_ = 0;  // transport_->resumes() last reported in the log
   FederatedClientStats stats_;
 };
 

@@ -38,6 +38,12 @@ const ConfigSchema& NodeConfigSchema() {
                   "The aggregator's public key file, as fedmesh-keys wrote it; required unless "
                   "[gossip] listen is set")
             .Path(),
+        IntKey("aggregator", "upload_chunk_kb", 8192,
+               "KiB per chunk of an update sent to the aggregator; an upload cut by a lost "
+               "connection resumes from the first chunk the aggregator lacks, so sites on "
+               "flaky links lose less with smaller chunks (e.g. 1024)")
+            .Min(64)
+            .Max(65536),
         StringKey("train", "mode", "federated",
                   "federated: rounds with an aggregator (or gossip with [gossip] listen); "
                   "allreduce: synchronous data-parallel training with the [collective] group, "
@@ -310,6 +316,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   c.db_path = v.GetString("node", "db");
   c.aggregator_endpoint = v.GetString("aggregator", "endpoint");
   c.aggregator_public_key_path = v.GetString("aggregator", "public_key");
+  c.upload_chunk_bytes = static_cast<uint64_t>(v.GetInt("aggregator", "upload_chunk_kb")) * 1024;
 
   LocalTrainingOptions& t = c.training;
   t.node_id = c.node_id;

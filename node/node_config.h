@@ -86,6 +86,8 @@ struct NodeConfig {
   // [aggregator]
   std::string aggregator_endpoint;        // e.g. tcp://aggregator.example:5555
   std::string aggregator_public_key_path; // the aggregator's public key file
+  // Payload bytes per chunk of an upload to the aggregator. Default: 8 MiB (the wire's).
+  uint64_t upload_chunk_bytes = uint64_t{8} << 20;
   // [data], [train], [model] and [node] metrics.
   LocalTrainingOptions training;
   // [train] external*: the site's own training program (docs/external-trainer.md); active

@@ -18,6 +18,8 @@ PACKAGES=(
   # the external trainer's tests: the python/ package (pytest, a venv install) and the
   # PyTorch sites of examples/pytorch
   python3-numpy python3-pytest python3-venv python3-setuptools python3-torch python3-onnx
+  # real tabular data (breast_cancer.csv) for the vertical/split tests and examples
+  python3-sklearn
   # a second parser of the Prometheus endpoints (tests only)
   python3-prometheus-client
   # headless screenshots of the aggregator's status page (tests only)

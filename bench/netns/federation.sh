@@ -12,9 +12,15 @@
 #              deadline), site-4 rejoins and contributes again.
 #   gossip     4 D-PSGD peers, peer 4 behind a SLOW_MBIT (default 10; 0 = unshaped) link:
 #              steps, accuracy, bytes and the live view per peer.
+#   resume     2 sites; site-2 behind an UPLOAD_MBIT (default 1) link sends its update in
+#              64 KiB chunks, and its link goes down CUT_AFTER_S (default 4) s into the
+#              upload for CUT_S (default 12) s. Run twice: with the aggregator keeping the
+#              partial upload (resumed), and with upload_idle_timeout_s = 1 (the partial
+#              copy is dropped, the update is sent whole again). Bytes site-2 put on its
+#              link in each, from the veth's counters.
 #
 # Makes and removes everything it creates (namespaces fmfed-*), uses only 10.79.0.0/24
-# inside them. Root only. Usage: sudo bench/netns/federation.sh [links|partition|gossip|all]
+# inside them. Root only. Usage: sudo bench/netns/federation.sh [links|partition|gossip|resume|all]
 # Delay, jitter and loss need the kernel's sch_netem; where it is missing (the VM these
 # figures were taken on) the script says so and shapes the rate alone (tbf).
 set -euo pipefail
@@ -204,11 +210,61 @@ run_gossip() {
   done
 }
 
+tx_bytes() { ip netns exec "fmfed-$1" cat "/sys/class/net/v-$1/statistics/tx_bytes"; }
+
+run_resume() {
+  local up=${UPLOAD_MBIT:-1} cut_after=${CUT_AFTER_S:-4} cut=${CUT_S:-12}
+  for mode in resumed restarted; do
+    make_net agg s1 s2
+    rm -rf "$work/keys"
+    keys site-1 site-2
+    ip netns exec fmfed-s2 tc qdisc replace dev v-s2 root tbf rate "${up}mbit" burst 32kb latency 400ms
+    rm -rf "$work/run" && mkdir -p "$work/run"
+    cp "$root"/examples/fashion-mnist/*.toml "$work/"
+    local idle=600
+    [[ $mode == restarted ]] && idle=1
+    local t0=$SECONDS
+    start aggregator agg "$bin/fedmesh-aggregator" --config aggregator.toml \
+      --set aggregator.listen=tcp://10.79.0.1:5555 --set rounds.total=1 --set rounds.min_clients=2 \
+      --set rounds.clients_per_round=2 --set rounds.timeout_s=300 --set aggregator.heartbeat_ms=1000 \
+      --set "aggregator.upload_idle_timeout_s=$idle"
+    agg_pid=${pids[-1]}
+    for i in 1 2; do
+      start "site-$i" "s$i" "$bin/fedmesh-node" --config "node$i.toml" \
+        --set aggregator.endpoint=tcp://10.79.0.1:5555 --set train.threads=1 \
+        --set aggregator.upload_chunk_kb=64
+    done
+    local deadline=$((SECONDS + 300))
+    until grep -q "round 1: trained" "$work/run/site-2.log" 2>/dev/null; do
+      ((SECONDS < deadline)) || { echo "site-2 never trained"; tail -5 "$work/run/site-2.log"; exit 1; }
+      sleep 0.2
+    done
+    local before
+    before=$(tx_bytes s2)
+    sleep "$cut_after"
+    ip -n fmfed-s2 link set v-s2 down
+    sleep "$cut"
+    ip -n fmfed-s2 link set v-s2 up
+    ip -n fmfed-s2 addr add 10.79.0.12/24 dev v-s2 2>/dev/null || true
+    finish_federation "$t0"
+    local after sent
+    after=$(tx_bytes s2)
+    sent=$((after - before))
+    echo "resume ($mode): site-2 put $sent bytes on its link from the end of training to the end of round 1; round 1 in ${wall} s"
+    summary
+    grep -h "resum\|registering again\|task came again" "$work/run/site-2.log" | sed 's/^/  site-2: /' | cut -c1-200 | head -5
+    grep -c "accepted update from site-2" "$work/run/aggregator.log" | xargs echo "  site-2 updates accepted:"
+    for p in "${pids[@]:-}"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null || true; done
+    pids=()
+  done
+}
+
 probe
 case $what in
   links) run_links ;;
   partition) run_partition ;;
   gossip) run_gossip ;;
-  all) run_links; run_partition; run_gossip ;;
-  *) echo "usage: $0 [links|partition|gossip|all]" >&2; exit 2 ;;
+  resume) run_resume ;;
+  all) run_links; run_partition; run_gossip; run_resume ;;
+  *) echo "usage: $0 [links|partition|gossip|resume|all]" >&2; exit 2 ;;
 esac

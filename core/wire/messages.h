@@ -503,10 +503,35 @@ struct SecAggUnmaskShares {
   friend bool operator==(const SecAggUnmaskShares&, const SecAggUnmaskShares&) = default;
 };
 
+// Resuming an upload cut by a lost connection (docs/wire.md, "Resumed uploads"). Both
+// are answered inside the transports (transport/zmq/) and never reach a round engine.
+// Node -> aggregator: what do you hold of my message `message_id` (this sender's)?
+struct TransferQuery {
+  uint64_t message_id = 0;
+
+  friend bool operator==(const TransferQuery&, const TransferQuery&) = default;
+};
+
+// Values match fedmesh.wire.TransferState.
+enum class TransferState : uint32_t {
+  kUnknown = 0,  // nothing of it pending: send the whole message again
+  kPartial = 1,  // its header and chunks 0 .. next_chunk-1 arrived: send chunks from next_chunk
+};
+
+// Aggregator -> node: the answer to a TransferQuery. next_chunk is 0 unless kPartial.
+struct TransferResume {
+  uint64_t message_id = 0;
+  TransferState state = TransferState::kUnknown;
+  uint32_t next_chunk = 0;
+
+  friend bool operator==(const TransferResume&, const TransferResume&) = default;
+};
+
 using Body =
     std::variant<Register, RegisterAck, FitTask, FitResult, Heartbeat, Reject, Membership,
                  GossipModel, SecAggAdvertiseKeys, SecAggRoster, SecAggShareKeys,
-                 SecAggForwardedShares, SecAggMaskedInput, SecAggUnmaskRequest, SecAggUnmaskShares>;
+                 SecAggForwardedShares, SecAggMaskedInput, SecAggUnmaskRequest, SecAggUnmaskShares,
+                 TransferQuery, TransferResume>;
 
 // Values match fedmesh.wire.MessageType. Chunks are framing, not messages: they never
 // reach the code above the codec.
@@ -527,6 +552,8 @@ enum class MessageType : uint32_t {
   kSecAggMaskedInput = 14,
   kSecAggUnmaskRequest = 15,
   kSecAggUnmaskShares = 16,
+  kTransferQuery = 17,
+  kTransferResume = 18,
 };
 
 struct Message {
@@ -574,6 +601,10 @@ inline std::string_view MessageTypeName(MessageType type) {
       return "SecAggUnmaskRequest";
     case MessageType::kSecAggUnmaskShares:
       return "SecAggUnmaskShares";
+    case MessageType::kTransferQuery:
+      return "TransferQuery";
+    case MessageType::kTransferResume:
+      return "TransferResume";
   }
   return "unknown";
 }

@@ -70,6 +70,26 @@ uint64_t Reassembler::allocated_bytes() const {
   return total;
 }
 
+void Reassembler::MarkResumable() {
+  for (auto& [key, p] : pending_) p.resumable = true;
+}
+
+std::optional<uint32_t> Reassembler::NextChunk(std::string_view sender_id,
+                                               uint64_t message_id) const {
+  auto it = pending_.find(Key{std::string(sender_id), message_id});
+  if (it == pending_.end()) return std::nullopt;
+  return it->second.next_index;
+}
+
+std::vector<Reassembler::Progress> Reassembler::PendingProgress() const {
+  std::vector<Progress> out;
+  out.reserve(pending_.size());
+  for (const auto& [key, p] : pending_) {
+    out.push_back({key.first, key.second, p.next_index, p.message.header.federation_id});
+  }
+  return out;
+}
+
 bool Reassembler::Drop(std::string_view sender_id, uint64_t message_id) {
   auto it = pending_.find(Key{std::string(sender_id), message_id});
   if (it == pending_.end()) return false;
@@ -210,6 +230,7 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
     p.bytes.insert(p.bytes.end(), d, d + data.size());
     if (memo_ == nullptr) p.hasher.Update(std::span<const uint8_t>(d, data.size()));
     p.last_progress = Clock::now();
+    p.resumable = false;
     if (++p.next_index < p.chunk_count) return std::optional<Message>();
 
     // Last chunk: the message leaves the pending set whether or not it checks out.
@@ -257,6 +278,9 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
     return std::optional<Message>(std::move(message));
   }
   Key key{message.header.sender_id, message.header.message_id};
+  if (auto old = pending_.find(key); old != pending_.end() && old->second.resumable) {
+    Drop(key.first, key.second);  // the sender started this message over
+  }
   if (pending_.count(key) != 0) {
     return Status::AlreadyExists(StrCat("'", key.first, "' already has message ", key.second,
                                         " waiting for chunks; message ids must be unique "

@@ -43,6 +43,11 @@ static_assert(static_cast<uint32_t>(MessageType::kSecAggUnmaskRequest) ==
               pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST);
 static_assert(static_cast<uint32_t>(MessageType::kSecAggUnmaskShares) ==
               pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES);
+static_assert(static_cast<uint32_t>(MessageType::kTransferQuery) ==
+              pb::MESSAGE_TYPE_TRANSFER_QUERY);
+static_assert(static_cast<uint32_t>(MessageType::kTransferResume) ==
+              pb::MESSAGE_TYPE_TRANSFER_RESUME);
+static_assert(static_cast<uint32_t>(TransferState::kPartial) == pb::TRANSFER_STATE_PARTIAL);
 static_assert(static_cast<uint32_t>(SecAggSecretKind::kSelfMaskSeed) ==
               pb::SECAGG_SECRET_KIND_SELF_MASK_SEED);
 static_assert(static_cast<uint32_t>(SecAggSecretKind::kMaskingKey) ==
@@ -66,7 +71,9 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, Body>, Register> &&
                   std::is_same_v<std::variant_alternative_t<12, Body>, SecAggMaskedInput> &&
                   std::is_same_v<std::variant_alternative_t<13, Body>, SecAggUnmaskRequest> &&
                   std::is_same_v<std::variant_alternative_t<14, Body>, SecAggUnmaskShares> &&
-                  std::variant_size_v<Body> == 15,
+                  std::is_same_v<std::variant_alternative_t<15, Body>, TransferQuery> &&
+                  std::is_same_v<std::variant_alternative_t<16, Body>, TransferResume> &&
+                  std::variant_size_v<Body> == 17,
               "TypeOf() relies on Body listing the types in MessageType order");
 static_assert(static_cast<uint32_t>(DType::kFloat32) == pb::DTYPE_FLOAT32);
 static_assert(static_cast<uint32_t>(RejectReason::kOverloaded) == pb::REJECT_REASON_OVERLOADED);
@@ -429,7 +436,7 @@ Status CheckSecAggParameters(const SecAggParameters& p) {
 std::string_view TypeName(uint32_t type) {
   if (type == pb::MESSAGE_TYPE_CHUNK) return "Chunk";
   if ((type >= pb::MESSAGE_TYPE_REGISTER && type <= pb::MESSAGE_TYPE_REJECT) ||
-      (type >= pb::MESSAGE_TYPE_MEMBERSHIP && type <= pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES)) {
+      (type >= pb::MESSAGE_TYPE_MEMBERSHIP && type <= pb::MESSAGE_TYPE_TRANSFER_RESUME)) {
     return MessageTypeName(static_cast<MessageType>(type));
   }
   return "unknown";
@@ -469,6 +476,10 @@ uint32_t TypeOfBodyCase(pb::Envelope::BodyCase c) {
       return pb::MESSAGE_TYPE_SECAGG_UNMASK_REQUEST;
     case pb::Envelope::kSecaggUnmaskShares:
       return pb::MESSAGE_TYPE_SECAGG_UNMASK_SHARES;
+    case pb::Envelope::kTransferQuery:
+      return pb::MESSAGE_TYPE_TRANSFER_QUERY;
+    case pb::Envelope::kTransferResume:
+      return pb::MESSAGE_TYPE_TRANSFER_RESUME;
     case pb::Envelope::BODY_NOT_SET:
       break;
   }
@@ -787,6 +798,19 @@ Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, cons
       FM_RETURN_IF_ERROR(CheckExactBytes(r.y.size(), kSecAggShareBytes,
                                          StrCat("SecAggUnmaskShares share ", i, " y"),
                                          "a share of a 32-byte secret"));
+    }
+  } else if (const auto* m = std::get_if<TransferResume>(&body)) {
+    if (m->state != TransferState::kUnknown && m->state != TransferState::kPartial) {
+      return Status::InvalidArgument(StrCat("TransferResume state ",
+                                            static_cast<uint32_t>(m->state), " is unknown"));
+    }
+    if (m->state == TransferState::kUnknown && m->next_chunk != 0) {
+      return Status::InvalidArgument(StrCat("TransferResume next_chunk is ", m->next_chunk,
+                                            " for state UNKNOWN; it must be 0"));
+    }
+    if (m->next_chunk >= l.max_chunks) {
+      return Status::OutOfRange(StrCat("TransferResume next_chunk ", m->next_chunk,
+                                       " is past the chunk limit ", l.max_chunks, " (max_chunks)"));
     }
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     if (m->text.size() > l.max_text_bytes) {

@@ -148,6 +148,24 @@ class Reassembler {
   // more chunks, or an error for a bad frame.
   Result<std::optional<Message>> Add(std::span<const uint8_t> frame);
 
+  // The connection the pending messages came on is gone (resumed uploads, docs/wire.md):
+  // each stays, a chunk with its next index continues it, and a header frame with its key
+  // replaces it (the sender started the message over, e.g. after a restart) instead of
+  // being refused as a duplicate. A pending message that receives a chunk is live again.
+  void MarkResumable();
+  // The index of the first chunk still missing from the pending message (sender_id,
+  // message_id): what a sender that lost its connection sends from. nullopt when no such
+  // message is pending.
+  std::optional<uint32_t> NextChunk(std::string_view sender_id, uint64_t message_id) const;
+  // (sender_id, message_id, next chunk) of every pending message, in key order.
+  struct Progress {
+    std::string sender_id;
+    uint64_t message_id = 0;
+    uint32_t next_chunk = 0;
+    std::string federation_id;
+  };
+  std::vector<Progress> PendingProgress() const;
+
   // Discards the pending message (sender_id, message_id). Returns whether there was one.
   bool Drop(std::string_view sender_id, uint64_t message_id);
   // Discards the pending messages that received no frame since `cutoff`; returns how many.
@@ -171,6 +189,7 @@ class Reassembler {
     std::vector<uint8_t> bytes;  // chunks 0 .. next_index-1
     Sha256 hasher;               // over `bytes`, fed as chunks arrive (without a memo)
     Clock::time_point last_progress;  // its header or latest chunk
+    bool resumable = false;           // see MarkResumable
   };
   using Key = std::pair<std::string, uint64_t>;  // (sender_id, message_id)
 

@@ -273,6 +273,13 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
       orv->set_x(r.x);
       orv->set_y(r.y.data(), r.y.size());
     }
+  } else if (const auto* m = std::get_if<TransferQuery>(&body)) {
+    env->mutable_transfer_query()->set_message_id(m->message_id);
+  } else if (const auto* m = std::get_if<TransferResume>(&body)) {
+    auto* o = env->mutable_transfer_resume();
+    o->set_message_id(m->message_id);
+    o->set_state(static_cast<pb::TransferState>(m->state));
+    o->set_next_chunk(m->next_chunk);
   } else if (const auto* m = std::get_if<Reject>(&body)) {
     auto* o = env->mutable_reject();
     o->set_reason(static_cast<pb::RejectReason>(m->reason));
@@ -538,6 +545,15 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
         m.shares.push_back(std::move(r));
       }
       *body = std::move(m);
+      return Status::OK();
+    }
+    case pb::Envelope::kTransferQuery:
+      *body = TransferQuery{env.transfer_query().message_id()};
+      return Status::OK();
+    case pb::Envelope::kTransferResume: {
+      const auto& i = env.transfer_resume();
+      // A state unknown to this build is kept as is and refused by CheckBody.
+      *body = TransferResume{i.message_id(), static_cast<TransferState>(i.state()), i.next_chunk()};
       return Status::OK();
     }
     case pb::Envelope::kChunk:

@@ -299,6 +299,37 @@ TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsChange) {
   EXPECT_EQ((*cp)->velocity.size(), kParams);  // momentum 0.5: kept for the next round
 }
 
+// Resumed uploads: the aggregator sends the same task again (it lost the node's connection
+// before it had the whole update). The node does not train again: it asks the transport
+// what the server holds and sends the kept update - here the server's transport holds
+// nothing of it (UNKNOWN), so the same message, same id and bytes, arrives whole.
+TEST_F(FederatedClientTest, TheSameTaskAgainResumesTheKeptUpdateWithoutTraining) {
+  StartClient(Config(), Options());
+  const std::string peer = Handshake();
+  ASSERT_FALSE(peer.empty());
+  const std::vector<float> global = Global();
+  Send(peer, 1, Task(1, global));
+  auto first = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(first.has_value()) << "no FitResult within 20 s";
+  const uint64_t resumes_before = server_->resume_offers();
+
+  Send(peer, 1, Task(1, global));
+  auto again = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(again.has_value()) << "the kept update was not sent again";
+  EXPECT_EQ(again->first.message.header, first->first.message.header);  // same message id
+  EXPECT_EQ(*wire::PayloadFloats(again->second.update), *wire::PayloadFloats(first->second.update));
+  EXPECT_EQ(server_->resume_offers(), resumes_before + 1);  // the query's answer
+  EXPECT_TRUE(Logged("round 1: the task came again; resuming the upload"));
+  // Logged at the driver's next poll.
+  const auto deadline = Clock::now() + milliseconds(3000);
+  while (!Logged("resumed an upload cut by a lost connection") && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(Logged("resumed an upload cut by a lost connection"));
+  StopClient();
+  EXPECT_EQ(client_->stats().rounds_served, 1u);  // trained once
+}
+
 TEST_F(FederatedClientTest, RefusesWrongSizeTaskAndServesTheNext) {
   StartClient(Config(), Options());
   const std::string peer = Handshake();

@@ -14,6 +14,8 @@ constexpr int kPollSliceMs = 10;  // longest the driver holds the socket from he
 
 // Heartbeat message ids live in the top half of the id space, away from the driver's.
 constexpr uint64_t kHeartbeatIdBase = uint64_t{1} << 63;
+// TransferQuery ids: below the heartbeats', above any driver's.
+constexpr uint64_t kQueryIdBase = uint64_t{3} << 61;
 
 }  // namespace
 
@@ -27,7 +29,12 @@ std::chrono::milliseconds RegisterRetryDelay(int attempt, const ZmqClientOptions
 }
 
 ZmqClient::ZmqClient(const ZmqClientOptions& options)
-    : options_(options), reassembler_(options.limits), heartbeat_ms_(options.heartbeat_interval_ms) {}
+    : options_(options), send_limits_(options.limits), reassembler_(options.limits),
+      heartbeat_ms_(options.heartbeat_interval_ms) {
+  if (options.send_chunk_bytes != 0) {
+    send_limits_.max_chunk_bytes = std::min(options.send_chunk_bytes, options.limits.max_chunk_bytes);
+  }
+}
 
 ZmqClient::~ZmqClient() {
   {
@@ -169,8 +176,86 @@ Status ZmqClient::SendFramesLocked(std::vector<wire::Frame>& frames) {
   return Status::OK();
 }
 
+Status ZmqClient::SendRetainedLocked(size_t begin, size_t end, uint64_t* bytes) {
+  if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
+  using Shared = std::shared_ptr<const std::vector<wire::Frame>>;
+  const Shared& frames = retained_->frames;
+  try {
+    for (size_t i = begin; i < end; ++i) {
+      const wire::Frame& frame = (*frames)[i];
+      // Each ZeroMQ message holds a reference to the kept frames until libzmq is done.
+      zmq::message_t msg(
+          const_cast<uint8_t*>(frame.data()), frame.size(),
+          [](void*, void* hint) { delete static_cast<Shared*>(hint); }, new Shared(frames));
+      if (!socket_.send(std::move(msg), zmq::send_flags::none)) {
+        return Status::Unavailable("ZmqClient: send queue full past the send timeout");
+      }
+      bytes_sent_ += frame.size();
+      if (bytes != nullptr) *bytes += frame.size();
+    }
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "ZmqClient::Send");
+  }
+  return Status::OK();
+}
+
+Status ZmqClient::KeepAndSend(const wire::Message& message, std::optional<size_t> frames_to_send) {
+  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, send_limits_));
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t n = std::min(frames.size(), frames_to_send.value_or(frames.size()));
+  retained_ = Retained{message.header.message_id,
+                       std::make_shared<const std::vector<wire::Frame>>(std::move(frames))};
+  return SendRetainedLocked(0, n, nullptr);
+}
+
+Status ZmqClient::SendResumable(const wire::Message& message) {
+  return KeepAndSend(message, std::nullopt);
+}
+
+Status ZmqClient::SendResumableForTesting(const wire::Message& message, size_t frames_to_send) {
+  return KeepAndSend(message, frames_to_send);
+}
+
+std::optional<uint64_t> ZmqClient::retained_message_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!retained_) return std::nullopt;
+  return retained_->message_id;
+}
+
+Status ZmqClient::QueryRetained() {
+  std::optional<uint64_t> id = retained_message_id();
+  if (!id) return Status::FailedPrecondition("ZmqClient: no sent message is kept to resume");
+  wire::Message query{{options_.federation_id, options_.node_id, 0, 0, kQueryIdBase + *id},
+                      wire::TransferQuery{*id}};
+  return Send(query);
+}
+
+Status ZmqClient::ResumeLocked(const wire::TransferResume& r) {
+  if (!retained_ || retained_->message_id != r.message_id) {
+    return Status::InvalidArgument(
+        "the server offered to resume message " + std::to_string(r.message_id) +
+        (retained_ ? ", but the message kept for resuming is " + std::to_string(retained_->message_id)
+                   : ", but no message is kept for resuming"));
+  }
+  const size_t count = retained_->frames->size();  // the header frame, then the chunks
+  size_t begin = 0;  // UNKNOWN: the whole message again
+  if (r.state == wire::TransferState::kPartial) {
+    if (count < 2 || r.next_chunk >= count - 1) {
+      return Status::InvalidArgument(
+          "the server asks message " + std::to_string(r.message_id) + " to resume from chunk " +
+          std::to_string(r.next_chunk) + ", but it has " + std::to_string(count - 1) + " chunks");
+    }
+    begin = 1 + size_t{r.next_chunk};
+  }
+  uint64_t bytes = 0;
+  Status s = SendRetainedLocked(begin, count, &bytes);
+  bytes_resent_ += bytes;
+  ++resumes_;
+  return s;
+}
+
 Status ZmqClient::Send(const wire::Message& message) {
-  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, options_.limits));
+  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, send_limits_));
   std::lock_guard<std::mutex> lock(mu_);
   return SendFramesLocked(frames);
 }
@@ -233,7 +318,12 @@ Result<std::optional<wire::Message>> ZmqClient::Poll(int timeout_ms) {
             auto added =
                 reassembler_.Add(std::span<const uint8_t>(part.data<uint8_t>(), part.size()));
             if (!added.ok()) return added.status();
-            if (added->has_value()) return std::move(*added);
+            if (!added->has_value()) continue;
+            if (const auto* r = std::get_if<wire::TransferResume>(&(*added)->body)) {
+              FM_RETURN_IF_ERROR(ResumeLocked(*r));
+              continue;  // handled here: not the driver's business
+            }
+            return std::move(*added);
           }
         }
       } catch (const zmq::error_t& e) {

@@ -19,6 +19,12 @@
 // until destruction, even while the driver is busy training, so that the server can tell
 // a slow node from a dead one. Heartbeats are queued like any message while disconnected.
 //
+// Resumed uploads (docs/wire.md): SendResumable keeps the frames of the message it sends
+// (one at a time, shared with ZeroMQ, no copy). When the server answers a lost connection
+// with a TransferResume for it - offered on the new connection, or asked for with
+// QueryRetained - Poll sends the chunks the server lacks (or the whole message when it has
+// none of it) and does not return the TransferResume.
+//
 // curve = false gives plain TCP (benchmarks on a trusted network only).
 // Thread-safety: as ClientTransport (one driver thread for Connect, Send and Poll). The
 // heartbeat thread shares the socket under an internal mutex.
@@ -34,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -62,6 +69,10 @@ struct ZmqClientOptions {
   int reconnect_ivl_max_ms = 30000;
   // How long Send waits for room in the queue. Default: 5,000 ms.
   int send_timeout_ms = 5000;
+  // Payload bytes per chunk of the messages this client sends (what a resumed upload
+  // counts in); received messages are held to `limits`. 0 = limits.max_chunk_bytes.
+  // Default: 0.
+  uint64_t send_chunk_bytes = 0;
 };
 
 // The delay before re-sending Register for the `attempt`-th time (0-based) without an
@@ -96,6 +107,21 @@ class ZmqClient final : public ClientTransport {
   // into ZeroMQ without a copy.
   Status SendEncoded(std::vector<wire::Frame> frames);
 
+  // Sends `message` and keeps its frames, replacing the one kept before, so that a
+  // transfer cut by a lost connection resumes where the server's copy stops.
+  Status SendResumable(const wire::Message& message);
+  // Asks the server what it holds of the kept message (a TransferQuery); its answer, read
+  // by Poll, sends the rest. FailedPrecondition when no message is kept.
+  Status QueryRetained();
+  // The header message_id of the kept message, if any.
+  std::optional<uint64_t> retained_message_id() const;
+  // Resumptions served (TransferResume answers acted on) and the frame bytes they sent.
+  uint64_t resumes() const { return resumes_.load(); }
+  uint64_t bytes_resent() const { return bytes_resent_.load(); }
+  // As SendResumable, but hands only the first `frames_to_send` frames to the socket (a
+  // connection cut mid-upload): for tests only.
+  Status SendResumableForTesting(const wire::Message& message, size_t frames_to_send);
+
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
   // Beats every `interval_ms` from now on: the interval the server asks for in its
@@ -112,14 +138,29 @@ class ZmqClient final : public ClientTransport {
   void HeartbeatLoop();
   // Moves each frame into its ZeroMQ message (no copy); `frames` is left empty.
   Status SendFramesLocked(std::vector<wire::Frame>& frames);
+  // Hands frames [begin, end) of the kept message to ZeroMQ, sharing their bytes.
+  Status SendRetainedLocked(size_t begin, size_t end, uint64_t* bytes);
+  // Acts on a TransferResume: sends what the server lacks of the kept message.
+  // InvalidArgument for one that names another message or a chunk past its end.
+  Status ResumeLocked(const wire::TransferResume& r);
+  Status KeepAndSend(const wire::Message& message, std::optional<size_t> frames_to_send);
 
   ZmqClientOptions options_;
+  wire::WireLimits send_limits_;  // options_.limits, chunks cut at send_chunk_bytes
   zmq::context_t context_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   zmq::socket_t socket_;  // GUARDED_BY(mu_)
   bool connected_ = false;
   std::string endpoint_;  // GUARDED_BY(mu_)
   wire::Reassembler reassembler_;  // GUARDED_BY(mu_)
+  // The frames of the message SendResumable sent last (header frame, then its chunks).
+  struct Retained {
+    uint64_t message_id = 0;
+    std::shared_ptr<const std::vector<wire::Frame>> frames;
+  };
+  std::optional<Retained> retained_;  // GUARDED_BY(mu_)
+  std::atomic<uint64_t> resumes_{0};
+  std::atomic<uint64_t> bytes_resent_{0};
   std::atomic<bool> stop_{false};
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -234,18 +234,24 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
   if (it == peers_.end()) {
     it = peers_.emplace(peer, Peer(rid, wire::Reassembler(options_.limits, nullptr, &upload_budget_)))
              .first;
-  } else if (it->second.routing_id != rid) {
-    // A new connection from the same key: whatever the old one had half-sent can never
-    // complete, so start from a clean Reassembler and answer on the new connection. The
-    // old connection is closed: one connection per key.
+  }
+  std::vector<wire::Message> replies;
+  if (it->second.routing_id != rid) {
+    // A new connection from the same key: answer on it, and close the old one (one
+    // connection per key). What the old one had half-sent stays, to be resumed: offer
+    // each partial upload's next chunk.
     if (it->second.fd != parts[1].get(ZMQ_SRCFD) &&
         ShutdownConnection(it->second.fd, it->second.remote)) {
       ++duplicates_closed_;
     }
     it->second.routing_id = rid;
-    it->second.reassembler = wire::Reassembler(options_.limits, nullptr, &upload_budget_);
+    it->second.reassembler.MarkResumable();
     it->second.outbox.clear();
     it->second.outbox_bytes = 0;
+    for (const auto& pending : it->second.reassembler.PendingProgress()) {
+      replies.push_back(
+          ResumeFor(it->second, pending.federation_id, pending.sender_id, pending.message_id));
+    }
   }
   Peer& p = it->second;
   p.last_seen = Clock::now();
@@ -264,8 +270,33 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
     if (!added->has_value()) continue;
     wire::Message& m = **added;
     if (std::holds_alternative<wire::Heartbeat>(m.body) && !options_.deliver_heartbeats) continue;
+    if (const auto* q = std::get_if<wire::TransferQuery>(&m.body)) {
+      replies.push_back(ResumeFor(p, m.header.federation_id, m.header.sender_id, q->message_id));
+      continue;
+    }
     events_.push_back(Received{peer, std::move(m)});
   }
+  // After the loop: Send may disconnect peers (a full queue), which would invalidate `p`.
+  for (const wire::Message& reply : replies) {
+    if (Status s = Send(peer, reply); !s.ok()) {
+      spdlog::warn("ZmqServer: could not offer {} a resumed upload: {}", peer, s.message());
+      break;
+    }
+    ++resume_offers_;
+  }
+}
+
+wire::Message ZmqServer::ResumeFor(const Peer& peer, const std::string& federation_id,
+                                   const std::string& sender_id, uint64_t message_id) const {
+  wire::TransferResume r{message_id, wire::TransferState::kUnknown, 0};
+  if (auto next = peer.reassembler.NextChunk(sender_id, message_id)) {
+    r.state = wire::TransferState::kPartial;
+    r.next_chunk = *next;
+  }
+  wire::Header h;
+  h.federation_id = federation_id;
+  h.sender_id = options_.sender_id;
+  return wire::Message{std::move(h), r};
 }
 
 void ZmqServer::Drain() {
@@ -290,7 +321,9 @@ void ZmqServer::ReportDeadPeers() {
                                                options_.dead_after_intervals);
   for (auto it = peers_.begin(); it != peers_.end();) {
     auto silent = now - it->second.last_seen;
-    if (silent > limit) {
+    // A peer cut off mid-upload may come back and resume it: it is dead only once its
+    // partial uploads are dropped as stalled (DropStalledUploads).
+    if (silent > limit && it->second.reassembler.pending_messages() == 0) {
       events_.push_back(PeerDead{
           it->first, std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()});
       it = peers_.erase(it);

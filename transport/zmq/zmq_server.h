@@ -19,6 +19,13 @@
 // Disconnect closes a peer's connection (a revoked key): libzmq tears it down and the
 // peer's next handshake meets the ZAP allowlist again.
 //
+// Resumed uploads (docs/wire.md): a peer's partial uploads outlive its connection. When
+// the same key comes back on a new connection, they are kept (Reassembler::MarkResumable)
+// and the server offers each one's next chunk in a TransferResume; a TransferQuery from the
+// peer is answered the same way (UNKNOWN when nothing of that message is pending). Both
+// are handled here and never returned by Poll. A peer with a partial upload is not
+// reported dead until the upload is dropped as stalled (upload_idle_timeout_ms).
+//
 // curve = false gives plain TCP with no authentication and no encryption: for benchmarks
 // on a trusted network only. The peer id is then the hex of the connection's routing id.
 //
@@ -67,8 +74,13 @@ struct ZmqServerOptions {
   // Declared payload bytes all peers' partial uploads may hold together; a header frame
   // that does not fit is refused. Default: 2 GiB.
   uint64_t max_pending_upload_bytes = uint64_t{2} << 30;
-  // A partial upload that received no chunk for this long is dropped. Default: 60,000 ms.
+  // A partial upload that received no chunk for this long is dropped. Until then its
+  // peer is not reported dead (a site cut off mid-upload resumes it when it comes back,
+  // see "Resumed uploads" below). Default: 60,000 ms.
   int upload_idle_timeout_ms = 60000;
+  // sender_id in the headers of the messages the transport sends itself (TransferResume).
+  // Default: "aggregator".
+  std::string sender_id = "aggregator";
   // A TCP connection that has not completed its ZMTP/CURVE handshake within this is closed
   // (ZMQ_HANDSHAKE_IVL), so idle half-open connections cannot pile up. Default: 10,000 ms.
   int handshake_timeout_ms = 10000;
@@ -116,6 +128,8 @@ class ZmqServer final : public ServerTransport {
   size_t queued_events() const { return events_.size(); }
   // Frame bytes received from authenticated peers (heartbeats included).
   uint64_t bytes_received() const { return bytes_received_; }
+  // TransferResume messages sent (offers on a new connection and answers to queries).
+  uint64_t resume_offers() const { return resume_offers_; }
 
  private:
   struct Peer {
@@ -136,6 +150,9 @@ class ZmqServer final : public ServerTransport {
   void Drain();
   void HandleMessage(std::vector<zmq::message_t>& parts);
   void ReportDeadPeers();
+  // The TransferResume for (sender_id, message_id) of `peer`'s partial uploads.
+  wire::Message ResumeFor(const Peer& peer, const std::string& federation_id,
+                          const std::string& sender_id, uint64_t message_id) const;
   // Moves queued frames into libzmq without blocking; disconnects peers whose queue
   // overflowed. Returns whether any frames are still queued.
   bool FlushOutboxes();
@@ -153,6 +170,7 @@ class ZmqServer final : public ServerTransport {
   uint64_t slow_peers_dropped_ = 0;
   uint64_t uploads_dropped_ = 0;
   uint64_t duplicates_closed_ = 0;
+  uint64_t resume_offers_ = 0;
   std::chrono::steady_clock::time_point next_stall_check_{};
 };
 
