@@ -25,8 +25,9 @@ const ConfigSchema& SimConfigSchema() {
                   "aggregator (round engine + strategy), gossip (no server), local (each "
                   "client alone: the baseline), central (all data pooled: the upper bound) or "
                   "allreduce (clients_per_round ranks average exactly over a ring every round; "
-                  "docs/collectives.md)")
-            .Choices({"aggregator", "gossip", "local", "central", "allreduce"}),
+                  "docs/collectives.md) or split (one model cut across [split] parties, "
+                  "pipelined micro-batches; docs/vertical.md)")
+            .Choices({"aggregator", "gossip", "local", "central", "allreduce", "split"}),
         IntKey("sim", "clients", 100, "Registered virtual clients; only those training hold a model")
             .Min(1)
             .Max(10000000),
@@ -146,6 +147,24 @@ const ConfigSchema& SimConfigSchema() {
         StringKey("rounds", "error_feedback", "auto",
                   "Error feedback on clients: auto, off, residual or dgc")
             .Choices({"auto", "off", "residual", "dgc"}),
+        IntKey("split", "parties", 2,
+               "split mode: the label party and parties - 1 feature parties, each holding one "
+               "contiguous block of the feature columns (party p: the p-th; the links and "
+               "speeds of clients 0 .. parties - 1)")
+            .Min(2)
+            .Max(16),
+        IntKey("split", "microbatches", 1, "split mode: micro-batches per step, pipelined (GPipe)")
+            .Min(1)
+            .Max(1024),
+        IntKey("split", "hidden", 128, "split mode: hidden units of each bottom mlp; 0 = one Gemm")
+            .Min(0)
+            .Max(65536),
+        IntKey("split", "cut", 64, "split mode: outputs of each bottom model (the cut layer's width)")
+            .Min(1)
+            .Max(65536),
+        IntKey("split", "steps_per_round", 0,
+               "split mode: training steps between metrics lines; 0 = one pass over the rows")
+            .Min(0),
         IntKey("gossip", "fanout", 1, "Peers per step for random topology and pushsum").Min(1).Max(1024),
         FloatKey("gossip", "choco_gamma", 0.2, "choco: consensus step size").Min(0, true).Max(1),
         FloatKey("clients", "compute_speed", 2000.0, "Median local training speed, samples per second")
@@ -213,6 +232,11 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.model.name = v.GetString("sim", "model");
   if (const std::string onnx = v.GetString("sim", "onnx"); !onnx.empty()) o.model.name = onnx;
   o.partition = v.GetString("sim", "partition");
+  o.split.parties = static_cast<uint32_t>(v.GetInt("split", "parties"));
+  o.split.microbatches = static_cast<uint32_t>(v.GetInt("split", "microbatches"));
+  o.split.hidden = static_cast<uint32_t>(v.GetInt("split", "hidden"));
+  o.split.cut = static_cast<uint32_t>(v.GetInt("split", "cut"));
+  o.split.steps_per_round = u64("split", "steps_per_round");
   o.alpha = v.GetFloat("sim", "alpha");
   o.strategy = v.GetString("sim", "strategy");
   o.protocol = v.GetString("sim", "protocol");
@@ -309,6 +333,8 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"noise_multiplier must", "privacy", "noise_multiplier"},
       {"delta must", "privacy", "delta"},
       {"epsilon_budget must", "privacy", "epsilon_budget"},
+      {"split parties", "split", "parties"},
+      {"split microbatches", "split", "microbatches"},
       {"", "sim", "mode"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(o), v, kFields));

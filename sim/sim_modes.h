@@ -1,6 +1,6 @@
 // The simulation modes behind RunSimulation (sim/simulation.h), each in its own file:
 // aggregator_mode.cc, gossip_mode.cc, baseline_modes.cc (local and central),
-// allreduce_mode.cc. They share a
+// allreduce_mode.cc, split_mode.cc. They share a
 // SimContext and report each round through it. Internal to sim/.
 #pragma once
 
@@ -58,6 +58,7 @@ Result<std::vector<float>> RunGossipMode(SimContext& ctx);
 Result<std::vector<float>> RunLocalMode(SimContext& ctx);
 Result<std::vector<float>> RunCentralMode(SimContext& ctx);
 Result<std::vector<float>> RunAllreduceMode(SimContext& ctx);
+Result<std::vector<float>> RunSplitMode(SimContext& ctx);
 
 // Test-set accuracy and loss of `params`, evaluated on the workers chunk by chunk (sharded:
 // each rank evaluates every R-th chunk and the ranks exchange the chunks' figures; a

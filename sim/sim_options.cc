@@ -17,8 +17,9 @@ Result<SimMode> ParseSimMode(std::string_view name) {
   if (name == "local") return SimMode::kLocal;
   if (name == "central") return SimMode::kCentral;
   if (name == "allreduce") return SimMode::kAllreduce;
+  if (name == "split") return SimMode::kSplit;
   return Status::InvalidArgument("unknown mode \"" + std::string(name) +
-                                 "\"; known: aggregator, gossip, local, central, allreduce");
+                                 "\"; known: aggregator, gossip, local, central, allreduce, split");
 }
 
 std::string_view SimModeName(SimMode mode) {
@@ -28,6 +29,7 @@ std::string_view SimModeName(SimMode mode) {
     case SimMode::kLocal: return "local";
     case SimMode::kCentral: return "central";
     case SimMode::kAllreduce: return "allreduce";
+    case SimMode::kSplit: return "split";
   }
   return "?";
 }
@@ -125,6 +127,20 @@ Status Validate(const SimOptions& o) {
     }
   }
   if (o.local_epochs < 1) return bad("local_epochs must be >= 1");
+  if (o.mode == SimMode::kSplit) {
+    const SplitSimOptions& sp = o.split;
+    if (sp.parties < 2 || sp.parties > 16) {
+      return bad("split parties must be in [2, 16], got " + std::to_string(sp.parties));
+    }
+    if (sp.microbatches < 1 || sp.microbatches > 1024) {
+      return bad("split microbatches must be in [1, 1024], got " + std::to_string(sp.microbatches));
+    }
+    if (sp.cut < 1) return bad("split cut must be >= 1");
+    if (static_cast<int64_t>(sp.microbatches) > o.trainer.batch_size) {
+      return bad("split microbatches (" + std::to_string(sp.microbatches) + ") must not exceed the batch (" +
+                 std::to_string(o.trainer.batch_size) + "): every micro-batch needs a row");
+    }
+  }
   FM_RETURN_IF_ERROR(ValidateTrainerOptions(o.trainer));
   FM_RETURN_IF_ERROR(ValidateModelName(o.model.name));
   FM_RETURN_IF_ERROR(ValidateDeviceName(o.device));

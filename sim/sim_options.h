@@ -20,7 +20,7 @@
 
 namespace fedmesh {
 
-enum class SimMode { kAggregator, kGossip, kLocal, kCentral, kAllreduce };
+enum class SimMode { kAggregator, kGossip, kLocal, kCentral, kAllreduce, kSplit };
 // "aggregator", "gossip", "local", "central".
 Result<SimMode> ParseSimMode(std::string_view name);
 std::string_view SimModeName(SimMode mode);
@@ -42,6 +42,23 @@ struct CrashEvent {
 };
 // "INDEX@ROUND" or "INDEX@ROUND:ROUNDS_DOWN", e.g. "3@5:2". InvalidArgument otherwise.
 Result<CrashEvent> ParseCrashEvent(std::string_view text);
+
+// split mode (sim/split_mode.cc): split training of one model cut across `parties`
+// parties in virtual time.
+struct SplitSimOptions {
+  // Parties: the label party and parties - 1 feature parties; party p holds the p-th of
+  // `parties` contiguous blocks of the feature columns. 2..16. Default 2.
+  uint32_t parties = 2;
+  // Micro-batches per step, pipelined (GPipe). 1..1024. Default 1 (none).
+  uint32_t microbatches = 1;
+  // Each bottom model: an mlp of one hidden layer of `hidden` units (0: a single Gemm) with
+  // `cut` outputs; the top model: one Gemm over the parts' concatenated outputs. Defaults
+  // 128 and 64.
+  uint32_t hidden = 128;
+  uint32_t cut = 64;
+  // Steps per round (0: one pass over the training rows). Default 0.
+  uint64_t steps_per_round = 0;
+};
 
 struct SimOptions {
   SimMode mode = SimMode::kAggregator;
@@ -96,6 +113,8 @@ struct SimOptions {
   // The metrics file gets one line per answering client when at most this many answered
   // (else only the "*" line); 0 = never.
   uint32_t eval_site_lines = 100;
+
+  SplitSimOptions split;  // split mode only
 
   ModelSpec model;  // mlp by default
   // Local training: epochs per round, batch, lr, momentum (in every FitTask).

@@ -40,6 +40,8 @@ JsonLine SimRoundMetrics::ToJson() const {
   if (dp_sgd_epsilon_max) j.Add("dp_sgd_epsilon_max", *dp_sgd_epsilon_max);
   if (allreduce_s) j.Add("allreduce_s", *allreduce_s);
   if (allreduce_bound_s) j.Add("allreduce_bound_s", *allreduce_bound_s);
+  if (step_s) j.Add("step_s", *step_s);
+  if (idle_fraction) j.Add("idle_fraction", *idle_fraction);
   return j;
 }
 
@@ -313,6 +315,7 @@ Result<SimReport> RunSimulation(const SimOptions& options,
     case SimMode::kLocal: final_model = sim_internal::RunLocalMode(ctx); break;
     case SimMode::kCentral: final_model = sim_internal::RunCentralMode(ctx); break;
     case SimMode::kAllreduce: final_model = sim_internal::RunAllreduceMode(ctx); break;
+    case SimMode::kSplit: final_model = sim_internal::RunSplitMode(ctx); break;
   }
   FM_RETURN_IF_ERROR(final_model.status());
   report.final_model = std::move(*final_model);

@@ -53,6 +53,10 @@ struct SimRoundMetrics {
   // 2 (N - 1) / N x bytes / (the slowest rank's uplink) (collective/virtual_ring.h).
   std::optional<double> allreduce_s;
   std::optional<double> allreduce_bound_s;
+  // split: the mean virtual time of a training step this round, and the share of it the
+  // label party spent waiting (for activations, or for feature parties to catch up).
+  std::optional<double> step_s;
+  std::optional<double> idle_fraction;
   JsonLine ToJson() const;                 // one line, fixed field order
 };
 
@@ -77,7 +81,8 @@ struct SimReport {
   std::vector<SimRoundMetrics> rounds;
   std::vector<SimFederatedEval> federated_evals;  // in the order they closed
   std::vector<float> final_model;  // aggregator / central: the global model; gossip: the
-                                   // average of the live clients'; local: client 0's
+                                   // average of the live clients'; local: client 0's;
+                                   // split: the parts (label bottom, top, feature bottoms)
   double wall_seconds = 0.0;
   // Of wall_seconds, the mode's run alone: the rounds, without loading the data and building
   // the workers (what a training-loop baseline times).
