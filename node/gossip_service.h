@@ -27,6 +27,7 @@
 #include "crypto/identity.h"
 #include "gossip/gossip_node.h"
 #include "node/external_trainer.h"
+#include "node/gossip_outbox.h"
 #include "node/node_config.h"
 #include "node/node_metrics.h"
 #include "telemetry/metrics_exporter.h"
@@ -43,6 +44,7 @@ struct GossipServiceStats {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t dropped_messages = 0;
+  uint64_t models_replaced = 0;  // queued models a newer one replaced before they left
 };
 
 class GossipService {
@@ -103,12 +105,21 @@ class GossipService {
   std::unique_ptr<ZmqServer> server_;
   // One DEALER per live peer, with the endpoint it dialled: a peer that restarted on
   // another port gets a fresh socket as soon as membership learns the new endpoint.
+  // Its outbox holds what waits to be sent (membership first, one model queued at most):
+  // the socket's own queue is kept to a few frames so that a probe never waits behind
+  // models on a slow link (node/gossip_outbox.h).
   struct PeerClient {
     std::string endpoint;
     std::unique_ptr<ZmqClient> client;
+    GossipOutbox outbox;
   };
+  // Hands each peer's queued frames to its socket while it has room.
+  void Pump();
+  bool HasQueued() const;
   std::map<std::string, PeerClient> clients_;
   uint64_t closed_client_bytes_ = 0;  // bytes_sent of clients already closed
+  uint64_t models_replaced_ = 0;      // of outboxes already closed
+  uint64_t ModelsReplaced() const;
   std::unique_ptr<GossipNode> node_;
   std::string bound_;
   double started_at_ = 0;

@@ -68,6 +68,8 @@ Result<std::unique_ptr<ZmqClient>> ZmqClient::Create(const ZmqClientOptions& opt
     socket.set(zmq::sockopt::maxmsgsize,
                static_cast<int64_t>(wire::MaxFrameBytes(options.limits)) +
                    (options.curve ? kCurveFrameOverhead : 0));
+    if (options.send_hwm > 0) socket.set(zmq::sockopt::sndhwm, options.send_hwm);
+    if (options.send_buffer_bytes > 0) socket.set(zmq::sockopt::sndbuf, options.send_buffer_bytes);
     if (options.heartbeat_interval_ms > 0) {
       // ZMTP pings find a half-open connection so that libzmq reconnects.
       socket.set(zmq::sockopt::heartbeat_ivl, options.heartbeat_interval_ms);
@@ -280,6 +282,19 @@ Status ZmqClient::Reconnect() {
 Status ZmqClient::SendEncoded(std::vector<wire::Frame> frames) {
   std::lock_guard<std::mutex> lock(mu_);
   return SendFramesLocked(frames);
+}
+
+Result<bool> ZmqClient::TrySendFrame(const wire::Frame& frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
+  try {
+    zmq::message_t msg(frame.data(), frame.size());
+    if (!socket_.send(msg, zmq::send_flags::dontwait)) return false;
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "ZmqClient::TrySendFrame");
+  }
+  bytes_sent_ += frame.size();
+  return true;
 }
 
 Status ZmqClient::SendRawFrameForTesting(const std::vector<uint8_t>& frame) {

@@ -73,6 +73,12 @@ struct ZmqClientOptions {
   // counts in); received messages are held to `limits`. 0 = limits.max_chunk_bytes.
   // Default: 0.
   uint64_t send_chunk_bytes = 0;
+  // libzmq's queue towards the server, in frames (ZMQ_SNDHWM), and the kernel's socket
+  // send buffer in bytes (ZMQ_SNDBUF); 0 = libzmq's and the OS's defaults. A driver that
+  // keeps its own priority queue (node/gossip_outbox.h) sets both small, so that
+  // little waits where it cannot reorder. Defaults: 0, 0.
+  int send_hwm = 0;
+  int send_buffer_bytes = 0;
 };
 
 // The delay before re-sending Register for the `attempt`-th time (0-based) without an
@@ -121,6 +127,10 @@ class ZmqClient final : public ClientTransport {
   // As SendResumable, but hands only the first `frames_to_send` frames to the socket (a
   // connection cut mid-upload): for tests only.
   Status SendResumableForTesting(const wire::Message& message, size_t frames_to_send);
+
+  // Hands one frame (as Encode made it) to the socket if its queue has room now: true when
+  // it did, false when the queue is full (nothing sent; try again later). Never blocks.
+  Result<bool> TrySendFrame(const wire::Frame& frame);
 
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
