@@ -4,9 +4,10 @@
 # bridge in another namespace, each uplink shaped with tc. Real fedmesh-aggregator /
 # fedmesh-node binaries, CurveZMQ on, Fashion-MNIST, the mlp.
 #
-#   links      the federation over shaped links (RATE_MBIT, default 100; with sch_netem
-#              also DELAY_MS=50 and LOSS_PCT=1), then the same over unshaped links: rounds
-#              and wall time side by side.
+#   links      the federation over shaped links (RATE_MBIT, default 100, DELAY_MS=50 and
+#              LOSS_PCT=1 on every host's link, each way: with sch_netem where the kernel
+#              has it, else through the user-space emulator bench/netns/linkem.py on TAP
+#              devices), then the same over unshaped links: rounds and wall time side by side.
 #   partition  site-4's link goes down after round 1 closes and comes back after round 3
 #              (10 rounds, 3 local epochs): every round closes (quorum 3 of 4 at the
 #              deadline), site-4 rejoins and contributes again.
@@ -21,8 +22,9 @@
 #
 # Makes and removes everything it creates (namespaces fmfed-*), uses only 10.79.0.0/24
 # inside them. Root only. Usage: sudo bench/netns/federation.sh [links|partition|gossip|resume|all]
-# Delay, jitter and loss need the kernel's sch_netem; where it is missing (the VM these
-# figures were taken on) the script says so and shapes the rate alone (tbf).
+# Delay and loss need the kernel's sch_netem; where it is missing (the VM these figures were
+# taken on) `links` emulates them in user space (linkem.py) and the other modes shape the
+# rate alone (tbf).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${FEDMESH_BUILD_DIR:-$root/build}/bin
@@ -73,6 +75,38 @@ make_net() {
     ip -n "$ns" link set lo up
     i=$((i + 1))
   done
+}
+
+# make_net_emulated HOST...: the same hosts and addresses, but each behind a TAP device that
+# bench/netns/linkem.py switches in user space with RATE_MBIT, DELAY_MS and LOSS_PCT on every
+# host's link, both ways: delay and loss where the kernel has no sch_netem.
+linkem_pid=""
+make_net_emulated() {
+  for ns in $(ip netns list | awk '/^fmfed-/{print $1}'); do ip netns del "$ns"; done
+  local ports=() loss
+  loss=$(awk -v p="$loss_pct" 'BEGIN { printf "%g", p / 100 }')
+  for host in "$@"; do
+    local ns=fmfed-$host addr
+    [[ $host == agg ]] && addr=10.79.0.1 || addr=10.79.0.$((10 + ${host#s}))
+    ip netns add "$ns"
+    ip netns exec "$ns" ip tuntap add dev "t-$host" mode tap
+    ip -n "$ns" addr add "$addr/24" dev "t-$host"
+    ip -n "$ns" link set "t-$host" up
+    ip -n "$ns" link set lo up
+    ports+=(--port "$ns:t-$host:$delay_ms:$loss:$rate_mbit")
+  done
+  python3 "$root/bench/netns/linkem.py" "${ports[@]}" 2>"$work/linkem.log" &
+  linkem_pid=$!
+  pids+=("$linkem_pid")
+  sleep 1
+}
+
+stop_linkem() {
+  [[ -n $linkem_pid ]] || return 0
+  kill "$linkem_pid" 2>/dev/null || true
+  wait "$linkem_pid" 2>/dev/null || true
+  sed 's/^/  /' "$work/linkem.log" | grep -v switching || true
+  linkem_pid=""
 }
 
 # shape HOST RATE_MBIT: the host's uplink (and, on the bridge side, its downlink).
@@ -144,19 +178,18 @@ summary() {  # per round: received, wall_s, test accuracy
 }
 
 run_links() {
-  make_net agg s1 s2 s3 s4
   keys site-1 site-2 site-3 site-4
   local label
   for shaped in 1 0; do
-    if ((shaped)); then
+    if ((shaped)) && ((netem_ok)); then
+      make_net agg s1 s2 s3 s4
       for h in agg s1 s2 s3 s4; do shape "$h" "$rate_mbit"; done
-      ((netem_ok)) && label="${rate_mbit} Mbit/s, ${delay_ms} ms, ${loss_pct}% loss (netem)" ||
-        label="${rate_mbit} Mbit/s (tbf); no delay or loss: this kernel has no sch_netem"
+      label="${rate_mbit} Mbit/s, ${delay_ms} ms, ${loss_pct}% loss on every link, each way (netem)"
+    elif ((shaped)); then
+      make_net_emulated agg s1 s2 s3 s4
+      label="${rate_mbit} Mbit/s, ${delay_ms} ms, ${loss_pct}% loss on every link, each way (user-space linkem.py: this kernel has no sch_netem)"
     else
-      for h in agg s1 s2 s3 s4; do
-        ip netns exec "fmfed-$h" tc qdisc del dev "v-$h" root 2>/dev/null || true
-        ip netns exec fmfed-br tc qdisc del dev "p-$h" root 2>/dev/null || true
-      done
+      make_net agg s1 s2 s3 s4
       label="unshaped veth"
     fi
     local t0=$SECONDS
@@ -164,6 +197,7 @@ run_links() {
     finish_federation "$t0"
     echo "links: $label: 5 rounds in ${wall} s"
     summary
+    stop_linkem
   done
 }
 
