@@ -39,10 +39,12 @@ struct ZmqRingTransportOptions {
   // A send that cannot be queued within this fails (the peer's connection is gone).
   // Default: 30,000 ms.
   int send_timeout_ms = 30000;
-  // How long closing the transport waits to deliver what is still queued. Default: 0 (a
-  // ring operation completes only when every rank has what it needs). A protocol whose
-  // last message is a one-way reply (private set intersection's confirm) sets it.
-  int linger_ms = 0;
+  // How long closing the transport waits to deliver what is still queued. A rank's
+  // operation completes when it has what it needs, not when its successor has: its last
+  // chunks may still be queued when it closes (on a link with delay, or a successor slow to
+  // read), and a close that dropped them would leave the successor waiting for ever. Set
+  // it low (SetLinger) when a run failed and nobody waits for the rest. Default: 10,000 ms.
+  int linger_ms = 10000;
 };
 
 class ZmqRingTransport final : public CollectiveTransport {

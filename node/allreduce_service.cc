@@ -95,6 +95,14 @@ Status AllreduceService::SaveFinalModel(const std::string& sha_hex) {
 }
 
 Result<AllreduceRunStats> AllreduceService::Run(const std::atomic<bool>* stop) {
+  Result<AllreduceRunStats> r = RunEpochs(stop);
+  // A failed run: a dead neighbour will never take what is queued for it; do not wait
+  // long for it on the way out (a successful one waits up to linger_ms for its last chunks).
+  if (!r.ok()) transport_->SetLinger(1000);
+  return r;
+}
+
+Result<AllreduceRunStats> AllreduceService::RunEpochs(const std::atomic<bool>* stop) {
   AllreduceRunStats stats;
   const double start = env_->NowSeconds();
   // Everybody starts from rank 0's model.

@@ -55,6 +55,7 @@ class AllreduceService {
   const std::string& endpoint() const { return transport_->endpoint(); }
 
  private:
+  Result<AllreduceRunStats> RunEpochs(const std::atomic<bool>* stop);
   AllreduceService() = default;
   Status AllreduceParams();
   Status SaveFinalModel(const std::string& sha_hex);

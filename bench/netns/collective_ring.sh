@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Ring all-reduce across network namespaces (issue 21): N ranks, each in its own namespace
-# with one veth into a bridge (in a namespace of its own), each rank's uplink shaped to RATE
-# with a token bucket (tc tbf); then fedmesh's all-reduce of BYTES, CurveZMQ off and on,
+# with one link (a veth into a bridge, or a TAP of linkem.py), each rank's link shaped to
+# RATE; then fedmesh's all-reduce of BYTES, CurveZMQ off and on,
 # against the ring's bandwidth bound 2 (N - 1) / N x BYTES / RATE. Makes and removes
 # everything it creates (namespaces fmring-*), uses only 10.78.0.0/24 inside them.
 # Root only. Usage: sudo bench/netns/collective_ring.sh [N=4] [RATE_MBIT=1000] [BYTES=104857600]
-# Delay/jitter/loss need sch_netem; where the kernel lacks it (this VM) the script says so
-# and shapes the rate alone.
+# The delay (DELAY_MS, default 5) needs sch_netem; where the kernel lacks it (this VM) the
+# ranks sit behind TAP devices switched by the user-space emulator linkem.py instead
+# (LINKEM=0: rate alone, tc tbf).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${FEDMESH_BUILD_DIR:-$root/build}/bench/fedmesh_collective_allreduce
@@ -16,55 +17,51 @@ bytes=${3:-104857600}
 delay_ms=${DELAY_MS:-5}
 [[ $(id -u) -eq 0 ]] || { echo "collective_ring.sh: run as root (it makes network namespaces)" >&2; exit 2; }
 [[ -x $bin ]] || { echo "collective_ring.sh: build first ($bin)" >&2; exit 2; }
+source "$root/bench/netns/lib.sh"
 cleanup() {
-  for ns in $(ip netns list | awk '/^fmring-/{print $1}'); do ip netns del "$ns" 2>/dev/null || true; done
+  [[ -n $LINKEM_PID ]] && kill "$LINKEM_PID" 2>/dev/null || true
+  netns_delete fmring
 }
 trap cleanup EXIT
-cleanup
-ip netns add fmring-br
-ip -n fmring-br link add br0 type bridge
-ip -n fmring-br link set br0 up
-group=""
+hosts=() group=""
 for ((i = 0; i < n; i++)); do
-  ns=fmring-$i
-  ip netns add "$ns"
-  ip link add "veth$i" type veth peer name "port$i"
-  ip link set "veth$i" netns "$ns"
-  ip link set "port$i" netns fmring-br
-  ip -n fmring-br link set "port$i" master br0 up
-  ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev "veth$i"
-  ip -n "$ns" link set "veth$i" up
-  ip -n "$ns" link set lo up
+  hosts+=("$i=10.78.0.$((i + 1))")
   group+="${group:+,}10.78.0.$((i + 1)):7300"
 done
-shaping="tbf rate ${rate_mbit}mbit burst 1mb latency 100ms"
-netem=0
-if ip netns exec fmring-0 tc qdisc add dev veth0 root netem delay "${delay_ms}ms" rate "${rate_mbit}mbit" 2>/dev/null; then
-  netem=1
-  ip netns exec fmring-0 tc qdisc del dev veth0 root
-fi
-for ((i = 0; i < n; i++)); do
-  if ((netem)); then
-    ip netns exec "fmring-$i" tc qdisc add dev "veth$i" root netem delay "${delay_ms}ms" rate "${rate_mbit}mbit" limit 100000
-  else
-    ip netns exec "fmring-$i" tc qdisc add dev "veth$i" root $shaping
-  fi
-done
-if ((netem)); then
+if netns_has_netem; then
+  netns_bridged fmring "${hosts[@]}"
+  for ((i = 0; i < n; i++)); do
+    ip netns exec "fmring-$i" tc qdisc add dev "v-$i" root netem delay "${delay_ms}ms" rate "${rate_mbit}mbit" limit 100000
+  done
   echo "links: ${rate_mbit} Mbit/s and ${delay_ms} ms (netem) on each rank's uplink"
+elif [[ ${LINKEM:-1} == 1 ]]; then
+  # Delay from the user-space emulator, on each rank's link both ways: one way rank to rank
+  # is 2 x DELAY_MS/2 = DELAY_MS. It forwards about 900 Mbit/s in all on this VM: keep
+  # RATE_MBIT x N well under that.
+  log=$(mktemp)
+  half=$(awk -v d="$delay_ms" 'BEGIN { printf "%g", d / 2 }')
+  netns_emulated fmring "$log" "$half" 0 "$rate_mbit" "${hosts[@]}"
+  echo "links: ${rate_mbit} Mbit/s each way on each rank's link, ${delay_ms} ms one way rank to rank (user-space linkem.py: this kernel has no sch_netem)"
 else
-  echo "links: ${rate_mbit} Mbit/s (tbf) on each rank's uplink; NO delay: this kernel has no sch_netem"
+  netns_bridged fmring "${hosts[@]}"
+  for ((i = 0; i < n; i++)); do
+    ip netns exec "fmring-$i" tc qdisc add dev "v-$i" root tbf rate "${rate_mbit}mbit" burst 1mb latency 100ms
+  done
+  echo "links: ${rate_mbit} Mbit/s (tbf) on each rank's uplink; NO delay: this kernel has no sch_netem (LINKEM=0)"
 fi
 bound=$(awk -v n="$n" -v b="$bytes" -v r="$rate_mbit" 'BEGIN { printf "%.4f", 2 * (n - 1) / n * b / (r * 1e6 / 8) }')
 for impl in fedmesh-plain fedmesh; do
-  out=$(mktemp)
+  out=$(mktemp) ranks=()
   for ((i = 0; i < n; i++)); do
     ip netns exec "fmring-$i" "$bin" --impl "$impl" --rank "$i" --group "$group" --sizes "$bytes" >>"$out" &
+    ranks+=($!)
   done
-  wait
+  wait "${ranks[@]}"  # not the emulator
   line=$(cat "$out")
   rm -f "$out"
   secs=$(awk '{print $4}' <<<"$line")
   echo "$line"
   awk -v s="$secs" -v b="$bound" -v i="$impl" 'BEGIN { printf "%s: %.3f s; ring bound %.3f s; achieved %.2fx of the bound rate\n", i, s, b, b / s }'
 done
+[[ -n $LINKEM_PID ]] && netns_stop_emulator "$log"
+exit 0

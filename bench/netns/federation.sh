@@ -42,72 +42,30 @@ agg_pid=""
 wall=0
 cleanup() {
   for p in "${pids[@]:-}"; do [[ -n $p ]] && kill -9 "$p" 2>/dev/null || true; done
-  for ns in $(ip netns list | awk '/^fmfed-/{print $1}'); do ip netns del "$ns" 2>/dev/null || true; done
+  netns_delete fmfed
   [[ -n ${KEEP:-} ]] || rm -rf "$work"
 }
 trap cleanup EXIT
 
+source "$root/bench/netns/lib.sh"
 netem_ok=0
-probe() {  # whether this kernel has sch_netem
-  ip netns add fmfed-probe
-  ip -n fmfed-probe link set lo up
-  if ip netns exec fmfed-probe tc qdisc add dev lo root netem delay 1ms 2>/dev/null; then netem_ok=1; fi
-  ip netns del fmfed-probe
-}
+netns_has_netem && netem_ok=1
 
 # Hosts: "agg" = 10.79.0.1, "s1".."s4" = 10.79.0.11..14.
-make_net() {
-  for ns in $(ip netns list | awk '/^fmfed-/{print $1}'); do ip netns del "$ns"; done
-  ip netns add fmfed-br
-  ip -n fmfed-br link add br0 type bridge
-  ip -n fmfed-br link set br0 up
-  local i=0
-  for host in "$@"; do
-    local ns=fmfed-$host addr
-    [[ $host == agg ]] && addr=10.79.0.1 || addr=10.79.0.$((10 + ${host#s}))
-    ip netns add "$ns"
-    ip link add "v-$host" type veth peer name "p-$host"
-    ip link set "v-$host" netns "$ns"
-    ip link set "p-$host" netns fmfed-br
-    ip -n fmfed-br link set "p-$host" master br0 up
-    ip -n "$ns" addr add "$addr/24" dev "v-$host"
-    ip -n "$ns" link set "v-$host" up
-    ip -n "$ns" link set lo up
-    i=$((i + 1))
+hosts() {
+  local h
+  for h in "$@"; do
+    [[ $h == agg ]] && echo "agg=10.79.0.1" || echo "$h=10.79.0.$((10 + ${h#s}))"
   done
 }
-
-# make_net_emulated HOST...: the same hosts and addresses, but each behind a TAP device that
-# bench/netns/linkem.py switches in user space with RATE_MBIT, DELAY_MS and LOSS_PCT on every
-# host's link, both ways: delay and loss where the kernel has no sch_netem.
-linkem_pid=""
+make_net() { netns_bridged fmfed $(hosts "$@"); }
+# The same hosts behind TAP devices that linkem.py switches with RATE_MBIT, DELAY_MS and
+# LOSS_PCT on every host's link, both ways.
 make_net_emulated() {
-  for ns in $(ip netns list | awk '/^fmfed-/{print $1}'); do ip netns del "$ns"; done
-  local ports=() loss
-  loss=$(awk -v p="$loss_pct" 'BEGIN { printf "%g", p / 100 }')
-  for host in "$@"; do
-    local ns=fmfed-$host addr
-    [[ $host == agg ]] && addr=10.79.0.1 || addr=10.79.0.$((10 + ${host#s}))
-    ip netns add "$ns"
-    ip netns exec "$ns" ip tuntap add dev "t-$host" mode tap
-    ip -n "$ns" addr add "$addr/24" dev "t-$host"
-    ip -n "$ns" link set "t-$host" up
-    ip -n "$ns" link set lo up
-    ports+=(--port "$ns:t-$host:$delay_ms:$loss:$rate_mbit")
-  done
-  python3 "$root/bench/netns/linkem.py" "${ports[@]}" 2>"$work/linkem.log" &
-  linkem_pid=$!
-  pids+=("$linkem_pid")
-  sleep 1
+  netns_emulated fmfed "$work/linkem.log" "$delay_ms" "$loss_pct" "$rate_mbit" $(hosts "$@")
+  pids+=("$LINKEM_PID")
 }
-
-stop_linkem() {
-  [[ -n $linkem_pid ]] || return 0
-  kill "$linkem_pid" 2>/dev/null || true
-  wait "$linkem_pid" 2>/dev/null || true
-  sed 's/^/  /' "$work/linkem.log" | grep -v switching || true
-  linkem_pid=""
-}
+stop_linkem() { netns_stop_emulator "$work/linkem.log"; }
 
 # shape HOST RATE_MBIT: the host's uplink (and, on the bridge side, its downlink).
 shape() {
@@ -293,7 +251,6 @@ run_resume() {
   done
 }
 
-probe
 case $what in
   links) run_links ;;
   partition) run_partition ;;

@@ -174,5 +174,36 @@ TEST(ZmqRingTransport, AGroupWithoutThisKeyOrWithAKeyTwiceIsRefused) {
   EXPECT_THAT(t.status().message(), HasSubstr("listed twice"));
 }
 
+// Closing a transport delivers what is still queued (linger_ms): a rank whose last chunks
+// wait behind a successor that is slow to read (or a link with delay) must not drop them
+// when it finishes first. With a linger of 0 (the default before) the successor got only
+// what the kernel had taken before the close and waited for ever for the rest.
+TEST(ZmqRingTransport, ClosingDeliversTheChunksStillQueued) {
+  Group g(2);
+  constexpr int kChunks = 64;
+  const std::string payload(1 << 20, 'p');  // 64 MiB in all: more than the socket buffers
+  std::thread sender([&] {
+    for (int i = 0; i < kChunks; ++i) {
+      Chunk c;
+      c.op = 1;
+      c.index = static_cast<uint32_t>(i);
+      c.bytes = payload;
+      ASSERT_TRUE(g.transports[0]->Send(1, std::move(c)).ok());
+    }
+    g.transports[0].reset();  // closes at once; lingers until the queue is delivered
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the successor reads late
+  int got = 0;
+  while (got < kChunks) {
+    auto r = g.transports[1]->Receive(5000);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!r->has_value()) break;
+    EXPECT_EQ((*r)->second.index, static_cast<uint32_t>(got));
+    ++got;
+  }
+  sender.join();
+  EXPECT_EQ(got, kChunks) << "chunks queued at the close were dropped";
+}
+
 }  // namespace
 }  // namespace fedmesh::collective
