@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <type_traits>
 #include <utility>
@@ -38,6 +39,39 @@ template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+
+// The store's control entry holding the federation's feature means that sites impute
+// missing cells with (FitTask::impute_values): kept so a restarted aggregator still sends
+// them. Text: the values in %.17g, comma-separated (exact round trip).
+constexpr char kImputeControl[] = "impute_values";
+
+std::string ImputeValuesText(const std::vector<double>& values) {
+  std::string out;
+  char b[32];
+  for (double v : values) {
+    std::snprintf(b, sizeof b, "%.17g", v);
+    out += (out.empty() ? "" : ",") + std::string(b);
+  }
+  return out;
+}
+
+Result<std::vector<double>> ParseImputeValues(const std::string& text, const std::string& db) {
+  std::vector<double> out;
+  size_t at = 0;
+  while (at <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string cell = text.substr(at, end - at);
+    char* stop = nullptr;
+    const double v = std::strtod(cell.c_str(), &stop);
+    if (cell.empty() || stop != cell.c_str() + cell.size() || !std::isfinite(v)) {
+      return Status::FailedPrecondition("the store " + db + " holds a damaged " + kImputeControl +
+                                        " entry: value " + std::to_string(out.size()) + " is \"" + cell + "\"");
+    }
+    out.push_back(v);
+    at = end + 1;
+  }
+  return out;
+}
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
@@ -315,6 +349,12 @@ Status AggregatorService::InitEngine() {
   }
   if (config_.rounds.rounds_on_demand) {
     FM_RETURN_IF_ERROR(RestoreUpstreamState(open.has_value(), rounds_closed, &state));
+  }
+  FM_ASSIGN_OR_RETURN(std::optional<std::string> impute, store_->Control(kImputeControl));
+  if (impute && !impute->empty()) {
+    FM_ASSIGN_OR_RETURN(state.impute_values, ParseImputeValues(*impute, config_.db_path));
+    spdlog::info("restored the federation's feature means for imputation ({} features)",
+                 state.impute_values.size());
   }
   auto engine = RoundEngine::Restore(config_.rounds, env_, std::move(strategy),
                                      std::move(evaluator), std::move(state));
@@ -670,6 +710,13 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
               }
               Status w = WriteStatsReport(r, config_.stats_report);
               if (!w.ok()) spdlog::error("statistics report: {}", w.ToString());
+              if (r.total) {
+                // What the engine now sends for imputation; a restart must send the same.
+                std::vector<double> means;
+                for (const FeatureStatistics& f : r.total->features) means.push_back(f.mean);
+                FM_RETURN_IF_ERROR(store_->SetControl(kImputeControl, ImputeValuesText(means))
+                                       .WithContext("saving the federation's feature means"));
+              }
               return Status::OK();
             },
             [&](RoundEngine::Finished& f) -> Status {

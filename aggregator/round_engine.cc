@@ -324,6 +324,10 @@ Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
     }
     e.stats_done_ = true;
   }
+  for (size_t i = 0; i < state.impute_values.size(); ++i) {
+    if (!std::isfinite(state.impute_values[i])) return bad("impute value " + Str(i) + " is not finite");
+  }
+  e.impute_values_ = std::move(state.impute_values);
   e.model_version_ = state.model_version;
   e.total_retries_ = state.attempt - 1;
   // Statistics precede round 1's first attempt; a restart after it does not repeat them.

@@ -370,6 +370,9 @@ class RoundEngine {
     // last_closed_round (0: none closed yet).
     bool granted = false;
     uint64_t last_closed_round = 0;
+    // The federation's feature means from the statistics phase (FitTask::impute_values),
+    // as StatsClosed reported them; empty: none (no statistics, or they never closed).
+    std::vector<double> impute_values;
   };
 
   // A new federation at round 1, model version 0. REQUIRES: env outlives the engine.
@@ -585,7 +588,7 @@ class RoundEngine {
   bool stats_done_ = false;                        // statistics were collected (or skipped)
   std::optional<SecAggRound> stats_secagg_;        // its secure phase 2
   // The federation's feature means from the statistics, sent in every task for sites that
-  // impute missing cells; empty without statistics (and after a restart past round 1).
+  // impute missing cells; empty without statistics (restored from RestoredState).
   std::vector<double> impute_values_;
   // A Finish that waits for eval_ to close (OK status only).
   std::optional<std::pair<Status, std::string>> pending_finish_;

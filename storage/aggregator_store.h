@@ -227,7 +227,8 @@ class AggregatorStore {
   // The latest `limit` actions, oldest first.
   Result<std::vector<AdminActionRecord>> AdminActions(size_t limit);
   // The federation's control state: `key` -> `value` ("" erases it). Keys in use:
-  // "paused" and "aborted" (value: who and why).
+  // "paused" and "aborted" (value: who and why), "upstream_grant" and "upstream_answer"
+  // (a region's grant and last answer), "impute_values" (the federation's feature means).
   Status SetControl(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> Control(const std::string& key);
 

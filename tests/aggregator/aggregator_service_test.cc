@@ -212,6 +212,27 @@ TEST_F(AggregatorServiceTest, AggregatorServiceRestartKeepsAcceptedUpdate) {
   }
 }
 
+// A store whose saved imputation means are damaged is refused at start, naming the store
+// and the value, instead of sending sites garbage to fill their gaps with.
+TEST_F(AggregatorServiceTest, ADamagedImputationEntryInTheStoreIsRefused) {
+  {
+    auto service = StartService();
+    ASSERT_NE(service, nullptr);
+  }
+  for (const std::string& bad : {std::string("0.5,abc"), std::string("1,nan"), std::string("2,")}) {
+    {
+      auto store = AggregatorStore::Open(config_.db_path);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      ASSERT_TRUE((*store)->SetControl("impute_values", bad).ok());
+    }
+    auto s = AggregatorService::Create(config_, &env_);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.status().message().find("holds a damaged impute_values entry: value 1"), std::string::npos)
+        << s.status().ToString();
+  }
+}
+
 TEST_F(AggregatorServiceTest, AggregatorServiceRefusesKeyNotInAllowlist) {
   auto service = StartService();
   ASSERT_NE(service, nullptr);

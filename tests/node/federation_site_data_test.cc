@@ -476,11 +476,12 @@ using namespace federation_testing;  // NOLINT: the fixture and its helpers
 // every site fills its missing cells with the federation's feature means (those of the
 // statistics report, over the present values of all sites) and trains; without them a
 // site refuses the task, saying what the aggregator lacks.
-TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
+// Three sites' tables with missing creatinine cells (NA); returns how many are missing.
+int WriteSitesWithMissingCells(const fs::path& dir) {
   Rng rng(41);
   int missing = 0;
   for (int site = 1; site <= 3; ++site) {
-    std::ofstream out(dir_ / ("site-" + std::to_string(site) + ".csv"));
+    std::ofstream out(dir / ("site-" + std::to_string(site) + ".csv"));
     out << "age,creatinine,smoker,diagnosis\n";
     for (int r = 0; r < 40 + 20 * site; ++r) {
       const bool m = rng.Uniform() < 0.4;
@@ -490,6 +491,17 @@ TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
           << "," << (rng.Uniform() < 0.3) << "," << (m ? "malignant" : "benign") << "\n";
     }
   }
+  return missing;
+}
+
+std::vector<std::string> ImputingSite(int i, const std::string& db) {
+  return {"data.dataset=csv:site-" + std::to_string(i) + ".csv", "data.label_column=diagnosis",
+          "data.label_values=benign,malignant", "data.missing=impute_mean", "data.num_partitions=1",
+          "data.index=0", "data.test_fraction=0", "model.name=logreg", "node.db=" + db};
+}
+
+TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
+  const int missing = WriteSitesWithMissingCells(dir_);
   auto run = [&](bool stats) {
     const std::string ep = StartAggregator(
         {"rounds.total=2", "rounds.clients_per_round=3", "rounds.min_clients=3",
@@ -499,11 +511,7 @@ TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
         "tcp://127.0.0.1:*", stats ? "aggregator" : "aggregator-nostats");
     if (ep.empty()) return -1;
     for (int i = 1; i <= 3; ++i) {
-      StartNode(i, ep,
-                {"data.dataset=csv:site-" + std::to_string(i) + ".csv", "data.label_column=diagnosis",
-                 "data.label_values=benign,malignant", "data.missing=impute_mean",
-                 "data.num_partitions=1", "data.index=0", "data.test_fraction=0", "model.name=logreg",
-                 "node.db=run/site-" + std::to_string(i) + (stats ? "" : "-nostats") + ".db"},
+      StartNode(i, ep, ImputingSite(i, "run/site-" + std::to_string(i) + (stats ? "" : "-nostats") + ".db"),
                 "site-" + std::to_string(i) + (stats ? "" : "-nostats"));
     }
     const auto rc = aggregator_->WaitExit(seconds(120));
@@ -533,6 +541,45 @@ TEST_F(FederationTest, FederationImputesMissingCellsWithTheFederationsMeans) {
   EXPECT_NE(run(false), 0);
   const std::string log = ReadWholeFile(dir_ / "site-1-nostats.log");
   EXPECT_NE(log.find("the aggregator sent none: it needs [stats] enabled"), std::string::npos) << log;
+}
+
+// The federation's means outlive an aggregator restart: the statistics run before round 1;
+// the aggregator stops after it (rounds.total = 1) and site-3 is SIGKILLed; the aggregator
+// restarts for rounds 2-3 from its store, and a fresh site-3 process, whose table still has
+// its gaps, gets the means with its task and imputes. Before, a restarted aggregator sent
+// no means past round 1, site-3 refused every task ("the aggregator sent none") and the
+// federation failed.
+TEST_F(FederationTest, FederationImputationSurvivesAnAggregatorRestart) {
+  ASSERT_GT(WriteSitesWithMissingCells(dir_), 10);
+  std::vector<std::string> sets = {
+      "rounds.total=1", "rounds.clients_per_round=3", "rounds.min_clients=3", "rounds.min_available_clients=3",
+      "rounds.timeout_s=30", "rounds.max_retries=0", "model.name=logreg", "model.input_shape=3",
+      "model.num_classes=2", "eval.dataset=", "stats.enabled=true", "stats.report=stats.json",
+      "aggregator.heartbeat_ms=500"};
+  const std::string ep = StartAggregator(sets);
+  ASSERT_FALSE(ep.empty());
+  ChildProcess* first = aggregator_;
+  std::vector<ChildProcess*> sites;
+  for (int i = 1; i <= 3; ++i) sites.push_back(StartNode(i, ep, ImputingSite(i, "run/site-" + std::to_string(i) + ".db")));
+  const auto first_rc = first->WaitExit(seconds(60));
+  ASSERT_TRUE(first_rc.has_value() && *first_rc == 0) << first->Log();
+  sites[2]->Kill();
+  ASSERT_EQ(MetricsLines().size(), 1u) << first->Log();
+
+  sets[0] = "rounds.total=3";
+  ASSERT_EQ(StartAggregator(sets, ep, "aggregator-restarted"), ep);
+  ChildProcess* second = aggregator_;
+  ChildProcess* site3 = StartNode(3, ep, ImputingSite(3, "run/site-3.db"), "site-3-restarted");
+  ASSERT_NE(site3, nullptr);
+  const auto rc = second->WaitExit(seconds(120));
+  ASSERT_TRUE(rc.has_value()) << second->Log();
+  EXPECT_EQ(*rc, 0) << second->Log();
+  EXPECT_NE(second->Log().find("restored the federation's feature means for imputation (3 features)"),
+            std::string::npos) << second->Log();
+  EXPECT_EQ(MetricsLines().size(), 3u);
+  const std::string log = ReadWholeFile(dir_ / "site-3-restarted.log");
+  EXPECT_NE(log.find("missing cells with the federation's feature means"), std::string::npos) << log;
+  EXPECT_EQ(log.find("the aggregator sent none"), std::string::npos) << log;
 }
 
 }  // namespace
