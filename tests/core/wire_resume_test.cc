@@ -75,12 +75,7 @@ TEST(WireResume, APartialMessageContinuesAfterMarkResumable) {
   EXPECT_EQ(progress[0].message_id, 42u);
   EXPECT_EQ(progress[0].next_chunk, 1u);
   EXPECT_EQ(progress[0].federation_id, "fed-hospitals");
-  ASSERT_TRUE(r.Add(frames[2]).ok());
-  ASSERT_TRUE(r.Add(frames[3]).ok());
-  auto last = r.Add(frames[4]);
-  ASSERT_TRUE(last.ok()) << last.status().ToString();
-  ASSERT_TRUE(last->has_value());
-  EXPECT_TRUE(**last == WithHash(m));
+  ExpectRestCompletes(r, frames, 2, m);
 }
 
 // A header with the key of a resumable message starts it over; of a live one, it is a
@@ -104,13 +99,7 @@ TEST(WireResume, AHeaderReplacesOnlyAResumableMessage) {
   // A chunk makes it live again: another header is a duplicate once more.
   ASSERT_TRUE(r.Add(frames[1]).ok());
   EXPECT_FALSE(r.Add(frames[0]).ok());
-  for (size_t i = 2; i < frames.size(); ++i) {
-    auto added = r.Add(frames[i]);
-    ASSERT_TRUE(added.ok()) << added.status().ToString();
-    if (i + 1 == frames.size()) {
-      EXPECT_TRUE(added->has_value() && **added == WithHash(m));
-    }
-  }
+  ExpectRestCompletes(r, frames, 2, m);
 }
 
 }  // namespace

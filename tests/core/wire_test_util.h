@@ -100,4 +100,18 @@ inline Frame Rewrite(const Frame& f, const std::function<void(pb::Envelope&)>& e
   return Serialize(e);
 }
 
+// Adds frames[from..] to `r`; the last completes `sent` (its hash filled in).
+inline void ExpectRestCompletes(Reassembler& r, const std::vector<Frame>& frames, size_t from, const Message& sent) {
+  for (size_t i = from; i < frames.size(); ++i) {
+    auto added = r.Add(frames[i]);
+    ASSERT_TRUE(added.ok()) << "frame " << i << ": " << added.status().ToString();
+    if (i + 1 < frames.size()) {
+      ASSERT_FALSE(added->has_value()) << "complete before its last frame " << i;
+    } else {
+      ASSERT_TRUE(added->has_value());
+      EXPECT_TRUE(**added == WithHash(sent));
+    }
+  }
+}
+
 }  // namespace fedmesh::wire
