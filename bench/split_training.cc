@@ -8,6 +8,11 @@
 //                     message (collective/delayed_transport.h: this kernel has no sch_netem),
 //                     timed with 1 micro-batch per step and with --microbatches; reports the
 //                     step-time ratio and the label party's idle fraction.
+//   --party label|feature --peers LABEL_HOST:PORT,FEATURE_HOST:PORT
+//                     the pipeline mode with one party in this process and the other in
+//                     another (e.g. another network namespace, bench/netns/split_pipeline.sh),
+//                     over CurveZMQ (keys from fixed seeds: a benchmark convenience); the
+//                     link's delay is the network's, no wrapper. Setting k uses PORT + k.
 //   bench/split_training.sh
 #include <chrono>
 #include <cstdio>
@@ -17,6 +22,9 @@
 
 #include "collective/delayed_transport.h"
 #include "collective/in_process_hub.h"
+#include "collective/zmq_ring_transport.h"
+#include "core/sha256.h"
+#include "crypto/identity.h"
 #include "core/data/data_source.h"
 #include "core/data/fashion_mnist.h"
 #include "core/env.h"
@@ -59,21 +67,60 @@ std::unique_ptr<vertical::SplitPart> Part(int in, int hidden, int out, uint64_t 
   return std::move(vertical::SplitPart::FromBuiltin(spec, seed, o)).value();
 }
 
-// Runs one job; `delay_us` > 0 wraps both endpoints in a DelayedTransport.
-Result<vertical::SplitJobReport> RunJob(const Dataset& all, const Setup& s, const vertical::SplitJobOptions& o,
-                                        int delay_us) {
+std::vector<std::string> Ids(const Dataset& all) {
   std::vector<std::string> ids;
   for (size_t i = 0; i < all.size(); ++i) ids.push_back("img-" + std::to_string(i));
+  return ids;
+}
+
+vertical::LabelJob MakeLabelJob(const Dataset& all, const Setup& s) {
   vertical::LabelJob label;
-  label.ids = ids;
+  label.ids = Ids(all);
   label.data = Strip(all, 0, 14);
   label.bottom = Part(392, s.label_hidden, s.cut, 1, s, false);
   label.top = Part(2 * s.cut, s.top_hidden, 10, 2, s, true);
   label.feature_ranks = {1};
+  return label;
+}
+
+vertical::FeatureJob MakeFeatureJob(const Dataset& all, const Setup& s) {
   vertical::FeatureJob feature;
-  feature.ids = ids;
+  feature.ids = Ids(all);
   feature.data = Strip(all, 14, 28);
   feature.bottom = Part(392, s.hidden, s.cut, 3, s, false);
+  return feature;
+}
+
+// One party of a job over CurveZMQ to the other's process: rank 0 the label party at
+// peers[0], rank 1 the feature party at peers[1], both on port + `setting`.
+Result<vertical::SplitJobReport> RunParty(const Dataset& all, const Setup& s, const vertical::SplitJobOptions& o,
+                                          bool label, const std::vector<std::string>& peers, int setting) {
+  std::vector<Identity> ids;
+  std::vector<collective::RingMember> members;
+  for (int r = 0; r < 2; ++r) {
+    const Sha256Digest curve = Sha256::Hash("fedmesh-bench-split-curve-" + std::to_string(r));
+    const Sha256Digest sign = Sha256::Hash("fedmesh-bench-split-sign-" + std::to_string(r));
+    FM_ASSIGN_OR_RETURN(Identity id, Identity::FromSecrets(r == 0 ? "label" : "feature", curve, sign));
+    ids.push_back(std::move(id));
+    const std::string& hp = peers[static_cast<size_t>(r)];
+    const int port = std::stoi(hp.substr(hp.rfind(':') + 1)) + setting;
+    members.push_back({"tcp://" + hp.substr(0, hp.rfind(':')) + ":" + std::to_string(port), ids.back().public_identity()});
+  }
+  const int me = label ? 0 : 1;
+  const std::string& mine = members[static_cast<size_t>(me)].endpoint;
+  collective::ZmqRingTransportOptions to;
+  to.max_chunk_bytes = uint64_t{1} << 30;
+  FM_ASSIGN_OR_RETURN(auto t, collective::ZmqRingTransport::Create(ids[static_cast<size_t>(me)], members,
+                                                                   "tcp://0.0.0.0:" + mine.substr(mine.rfind(':') + 1), to));
+  if (label) return vertical::RunLabelJob(*t, MakeLabelJob(all, s), o);
+  return vertical::RunFeatureJob(*t, MakeFeatureJob(all, s), o);
+}
+
+// Runs one job; `delay_us` > 0 wraps both endpoints in a DelayedTransport.
+Result<vertical::SplitJobReport> RunJob(const Dataset& all, const Setup& s, const vertical::SplitJobOptions& o,
+                                        int delay_us) {
+  vertical::LabelJob label = MakeLabelJob(all, s);
+  vertical::FeatureJob feature = MakeFeatureJob(all, s);
   collective::InProcessHub hub(2);
   std::unique_ptr<collective::CollectiveTransport> d0, d1;
   collective::CollectiveTransport* t0 = hub.endpoint(0);
@@ -109,7 +156,15 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "rows of Fashion-MNIST used (train then test images; default all 70000)");
   app.add_option("--hidden", s.hidden, "the feature party's bottom hidden width (default 256)");
   app.add_option("--label-hidden", s.label_hidden, "the label party's bottom hidden width (default 256)");
+  std::string party;
+  std::vector<std::string> peers;
+  app.add_option("--party", party, "pipeline over CurveZMQ: this process's party, label or feature");
+  app.add_option("--peers", peers, "with --party: LABEL_HOST:PORT,FEATURE_HOST:PORT")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (!party.empty() && ((party != "label" && party != "feature") || peers.size() != 2 || mode != "pipeline")) {
+    std::fprintf(stderr, "--party label|feature needs --peers LABEL_HOST:PORT,FEATURE_HOST:PORT and --mode pipeline\n");
+    return 2;
+  }
   auto train = LoadFashionMnist(DataSplit::kTrain);
   auto test = LoadFashionMnist(DataSplit::kTest);
   if (!train.ok() || !test.ok()) {
@@ -183,16 +238,21 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) {
     o.microbatches = settings[k].micro;
     o.overlap = settings[k].overlap;
-    auto r = RunJob(all, s, o, static_cast<int>(delay_ms * 1000));
+    auto r = party.empty() ? RunJob(all, s, o, static_cast<int>(delay_ms * 1000))
+                           : RunParty(all, s, o, party == "label", peers, k);
     if (!r.ok()) {
       std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
       return 1;
     }
+    if (party == "feature") continue;  // the label party reports
     ms[k] = r->step_ms;
-    std::printf("pipeline: %-36s %u micro-batch(es) per step of %d rows, %.0f ms one-way delay: %.1f ms per step, "
+    const std::string link = party.empty() ? std::to_string(static_cast<int>(delay_ms)) + " ms one-way delay (wrapper)"
+                                           : "the network's link";
+    std::printf("pipeline: %-36s %u micro-batch(es) per step of %d rows, %s: %.1f ms per step, "
                 "label party idle %.2f\n",
-                settings[k].name, settings[k].micro, batch, delay_ms, ms[k], r->idle_fraction);
+                settings[k].name, settings[k].micro, batch, link.c_str(), ms[k], r->idle_fraction);
   }
+  if (party == "feature") return 0;
   std::printf("pipeline: %d micro-batches take %.2fx the sequential step time (%.2fx that of 1 micro-batch with overlap)\n",
               microbatches, ms[2] / ms[0], ms[2] / ms[1]);
   return 0;
