@@ -234,10 +234,10 @@ Status ZmqClient::QueryRetained() {
 
 Status ZmqClient::ResumeLocked(const wire::TransferResume& r) {
   if (!retained_ || retained_->message_id != r.message_id) {
-    return Status::InvalidArgument(
-        "the server offered to resume message " + std::to_string(r.message_id) +
-        (retained_ ? ", but the message kept for resuming is " + std::to_string(retained_->message_id)
-                   : ", but no message is kept for resuming"));
+    // A message this client no longer has (it restarted, or sent a newer one since): the
+    // server's partial copy is replaced or expires. Nothing to send, nothing wrong.
+    ++resume_offers_ignored_;
+    return Status::OK();
   }
   const size_t count = retained_->frames->size();  // the header frame, then the chunks
   size_t begin = 0;  // UNKNOWN: the whole message again

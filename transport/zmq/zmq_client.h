@@ -121,8 +121,11 @@ class ZmqClient final : public ClientTransport {
   Status QueryRetained();
   // The header message_id of the kept message, if any.
   std::optional<uint64_t> retained_message_id() const;
-  // Resumptions served (TransferResume answers acted on) and the frame bytes they sent.
+  // Resumptions served (TransferResume answers acted on) and the frame bytes they sent;
+  // offers ignored because they name a message this client does not keep (it restarted,
+  // or has sent a newer one).
   uint64_t resumes() const { return resumes_.load(); }
+  uint64_t resume_offers_ignored() const { return resume_offers_ignored_.load(); }
   uint64_t bytes_resent() const { return bytes_resent_.load(); }
   // As SendResumable, but hands only the first `frames_to_send` frames to the socket (a
   // connection cut mid-upload): for tests only.
@@ -150,8 +153,8 @@ class ZmqClient final : public ClientTransport {
   Status SendFramesLocked(std::vector<wire::Frame>& frames);
   // Hands frames [begin, end) of the kept message to ZeroMQ, sharing their bytes.
   Status SendRetainedLocked(size_t begin, size_t end, uint64_t* bytes);
-  // Acts on a TransferResume: sends what the server lacks of the kept message.
-  // InvalidArgument for one that names another message or a chunk past its end.
+  // Acts on a TransferResume: sends what the server lacks of the kept message; ignores
+  // one that names another message. InvalidArgument for a chunk past its end.
   Status ResumeLocked(const wire::TransferResume& r);
   Status KeepAndSend(const wire::Message& message, std::optional<size_t> frames_to_send);
 
@@ -171,6 +174,7 @@ class ZmqClient final : public ClientTransport {
   std::optional<Retained> retained_;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> resumes_{0};
   std::atomic<uint64_t> bytes_resent_{0};
+  std::atomic<uint64_t> resume_offers_ignored_{0};
   std::atomic<bool> stop_{false};
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
