@@ -4,8 +4,8 @@
 # bridge in another namespace, each uplink shaped with tc. Real fedmesh-aggregator /
 # fedmesh-node binaries, CurveZMQ on, Fashion-MNIST, the mlp.
 #
-#   links      the federation over shaped links (RATE_MBIT, default 100, DELAY_MS=50 and
-#              LOSS_PCT=1 on every host's link, each way: with sch_netem where the kernel
+#   links      the federation over shaped links (RATE_MBIT, default 100, DELAY_MS=50,
+#              JITTER_MS=0 and LOSS_PCT=1 on every host's link, each way: with sch_netem where the kernel
 #              has it, else through the user-space emulator bench/netns/linkem.py on TAP
 #              devices), then the same over unshaped links: rounds and wall time side by side.
 #   partition  site-4's link goes down after round 1 closes and comes back after round 3
@@ -73,7 +73,7 @@ shape() {
   for side in "fmfed-$host v-$host" "fmfed-br p-$host"; do
     set -- $side
     if ((netem_ok)); then
-      ip netns exec "$1" tc qdisc replace dev "$2" root netem delay "${delay_ms}ms" loss "${loss_pct}%" \
+      ip netns exec "$1" tc qdisc replace dev "$2" root netem delay "${delay_ms}ms" "${JITTER_MS:-0}ms" loss "${loss_pct}%" \
         rate "${rate}mbit" limit 100000
     else
       ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${rate}mbit" burst 1mb latency 200ms
@@ -142,10 +142,10 @@ run_links() {
     if ((shaped)) && ((netem_ok)); then
       make_net agg s1 s2 s3 s4
       for h in agg s1 s2 s3 s4; do shape "$h" "$rate_mbit"; done
-      label="${rate_mbit} Mbit/s, ${delay_ms} ms, ${loss_pct}% loss on every link, each way (netem)"
+      label="${rate_mbit} Mbit/s, ${delay_ms} ms (jitter ${JITTER_MS:-0} ms), ${loss_pct}% loss on every link, each way (netem)"
     elif ((shaped)); then
       make_net_emulated agg s1 s2 s3 s4
-      label="${rate_mbit} Mbit/s, ${delay_ms} ms, ${loss_pct}% loss on every link, each way (user-space linkem.py: this kernel has no sch_netem)"
+      label="${rate_mbit} Mbit/s, ${delay_ms} ms (jitter ${JITTER_MS:-0} ms), ${loss_pct}% loss on every link, each way (user-space linkem.py: this kernel has no sch_netem)"
     else
       make_net agg s1 s2 s3 s4
       label="unshaped veth"

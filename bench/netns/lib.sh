@@ -35,7 +35,8 @@ netns_bridged() {
 # netns_emulated PREFIX LOG DELAY_MS LOSS_PCT RATE_MBIT NAME=ADDR...: each host's TAP device
 # v-NAME, switched in user space by linkem.py (in the background; its pid in LINKEM_PID,
 # its counters in LOG when it stops) with that rate, delay and loss on every host's link,
-# each way: delay and loss where the kernel has no sch_netem.
+# each way, plus uniform jitter of up to $JITTER_MS (default 0) per crossing: delay and loss
+# where the kernel has no sch_netem.
 LINKEM_PID=""
 netns_emulated() {
   local prefix=$1 log=$2 delay=$3 loss=$4 rate=$5 spec name addr ports=()
@@ -51,7 +52,7 @@ netns_emulated() {
     ip -n "$prefix-$name" link set lo up
     ports+=(--port "$prefix-$name:v-$name:$delay:$loss:$rate")
   done
-  python3 "$(dirname "${BASH_SOURCE[0]}")/linkem.py" "${ports[@]}" 2>"$log" &
+  python3 "$(dirname "${BASH_SOURCE[0]}")/linkem.py" "${ports[@]}" --jitter-ms "${JITTER_MS:-0}" 2>"$log" &
   LINKEM_PID=$!
   sleep 1
 }
