@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <utility>
+
+#include "core/to_text.h"
 
 namespace fedmesh {
 namespace {
@@ -17,15 +18,8 @@ using wire::MemberUpdate;
 constexpr size_t kMaxUpdatesPerMessage = 4096;
 
 template <typename T>
-std::string Str(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-template <typename T>
 Status Bad(std::string_view field, const T& value, std::string_view rule) {
-  return Status::InvalidArgument(std::string(field) + " is " + Str(value) + "; it must be " +
+  return Status::InvalidArgument(std::string(field) + " is " + ToText(value) + "; it must be " +
                                  std::string(rule));
 }
 
@@ -53,8 +47,8 @@ Status Validate(const MembershipOptions& o) {
   FM_RETURN_IF_ERROR(CheckDuration("probe_interval_s", o.probe_interval_s));
   FM_RETURN_IF_ERROR(CheckDuration("probe_timeout_s", o.probe_timeout_s));
   if (o.probe_timeout_s >= o.probe_interval_s) {
-    return Status::InvalidArgument("probe_timeout_s (" + Str(o.probe_timeout_s) +
-                                   ") must be below probe_interval_s (" + Str(o.probe_interval_s) +
+    return Status::InvalidArgument("probe_timeout_s (" + ToText(o.probe_timeout_s) +
+                                   ") must be below probe_interval_s (" + ToText(o.probe_interval_s) +
                                    "): the indirect probes need the rest of the interval");
   }
   if (o.indirect_probes < 1) return Bad("indirect_probes", o.indirect_probes, ">= 1");
@@ -84,8 +78,8 @@ Result<std::unique_ptr<Membership>> Membership::Create(const MembershipOptions& 
     return Status::InvalidArgument("self needs an endpoint (where its gossip socket listens)");
   }
   if (incarnation > kMaxIncarnation) {
-    return Status::InvalidArgument("incarnation " + Str(incarnation) + " is above the largest, " +
-                                   Str(kMaxIncarnation) + "; is the checkpoint damaged?");
+    return Status::InvalidArgument("incarnation " + ToText(incarnation) + " is above the largest, " +
+                                   ToText(kMaxIncarnation) + "; is the checkpoint damaged?");
   }
   MemberUpdate self;
   self.id = identity.name();
@@ -216,7 +210,7 @@ Status Membership::CheckStructure(const std::string& from, const wire::Membershi
     case MembershipKind::kSync:
       break;
     default:
-      return Status::InvalidArgument("Membership kind " + Str(static_cast<uint32_t>(m.kind)) +
+      return Status::InvalidArgument("Membership kind " + ToText(static_cast<uint32_t>(m.kind)) +
                                      " is unknown");
   }
   return Status::OK();

@@ -1,5 +1,5 @@
-// Helpers shared by the wire codec's files (wire_codec.cc, wire_proto.cc, reassembler.cc);
-// not an API.
+// Helpers shared by the wire codec's files (wire_codec.cc, wire_checks.cc, wire_proto.cc,
+// reassembler.cc); not an API.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -48,7 +48,7 @@ Status CheckSecAggBoxCount(std::string_view type, size_t count);
 Status CheckSecAggShareCount(size_t count);
 Status CheckSecAggRequestCount(size_t survivors, size_t dropped, const WireLimits& l);
 
-// The checks Encode and the Reassembler both apply (defined in wire_codec.cc).
+// The checks Encode and the Reassembler both apply (defined in wire_checks.cc).
 Status CheckHeader(const Header& h, const WireLimits& l);
 // A body against its header and limits; payload_bytes is its payload's declared size.
 Status CheckBody(const Header& h, const Body& body, uint64_t payload_bytes, const WireLimits& l);
@@ -58,6 +58,7 @@ Status CheckFraming(uint64_t payload_bytes, uint64_t chunk_bytes, uint64_t chunk
 // The finite-value check of a completed message's payload (codec "none" float32).
 Status CheckPayloadValues(const Body& body);
 // The body's tensor payload (nullptr when it has none) and the field's name for errors.
+const TensorPayload* PayloadOf(const Body& body);
 TensorPayload* MutablePayloadOf(Body& body);
 std::string_view PayloadFieldName(const Body& body);
 // A message type's name ("unknown" for one this build does not know).
