@@ -199,10 +199,10 @@ const ConfigSchema& AggregatorConfigSchema() {
         FloatKey("stats", "timeout_s", 120.0, "Seconds each statistics phase waits for the sites")
             .Min(0, true),
         StringKey("data", "normalize", "none",
-                  "federated: after the statistics ([stats] enabled), every feature is z-scored "
-                  "with the federation's mean and standard deviation, as a Sub/Div in front of the "
-                  "model (graph models with a [batch, features] input), so every site scales alike "
-                  "and the exported ONNX takes raw rows")
+                  "federated: after the statistics ([stats] enabled), every feature (images: every "
+                  "channel) is z-scored with the federation's mean and standard deviation, as a "
+                  "Sub/Div in front of the model (a built-in model is trained as its graph), so "
+                  "every site scales alike and the exported ONNX takes raw rows")
             .Choices({"none", "federated"}),
         StringKey("upstream", "endpoint", "",
                   "Hierarchical aggregation: this aggregator is a region of the top aggregator at "

@@ -10,6 +10,7 @@
 #include "core/builtin_graph.h"
 #include "core/graph/graph_model.h"
 #include "core/graph/input_normalization.h"
+#include "core/stats/normalization_constants.h"
 #include "core/onnx/onnx_reader.h"
 #include "core/onnx/onnx_writer.h"
 
@@ -127,6 +128,19 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   const ModelSpec& spec = config.model;
   s->backend_ = MakeCpuBackend(s->options_.eval_threads);
   FM_ASSIGN_OR_RETURN(s->model_, BuildModel(spec, s->backend_.get()));
+  if (config.normalize == "federated" && s->model_->graph_model() == nullptr) {
+    // The normalization is graph nodes in front of the model, so a built-in model is
+    // trained as its graph (core/builtin_graph.h): same layers, same initial weights.
+    s->model_->InitParams(config.model_seed);
+    BuiltinGraphOptions graph_options;
+    graph_options.training_dropout = true;
+    FM_ASSIGN_OR_RETURN(graph::Graph g,
+                        BuiltinModelGraph(spec, s->model_->GetParams(), graph_options));
+    FM_ASSIGN_OR_RETURN(s->model_, Model::CreateFromGraph(spec.name, s->backend_.get(), std::move(g)));
+    spdlog::info("[data] normalize = \"federated\": the built-in '{}' is trained as its ONNX graph, "
+                 "with the federation's input normalization in front from round 1",
+                 spec.name);
+  }
   if (s->options_.eval_data) {
     s->eval_data_ = std::move(s->options_.eval_data);
     s->options_.eval_data.reset();
@@ -144,17 +158,10 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
                  spec.name, g->hash(), g->num_trainable(), g->num_state());
   }
   if (config.normalize == "federated") {
-    const graph::GraphModel* g = s->model_->graph_model();
-    if (g == nullptr) {
-      return Status::InvalidArgument(
-          "[data] normalize = \"federated\" puts the normalization in front of a graph model; "
-          "the built-in '" + spec.name + "' is not one: use [model] onnx");
-    }
-    s->base_graph_ = g->graph();
-    const auto features = static_cast<size_t>(
-        g->graph().inputs.empty() || g->graph().inputs[0].dims.size() != 2 ? 0
-                                                                           : g->graph().inputs[0].dims[1]);
-    const std::vector<double> zeros(features, 0.0), ones(features, 1.0);
+    s->base_graph_ = s->model_->graph_model()->graph();
+    const graph::Dims& in = s->base_graph_->inputs.empty() ? graph::Dims{} : s->base_graph_->inputs[0].dims;
+    const auto constants = static_cast<size_t>(in.size() == 2 || in.size() == 4 ? std::max<int64_t>(in[1], 0) : 0);
+    const std::vector<double> zeros(constants, 0.0), ones(constants, 1.0);
     FM_RETURN_IF_ERROR(graph::AddInputNormalization(*s->base_graph_, zeros, ones)
                            .status()
                            .WithContext("[data] normalize = \"federated\""));
@@ -260,19 +267,17 @@ Status AggregatorService::ReplaceModel(graph::Graph g, bool keep_params) {
 
 Result<std::pair<std::string, std::string>> AggregatorService::NormalizeModel(
     const FederationStatistics& stats) {
-  std::vector<double> mean, stddev;
-  for (const FeatureStatistics& f : stats.features) {
-    mean.push_back(f.mean);
-    stddev.push_back(f.stddev);
-  }
-  FM_ASSIGN_OR_RETURN(graph::Graph g, graph::AddInputNormalization(*base_graph_, mean, stddev));
+  FM_ASSIGN_OR_RETURN(NormalizationConstants c,
+                      NormalizationConstantsFor(stats, base_graph_->inputs.at(0).dims));
+  FM_ASSIGN_OR_RETURN(graph::Graph g, graph::AddInputNormalization(*base_graph_, c.mean, c.stddev));
   const std::string sha = graph::CanonicalHash(g);
   FM_ASSIGN_OR_RETURN(std::string bytes, onnx::SerializeArchitecture(g));
   // Constants are not parameters: the weights carry over unchanged.
   FM_RETURN_IF_ERROR(ReplaceModel(std::move(g), /*keep_params=*/true));
   FM_RETURN_IF_ERROR(store_->SaveModelGraph(sha, bytes));
-  spdlog::info("input normalization from the federation's statistics ({} features) in front of the "
-               "model: graph sha256 {}", mean.size(), sha);
+  spdlog::info("input normalization from the federation's statistics ({} {}) in front of the "
+               "model: graph sha256 {}", c.mean.size(),
+               base_graph_->inputs.at(0).dims.size() == 4 ? "channels" : "features", sha);
   return std::make_pair(sha, bytes);
 }
 

@@ -70,6 +70,16 @@ class Builder {
                {{"kernel_shape", Ints({k, k})}, {"pads", Ints({pad, pad, pad, pad})},
                 {"strides", Ints({1, 1})}});
   }
+  // Dropout with its ratio as a Constant input (opset >= 12); nothing when ratio is 0.
+  std::string Dropout(const std::string& x, float ratio) {
+    if (ratio <= 0.0f) return x;
+    const std::string r = "dropout_ratio_" + std::to_string(next_++);
+    Attribute a;
+    a.kind = Attribute::Kind::kTensor;
+    a.t = Tensor{r, DType::kFloat32, {}, {ratio}, {}};
+    g.nodes.push_back(Node{r, "Constant", {}, {r}, {{"value", std::move(a)}}});
+    return Add("Dropout", {x, r});
+  }
   bool used_all() const { return at_ == params_.size(); }
 
   graph::Graph g;
@@ -94,10 +104,12 @@ std::vector<int64_t> ChwToHwc(int h, int w, int c) {
 
 }  // namespace
 
-Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params) {
+Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params,
+                                       const BuiltinGraphOptions& options) {
   if (IsOnnxModelName(spec.name)) return Status::InvalidArgument("not a built-in model");
   FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
   Builder b(params);
+  const float dropout = options.training_dropout ? spec.dropout : 0.0f;
   b.g.name = "fedmesh-" + spec.name;
   b.g.opset = 17;
   const bool image = spec.input_shape.size() == 3;
@@ -125,6 +137,7 @@ Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const fl
     x = b.Add("Flatten", {x}, {{"axis", Int(1)}});
     FM_ASSIGN_OR_RETURN(x, b.Dense(x, 64 * h * w, 512, "fc1", ChwToHwc(h, w, 64)));
     x = b.Add("Relu", {x});
+    x = b.Dropout(x, dropout);
     FM_ASSIGN_OR_RETURN(x, b.Dense(x, 512, spec.num_classes, "fc2"));
   } else {
     x = b.Add("Flatten", {x}, {{"axis", Int(1)}});
@@ -134,6 +147,7 @@ Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const fl
       for (int h : spec.hidden) {
         FM_ASSIGN_OR_RETURN(x, b.Dense(x, in, h, "fc" + std::to_string(layer++), columns));
         x = b.Add("Relu", {x});
+        x = b.Dropout(x, dropout);
         columns.clear();
         in = h;
       }

@@ -2,7 +2,7 @@
 // built-in model's flat parameters moved into the graph's tensors: the layer code computes
 // images as NHWC with OHWI convolution weights, ONNX as NCHW / OIHW, so convolution weights
 // are transposed and the columns of the first Dense after a Flatten permuted from HWC to
-// CHW order. The result is an inference graph (Dropout left out) whose input is [N, C, H, W]
+// CHW order. The result is an inference graph (Dropout left out unless asked for) whose input is [N, C, H, W]
 // for images and [N, F] for tabular data, and whose outputs equal the built-in model's.
 // Also: a one-line text form of a ModelSpec, how the aggregator's store remembers which
 // built-in model its flat vectors belong to.
@@ -18,9 +18,18 @@
 
 namespace fedmesh {
 
+struct BuiltinGraphOptions {
+  // true: Dropout nodes (ratio spec.dropout) where the built-in model has Dropout layers,
+  // for a graph that is trained further (the aggregator trains a built-in model as a graph
+  // when it puts the federation's input normalization in front). Default false: an
+  // inference graph, as exported.
+  bool training_dropout = false;
+};
+
 // REQUIRES: params.size() is the built-in model's parameter count (checked: an error
 // otherwise).
-Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params);
+Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params,
+                                       const BuiltinGraphOptions& options = {});
 
 // "name=mlp;input=28,28,1;classes=10;hidden=256;dropout=0", and back.
 std::string SpecToText(const ModelSpec& spec);

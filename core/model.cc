@@ -223,9 +223,28 @@ void Model::Reserve(int max_batch) {
   for (auto& layer : layers_) layer->Reserve(backend_, max_batch);
 }
 
+bool Model::TakesChannelsFirst(const Dataset& data) const {
+  const SampleShape& d = data.sample_shape;
+  return graph_ != nullptr && d.size() == 3 && d[2] > 1 &&
+         input_shape_ == SampleShape{d[2], d[0], d[1]};
+}
+
+void Model::CopySample(const Dataset& data, size_t row, bool channels_first, float* dst) const {
+  const float* src = data.sample(row);
+  if (!channels_first) {
+    std::memcpy(dst, src, data.sample_size() * sizeof(float));
+    return;
+  }
+  const size_t h = data.sample_shape[0], w = data.sample_shape[1], c = data.sample_shape[2];
+  const size_t plane = h * w;
+  for (size_t p = 0; p < plane; ++p)
+    for (size_t k = 0; k < c; ++k) dst[k * plane + p] = src[p * c + k];
+}
+
 Status Model::CheckCompatible(const Dataset& data) const {
   // A graph model takes its input as the file declares it (NCHW images): the data's
-  // samples must hold as many values; single-channel HWC and CHW are the same bytes.
+  // samples must hold as many values; multi-channel images (HWC) are transposed on the way
+  // in (TakesChannelsFirst), single-channel HWC and CHW are the same bytes.
   const bool same_size = data.sample_size() == ShapeSize(input_shape_);
   if (data.sample_shape != input_shape_ && !((graph_ || input_shape_.size() == 1) && same_size) &&
       !(input_shape_.size() == 1 &&
@@ -233,6 +252,13 @@ Status Model::CheckCompatible(const Dataset& data) const {
     return Status::InvalidArgument("data samples have shape " + ShapeToString(data.sample_shape) +
                                    " but model '" + name_ + "' expects " +
                                    ShapeToString(input_shape_));
+  }
+  if (graph_ && data.sample_shape.size() == 3 && data.sample_shape[2] > 1 &&
+      data.sample_shape != input_shape_ && !TakesChannelsFirst(data)) {
+    return Status::InvalidArgument("images of " + ShapeToString(data.sample_shape) +
+                                   " (height x width x channels) do not fit model '" + name_ +
+                                   "', whose input is " + ShapeToString(input_shape_) +
+                                   "; a channels-first model takes them as [channels, height, width]");
   }
   if (IsRegression(loss_.kind)) {
     if (data.target_dim != num_classes_ ||
@@ -287,8 +313,9 @@ void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
     input = acts_[0];
   }
   float* dst = backend_->host_memory() ? input : staging_.data();
+  const bool channels_first = TakesChannelsFirst(data);
   for (int i = 0; i < batch; ++i) {
-    std::memcpy(dst + i * s, data.sample(indices[i]), s * sizeof(float));
+    CopySample(data, indices[i], channels_first, dst + i * s);
     staging_labels_[i] = data.labels[indices[i]];
   }
   if (dst != input) backend_->CopyFromHost(input, dst, s * batch * sizeof(float));
@@ -302,8 +329,14 @@ void Model::LoadContiguousBatch(const Dataset& data, size_t first, int batch) {
   StageTargets(data, nullptr, first, batch);
   if (host_loss_)
     std::memcpy(staging_labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
-  backend_->CopyFromHost(graph_ ? graph_->input(0, batch) : acts_[0], data.sample(first),
-                         s * batch * sizeof(float));
+  float* input = graph_ ? graph_->input(0, batch) : acts_[0];
+  if (TakesChannelsFirst(data)) {
+    float* dst = backend_->host_memory() ? input : staging_.data();
+    for (int i = 0; i < batch; ++i) CopySample(data, first + i, true, dst + i * s);
+    if (dst != input) backend_->CopyFromHost(input, dst, s * batch * sizeof(float));
+  } else {
+    backend_->CopyFromHost(input, data.sample(first), s * batch * sizeof(float));
+  }
   backend_->CopyFromHost(labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
 }
 

@@ -87,6 +87,10 @@ class Model {
   void LoadContiguousBatch(const Dataset& data, size_t first, int batch);
   // Checks the dataset's sample shape and label range against this model.
   Status CheckCompatible(const Dataset& data) const;
+  // Whether `data`'s samples are images stored channels-last (Dataset's [H, W, C], C > 1)
+  // and this is a graph model that takes them channels-first ([C, H, W], as an ONNX file
+  // declares): LoadBatch and LoadContiguousBatch then transpose each sample on the way in.
+  bool TakesChannelsFirst(const Dataset& data) const;
 
   // Forward + backward on the loaded batch: fills grads() with d(mean loss)/d(params).
   Backend::LossResult ForwardBackward(int batch, uint64_t seed);
@@ -123,6 +127,8 @@ class Model {
  private:
   Model() = default;
   void Forward(int batch, bool training, uint64_t seed);
+  // Copies sample `row` of `data` to `dst` in the input's layout (see TakesChannelsFirst).
+  void CopySample(const Dataset& data, size_t row, bool channels_first, float* dst) const;
   // The training forward pass and the loss, with d loss / d logits in dacts_.back().
   Backend::LossResult ForwardWithLossGradient(int batch, uint64_t seed);
 

@@ -8,7 +8,7 @@ namespace {
 
 std::string Name(std::string_view what) { return std::string(kInputNormalizationPrefix) + std::string(what); }
 
-Node ConstantNode(const std::string& name, std::span<const double> values) {
+Node ConstantNode(const std::string& name, std::span<const double> values, const Dims& dims) {
   Node n;
   n.name = name;
   n.op_type = "Constant";
@@ -17,7 +17,7 @@ Node ConstantNode(const std::string& name, std::span<const double> values) {
   a.kind = Attribute::Kind::kTensor;
   a.t.name = name;
   a.t.dtype = DType::kFloat32;
-  a.t.dims = {static_cast<int64_t>(values.size())};
+  a.t.dims = dims;
   for (double v : values) a.t.f.push_back(static_cast<float>(v));
   n.attrs["value"] = std::move(a);
   return n;
@@ -37,15 +37,21 @@ Result<Graph> AddInputNormalization(const Graph& g, std::span<const double> mean
     return Status::InvalidArgument("the model already normalizes its input (" +
                                    std::string(kInputNormalizationPrefix) + "* nodes)");
   }
-  if (g.inputs.empty() || g.inputs[0].dtype != DType::kFloat32 || g.inputs[0].dims.size() != 2) {
+  const Dims* in = g.inputs.empty() ? nullptr : &g.inputs[0].dims;
+  if (in == nullptr || g.inputs[0].dtype != DType::kFloat32 || (in->size() != 2 && in->size() != 4)) {
     return Status::InvalidArgument(
-        "federated normalization needs a model whose input is a float [batch, features] table; "
-        "this one's is " + (g.inputs.empty() ? std::string("missing") : DimsToString(g.inputs[0].dims)));
+        "federated normalization needs a model whose input is a float [batch, features] table "
+        "or [batch, channels, height, width] images; this one's is " +
+        (in == nullptr ? std::string("missing") : DimsToString(*in)));
   }
-  const int64_t features = g.inputs[0].dims[1];
+  // A table: one constant per feature. Images: one per channel, broadcast over the pixels.
+  const bool image = in->size() == 4;
+  const int64_t features = (*in)[1];
+  const Dims constant_dims = image ? Dims{features, 1, 1} : Dims{features};
   if (mean.size() != stddev.size() || static_cast<int64_t>(mean.size()) != features) {
     return Status::InvalidArgument("the model's input has " + std::to_string(features) +
-                                   " features; the statistics have " + std::to_string(mean.size()));
+                                   (image ? " channels" : " features") + "; the statistics have " +
+                                   std::to_string(mean.size()));
   }
   std::vector<double> scale(stddev.begin(), stddev.end());
   for (size_t j = 0; j < scale.size(); ++j) {
@@ -75,7 +81,8 @@ Result<Graph> AddInputNormalization(const Graph& g, std::span<const double> mean
   div.op_type = "Div";
   div.inputs = {Name("centred"), Name("std")};
   div.outputs = {normalized};
-  std::vector<Node> nodes = {ConstantNode(Name("mean"), mean), ConstantNode(Name("std"), scale),
+  std::vector<Node> nodes = {ConstantNode(Name("mean"), mean, constant_dims),
+                             ConstantNode(Name("std"), scale, constant_dims),
                              std::move(sub), std::move(div)};
   nodes.insert(nodes.end(), std::make_move_iterator(out.nodes.begin()),
                std::make_move_iterator(out.nodes.end()));

@@ -1,7 +1,7 @@
 // Federated input normalization baked into a model graph ([data] normalize = "federated",
 // docs/data.md): x' = (x - mean) / std on the model's input, as two Constant nodes and a
 // Sub and a Div in front of everything else, so that every site scales its raw rows with
-// the federation's constants and the exported ONNX takes raw rows too. The nodes' names
+// the federation's constants and the exported ONNX takes raw rows (or images) too. The nodes' names
 // start with kInputNormalizationPrefix; RemoveInputNormalization takes them out again, so a
 // site that pinned the model's hash ([model] expect_sha256) can recognise its model with
 // the federation's normalization in front.
@@ -19,8 +19,9 @@ namespace fedmesh::graph {
 inline constexpr std::string_view kInputNormalizationPrefix = "fedmesh_input_norm_";
 
 // `g` with x' = (x - mean) / stddev on input 0, which must be a float tensor [batch,
-// features] with features == mean.size() == stddev.size(). A stddev of 0 (a constant
-// feature) divides by 1. InvalidArgument for another input shape, sizes that differ,
+// features] with features == mean.size() == stddev.size(), or images [batch, channels,
+// height, width] with one mean and stddev per channel (constants [channels, 1, 1], as
+// torchvision's Normalize). A stddev of 0 (a constant feature) divides by 1. InvalidArgument for another input shape, sizes that differ,
 // non-finite values, or a graph that already has the normalization. The result is
 // Finalize()d.
 Result<Graph> AddInputNormalization(const Graph& g, std::span<const double> mean,

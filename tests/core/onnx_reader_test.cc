@@ -311,15 +311,28 @@ TEST(BuiltinGraph, GivesTheLayerModelsOutputs) {
             for (int ch = 0; ch < C; ++ch)
               chw.features[s * H * W * C + (ch * H + h) * W + w] =
                   hwc.features[s * H * W * C + (h * W + w) * C + ch];
+      chw.sample_shape = {C, H, W};
     }
     (*layers)->Reserve(n);
     (*layers)->LoadContiguousBatch(hwc, 0, n);
     (*layers)->Evaluate(n);
+    const std::vector<float> expected((*layers)->logits(), (*layers)->logits() + n * 4);
     (*graph_model)->Reserve(n);
     (*graph_model)->LoadContiguousBatch(chw, 0, n);
     (*graph_model)->Evaluate(n);
-    for (int i = 0; i < n * 4; ++i)
-      EXPECT_NEAR((*layers)->logits()[i], (*graph_model)->logits()[i], 1e-4) << i;
+    for (int i = 0; i < n * 4; ++i) EXPECT_NEAR(expected[i], (*graph_model)->logits()[i], 1e-4) << i;
+    // A Dataset's own images (HWC) go into the graph transposed, both ways of loading.
+    EXPECT_EQ((*graph_model)->TakesChannelsFirst(hwc), c.shape.size() == 3 && c.shape[2] > 1);
+    ASSERT_TRUE((*graph_model)->CheckCompatible(hwc).ok());
+    (*graph_model)->LoadContiguousBatch(hwc, 0, n);
+    (*graph_model)->Evaluate(n);
+    for (int i = 0; i < n * 4; ++i) EXPECT_NEAR(expected[i], (*graph_model)->logits()[i], 1e-4) << i;
+    const std::vector<uint32_t> order = {2, 0, 1};
+    (*graph_model)->LoadBatch(hwc, order.data(), n);
+    (*graph_model)->Evaluate(n);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < 4; ++k)
+        EXPECT_NEAR(expected[order[i] * 4 + k], (*graph_model)->logits()[i * 4 + k], 1e-4) << i;
   }
   ModelSpec spec;
   spec.name = "mlp";
@@ -328,6 +341,75 @@ TEST(BuiltinGraph, GivesTheLayerModelsOutputs) {
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(text->hidden, spec.hidden);
   EXPECT_EQ(text->input_shape, spec.input_shape);
+}
+
+// A built-in model trained as its graph (the aggregator does, to put the federation's input
+// normalization in front) keeps its Dropout: one node per Dropout layer, with its ratio,
+// active in a training pass and not in evaluation, and it survives the ONNX writer.
+TEST(BuiltinGraph, KeepsDropoutForTraining) {
+  auto be = MakeCpuBackend(1);
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.input_shape = {12};
+  spec.num_classes = 3;
+  spec.hidden = {16, 8};
+  spec.dropout = 0.25f;
+  auto layers = BuildModel(spec, be.get());
+  ASSERT_TRUE(layers.ok());
+  (*layers)->InitParams(5);
+  BuiltinGraphOptions with;
+  with.training_dropout = true;
+  auto plain = BuiltinModelGraph(spec, (*layers)->GetParams());
+  auto dropped = BuiltinModelGraph(spec, (*layers)->GetParams(), with);
+  ASSERT_TRUE(plain.ok() && dropped.ok()) << dropped.status().ToString();
+  int dropouts = 0;
+  for (const graph::Node& n : dropped->nodes) dropouts += n.op_type == "Dropout";
+  EXPECT_EQ(dropouts, 2);
+  for (const graph::Node& n : plain->nodes) EXPECT_NE(n.op_type, "Dropout");
+  auto back = onnx::ParseOnnx(*onnx::SerializeOnnx(*dropped));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  Dataset d;
+  d.sample_shape = {12};
+  d.num_classes = 3;
+  Rng rng(2);
+  for (int i = 0; i < 8 * 12; ++i) d.features.push_back(static_cast<float>(rng.Normal()));
+  d.labels = {0, 1, 2, 0, 1, 2, 0, 1};
+  auto run = [&](graph::Graph g, bool training) {
+    auto m = Model::CreateFromGraph("g", be.get(), std::move(g));
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    (*m)->Reserve(8);
+    (*m)->LoadContiguousBatch(d, 0, 8);
+    return training ? (*m)->ForwardBackward(8, 77).loss_sum : (*m)->Evaluate(8).loss_sum;
+  };
+  EXPECT_FLOAT_EQ(run(*plain, false), run(*back, false));
+  EXPECT_FLOAT_EQ(run(*plain, true), run(*plain, false));
+  EXPECT_NE(run(*back, true), run(*plain, true)) << "dropout changes a training pass";
+}
+
+// Images whose height x width x channels is the model's size but not its shape are refused,
+// not fed in the wrong order.
+TEST(BuiltinGraph, RefusesImagesOfAnotherShape) {
+  auto be = MakeCpuBackend(1);
+  ModelSpec spec;
+  spec.name = "logreg";
+  spec.input_shape = {6, 4, 3};
+  spec.num_classes = 2;
+  auto layers = BuildModel(spec, be.get());
+  ASSERT_TRUE(layers.ok());
+  auto m = Model::CreateFromGraph("g", be.get(), *BuiltinModelGraph(spec, (*layers)->GetParams()));
+  ASSERT_TRUE(m.ok());
+  Dataset d;
+  d.num_classes = 2;
+  d.labels = {0};
+  d.features.assign(72, 0.5f);
+  d.sample_shape = {6, 4, 3};
+  EXPECT_TRUE((*m)->CheckCompatible(d).ok());
+  d.sample_shape = {4, 6, 3};
+  const Status s = (*m)->CheckCompatible(d);
+  EXPECT_NE(s.message().find("images of [4x6x3] (height x width x channels) do not fit model 'g', whose input "
+                             "is [3x6x4]"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Real-process federation tests of issue 19 (site data): federated evaluation without data
 // at the aggregator, a one-logit ONNX model under secure aggregation with per-site
 // comparisons and cross-evaluation, federated statistics (in the clear and secure),
-// federated normalization and imputation of missing cells. Fixture: federation_fixture.h.
+// federated normalization (tables, and images per channel for a built-in model) and
+// imputation of missing cells. Fixture: federation_fixture.h.
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include "core/graph/graph.h"
 #include "core/graph/input_normalization.h"
+#include "core/npz.h"
 #include "tests/node/federation_fixture.h"
 
 namespace fedmesh {
@@ -462,6 +464,90 @@ TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
   auto eval = trainer.Evaluate(pooled);
   ASSERT_TRUE(eval.ok()) << eval.status().ToString();
   EXPECT_GE(eval->accuracy, 0.85) << "the exported model on raw rows";
+}
+
+// The same for images and a built-in model: three sites hold 8 x 8 RGB images (npz, HWC)
+// whose channels are on scales 200, 1 and 0.01 around 1000, 5 and -0.05; the class is a
+// shift of the top-left quarter of the smallest channel. The aggregator trains the built-in
+// mlp as its graph ([N, 3, 8, 8]) with one mean and stddev per channel in front; sites feed
+// their HWC images to it transposed. The federation learns, and the exported ONNX holds the
+// channels' constants and scores the raw images.
+TEST_F(FederationTest, FederationNormalizesImagesPerChannelForABuiltinModel) {
+  Rng rng(17);
+  Dataset pooled;
+  pooled.sample_shape = {8, 8, 3};
+  pooled.num_classes = 2;
+  const double kMean[3] = {1000.0, 5.0, -0.05}, kScale[3] = {200.0, 1.0, 0.01};
+  for (int site = 1; site <= 3; ++site) {
+    const int n = 100 + 50 * site;
+    NpzArray x{"x", graph::DType::kFloat32, {n, 8, 8, 3}, {}, {}};
+    NpzArray y{"y", graph::DType::kInt64, {n}, {}, {}};
+    for (int r = 0; r < n; ++r) {
+      const int label = rng.Uniform() < 0.5;
+      for (int h = 0; h < 8; ++h)
+        for (int w = 0; w < 8; ++w)
+          for (int c = 0; c < 3; ++c) {
+            const double shift = (c == 2 && h < 4 && w < 4 && label) ? 1.5 : 0.0;
+            x.f.push_back(static_cast<float>(kMean[c] + kScale[c] * (rng.Normal() + shift)));
+          }
+      y.i.push_back(label);
+      pooled.labels.push_back(label);
+    }
+    pooled.features.insert(pooled.features.end(), x.f.begin(), x.f.end());
+    ASSERT_TRUE(WriteNpzFile((dir_ / ("site-" + std::to_string(site) + ".npz")).string(), {x, y}).ok());
+  }
+  const std::string ep = StartAggregator(
+      {"rounds.total=4", "rounds.clients_per_round=3", "rounds.min_clients=3",
+       "rounds.min_available_clients=3", "model.name=mlp", "model.input_shape=8,8,3",
+       "model.num_classes=2", "train.lr=0.05", "train.momentum=0.9", "train.batch=16",
+       "train.epochs=2", "stats.enabled=true", "stats.min_sites=3", "data.normalize=federated",
+       "eval.dataset=", "eval.federated=true", "eval.min_sites=3"});
+  ASSERT_FALSE(ep.empty());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_NE(StartNode(i, ep, {"data.dataset=npz:site-" + std::to_string(i) + ".npz",
+                                "data.num_partitions=1", "data.index=0", "data.test_fraction=0.3"}),
+              nullptr);
+  }
+  const auto rc = aggregator_->WaitExit(seconds(180));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 180 s";
+  ASSERT_EQ(*rc, 0) << aggregator_->Log();
+  EXPECT_NE(aggregator_->Log().find("the built-in 'mlp' is trained as its ONNX graph"), std::string::npos)
+      << aggregator_->Log();
+  EXPECT_NE(aggregator_->Log().find("input normalization from the federation's statistics (3 channels)"),
+            std::string::npos) << aggregator_->Log();
+  std::string last;
+  for (const std::string& l : MetricsLines())
+    if (l.find("\"site\":\"*\"") != std::string::npos) last = l;
+  EXPECT_GE(JsonNumber(last, "accuracy").value_or(-1), 0.9) << last;
+
+  auto rc_export = fedmesh::testing::RunToCompletion(
+      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--out", "global.onnx"}, dir_,
+      dir_ / "export.log", seconds(60));
+  ASSERT_TRUE(rc_export.has_value() && *rc_export == 0) << ReadWholeFile(dir_ / "export.log");
+  auto exported = onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+  ASSERT_TRUE(exported.ok()) << exported.status().ToString();
+  ASSERT_EQ(exported->inputs[0].dims, (graph::Dims{-1, 3, 8, 8}));
+  int constants = 0;
+  for (const graph::Node& n : exported->nodes) {
+    if (n.name != "fedmesh_input_norm_mean" && n.name != "fedmesh_input_norm_std") continue;
+    ++constants;
+    const graph::Tensor& t = n.attrs.at("value").t;
+    ASSERT_EQ(t.dims, (graph::Dims{3, 1, 1}));
+    const bool mean = n.name == "fedmesh_input_norm_mean";
+    // The sites' training rows: the class shift moves the smallest channel a little.
+    EXPECT_NEAR(t.f[0], mean ? 1000.0 : 200.0, mean ? 5.0 : 6.0) << n.name;
+    EXPECT_NEAR(t.f[1], mean ? 5.0 : 1.0, mean ? 0.03 : 0.03) << n.name;
+    EXPECT_NEAR(t.f[2], mean ? -0.05 + 0.01 * 1.5 / 8 : 0.0107, mean ? 0.001 : 0.001) << n.name;
+  }
+  EXPECT_EQ(constants, 2);
+  auto backend = MakeCpuBackend(1);
+  auto m = Model::CreateFromGraph("exported", backend.get(), std::move(*exported));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  SystemEnv env(1);
+  Trainer trainer(m->get(), TrainerOptions{}, &env);
+  auto eval = trainer.Evaluate(pooled);
+  ASSERT_TRUE(eval.ok()) << eval.status().ToString();
+  EXPECT_GE(eval->accuracy, 0.9) << "the exported model on the raw images";
 }
 
 }  // namespace
