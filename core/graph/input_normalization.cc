@@ -71,10 +71,22 @@ Result<Graph> AddInputNormalization(const Graph& g, std::span<const double> mean
     if (o.name == x) {
       return Status::InvalidArgument("the model's input is also its output; nothing to normalize");
     }
+  // A missing cell (NaN) becomes the mean first, so it scales to 0: what a site that
+  // imputes with the federation's means ([data] missing = "impute_mean") feeds the model.
+  Node isnan;
+  isnan.name = Name("isnan");
+  isnan.op_type = "IsNaN";
+  isnan.inputs = {x};
+  isnan.outputs = {Name("missing")};
+  Node where;
+  where.name = Name("impute");
+  where.op_type = "Where";
+  where.inputs = {Name("missing"), Name("mean"), x};
+  where.outputs = {Name("filled")};
   Node sub;
   sub.name = Name("sub");
   sub.op_type = "Sub";
-  sub.inputs = {x, Name("mean")};
+  sub.inputs = {Name("filled"), Name("mean")};
   sub.outputs = {Name("centred")};
   Node div;
   div.name = Name("div");
@@ -83,7 +95,7 @@ Result<Graph> AddInputNormalization(const Graph& g, std::span<const double> mean
   div.outputs = {normalized};
   std::vector<Node> nodes = {ConstantNode(Name("mean"), mean, constant_dims),
                              ConstantNode(Name("std"), scale, constant_dims),
-                             std::move(sub), std::move(div)};
+                             std::move(isnan), std::move(where), std::move(sub), std::move(div)};
   nodes.insert(nodes.end(), std::make_move_iterator(out.nodes.begin()),
                std::make_move_iterator(out.nodes.end()));
   out.nodes = std::move(nodes);

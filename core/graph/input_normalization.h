@@ -1,10 +1,12 @@
 // Federated input normalization baked into a model graph ([data] normalize = "federated",
-// docs/data.md): x' = (x - mean) / std on the model's input, as two Constant nodes and a
-// Sub and a Div in front of everything else, so that every site scales its raw rows with
-// the federation's constants and the exported ONNX takes raw rows (or images) too. The nodes' names
-// start with kInputNormalizationPrefix; RemoveInputNormalization takes them out again, so a
-// site that pinned the model's hash ([model] expect_sha256) can recognise its model with
-// the federation's normalization in front.
+// docs/data.md): x' = (Where(IsNaN(x), mean, x) - mean) / std on the model's input, as two
+// Constant nodes, IsNaN, Where, Sub and Div in front of everything else. A missing cell
+// (NaN) takes the federation's mean and so becomes 0. Every site scales its raw rows with
+// the federation's constants, and the exported ONNX takes raw rows (or images), missing
+// cells included. The nodes' names start with kInputNormalizationPrefix;
+// RemoveInputNormalization takes them out again, so a site that pinned the model's hash
+// ([model] expect_sha256) can recognise its model with the federation's normalization in
+// front.
 // Thread-safety: pure functions.
 #pragma once
 

@@ -26,6 +26,7 @@ const std::map<std::string, KernelFactory>& Table() {
       {"Gemm", ops::MakeGemm},
       {"GlobalAveragePool", ops::MakeGlobalAveragePool},
       {"Identity", ops::MakeIdentity},
+      {"IsNaN", ops::MakeIsNaN},
       {"LayerNormalization", ops::MakeLayerNormalization},
       {"LeakyRelu", ops::MakeLeakyRelu},
       {"Log", ops::MakeLog},
@@ -48,6 +49,7 @@ const std::map<std::string, KernelFactory>& Table() {
       {"Tanh", ops::MakeTanh},
       {"Transpose", ops::MakeTranspose},
       {"Unsqueeze", ops::MakeUnsqueeze},
+      {"Where", ops::MakeWhere},
   };
   return *table;
 }

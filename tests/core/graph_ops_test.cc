@@ -123,6 +123,19 @@ TEST(GraphOpsGradient, UnaryOps) {
   CheckGradients(gelu_tanh, {F("x", {7}, rng, -2.0f, 2.0f)});
 }
 
+// Where(c, a, b): each output element's gradient goes to the operand it came from, summed
+// back over broadcast dims (b [3, 1] over [2, 3, 4]); the condition (int64, as IsNaN's
+// boolean output is kept) takes none.
+TEST(GraphOpsGradient, WhereWithBroadcasting) {
+  Rng rng(6);
+  std::vector<int64_t> cond;
+  for (int i = 0; i < 24; ++i) cond.push_back((i * 7) % 3 == 0);
+  CheckGradients(Node{"", "Where", {"c", "a", "b"}, {}, {}},
+                 {I("c", {2, 3, 4}, cond), F("a", {2, 3, 4}, rng), F("b", {3, 1}, rng)});
+  CheckGradients(Node{"", "Where", {"c", "a", "b"}, {}, {}},
+                 {I("c", {4}, {1, 0, 0, 1}), F("a", {1}, rng), F("b", {3, 4}, rng)});
+}
+
 TEST(GraphOpsGradient, DropoutWithAFixedSeedIsLinear) {
   Rng rng(5);
   Node d{"", "Dropout", {"x"}, {}, {}};
@@ -230,6 +243,18 @@ TEST(GraphOpsForward, ValuesMatchHandComputedOnes) {
     ASSERT_TRUE(m->Forward(1, false, 0).ok());
     EXPECT_NEAR(m->output(0)[0], 0.25f, 1e-6);
     EXPECT_NEAR(m->output(0)[1], 0.75f, 1e-6);
+  }
+  {  // Where with a condition [3] over [2, 3]; IsNaN of finite values is all 0
+    auto m = OneNode(Node{"", "Where", {"c", "a", "b"}, {}, {}},
+                     {I("c", {3}, {1, 0, 1}), Tensor{"a", DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6}, {}},
+                      Tensor{"b", DType::kFloat32, {1}, {-1}, {}}},
+                     be.get());
+    ASSERT_TRUE(m->Forward(1, false, 0).ok());
+    EXPECT_EQ(std::vector<float>(m->output(0), m->output(0) + 6), (std::vector<float>{1, -1, 3, 4, -1, 6}));
+    auto isnan = OneNode(Node{"", "IsNaN", {"x"}, {}, {}},
+                         {Tensor{"x", DType::kFloat32, {3}, {0.0f, -2.5f, 1e30f}, {}}}, be.get());
+    ASSERT_TRUE(isnan->Forward(1, false, 0).ok());
+    EXPECT_EQ(std::vector<float>(isnan->output(0), isnan->output(0) + 3), (std::vector<float>{0, 0, 0}));
   }
   {  // dropout is the identity outside training and keeps about 1-p of the values in it
     Node d{"", "Dropout", {"x"}, {}, {}};

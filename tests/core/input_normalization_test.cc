@@ -71,6 +71,16 @@ TEST(InputNormalization, RawRowsThroughTheNormalizedModelEqualScaledRowsThroughT
   ASSERT_EQ(a.size(), 64u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << i;
 
+  // A missing cell (NaN) in a raw row gets the mean, so its scaled value is 0: the logits
+  // of rows with holes equal those of the scaled rows with 0 there.
+  for (int i = 0; i < 64; i += 3) {
+    const int j = (i * 7) % 30;
+    raw.features[i * 30 + j] = std::nanf("");
+    scaled.features[i * 30 + j] = 0.0f;
+  }
+  const std::vector<float> holes = Logits(*normalized, raw), filled = Logits(*base, scaled);
+  for (size_t i = 0; i < holes.size(); ++i) EXPECT_NEAR(holes[i], filled[i], 1e-5f * (1 + std::fabs(filled[i]))) << i;
+
   auto back = graph::RemoveInputNormalization(*normalized);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(graph::CanonicalHash(*back), graph::CanonicalHash(*base));
@@ -144,7 +154,9 @@ TEST(InputNormalization, ImagesAreScaledPerChannel) {
   auto normalized = graph::AddInputNormalization(*base, mean, sd);
   ASSERT_TRUE(normalized.ok()) << normalized.status().ToString();
   for (const graph::Node& n : normalized->nodes) {
-    if (n.op_type == "Constant") EXPECT_EQ(n.attrs.at("value").t.dims, (graph::Dims{3, 1, 1})) << n.name;
+    if (n.op_type == "Constant") {
+      EXPECT_EQ(n.attrs.at("value").t.dims, (graph::Dims{3, 1, 1})) << n.name;
+    }
   }
   const std::vector<float> a = Logits(*normalized, raw, LossKind::kCrossEntropy),
                            b = Logits(*base, scaled, LossKind::kCrossEntropy);

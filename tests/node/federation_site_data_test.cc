@@ -464,6 +464,14 @@ TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
   auto eval = trainer.Evaluate(pooled);
   ASSERT_TRUE(eval.ok()) << eval.status().ToString();
   EXPECT_GE(eval->accuracy, 0.85) << "the exported model on raw rows";
+  // Rows with missing cells (NaN): the exported model fills them with the federation's
+  // means itself (IsNaN / Where in front of the Sub), so it still scores them.
+  Dataset holes = pooled;
+  for (size_t r = 0; r < holes.size(); r += 2) holes.features[r * 30 + 3 + (r % 5) * 6] = std::nanf("");
+  auto eval_holes = trainer.Evaluate(holes);
+  ASSERT_TRUE(eval_holes.ok()) << eval_holes.status().ToString();
+  EXPECT_TRUE(std::isfinite(eval_holes->loss));
+  EXPECT_GE(eval_holes->accuracy, 0.85) << "the exported model on rows with missing cells";
 }
 
 // The same for images and a built-in model: three sites hold 8 x 8 RGB images (npz, HWC)

@@ -13,6 +13,7 @@ using KernelResult = Result<std::unique_ptr<OpKernel>>;
 
 // elementwise.cc: numpy-broadcasting binary ops.
 KernelResult MakeAdd(const KernelContext& ctx);
+KernelResult MakeWhere(const KernelContext& ctx);
 KernelResult MakeSub(const KernelContext& ctx);
 KernelResult MakeMul(const KernelContext& ctx);
 KernelResult MakeDiv(const KernelContext& ctx);
@@ -29,6 +30,7 @@ KernelResult MakeNeg(const KernelContext& ctx);
 KernelResult MakeExp(const KernelContext& ctx);
 KernelResult MakeLog(const KernelContext& ctx);
 KernelResult MakeIdentity(const KernelContext& ctx);
+KernelResult MakeIsNaN(const KernelContext& ctx);
 KernelResult MakeDropout(const KernelContext& ctx);
 // gemm.cc
 KernelResult MakeGemm(const KernelContext& ctx);

@@ -1,6 +1,7 @@
-// Elementwise unary ops (activations and math functions), Identity and Dropout. Each has
+// Elementwise unary ops (activations and math functions), Identity, IsNaN and Dropout. Each has
 // a forward map and a derivative written from the input x and the output y.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/graph/ops/ops.h"
@@ -13,7 +14,7 @@ constexpr float kSqrt2 = 1.41421356237309505f;
 constexpr float kInvSqrt2Pi = 0.398942280401432678f;  // 1 / sqrt(2 pi)
 constexpr float kSqrt2OverPi = 0.797884560802865356f;
 
-enum class Fn { kRelu, kLeakyRelu, kSigmoid, kTanh, kGelu, kGeluTanh, kErf, kSqrt, kNeg, kExp, kLog, kIdentity };
+enum class Fn { kRelu, kLeakyRelu, kSigmoid, kTanh, kGelu, kGeluTanh, kErf, kSqrt, kNeg, kExp, kLog, kIdentity, kIsNaN };
 
 class Unary final : public OpKernel {
  public:
@@ -75,6 +76,11 @@ class Unary final : public OpKernel {
       case Fn::kExp: return std::exp(x);
       case Fn::kLog: return std::log(x);
       case Fn::kIdentity: return x;
+      case Fn::kIsNaN: {  // on the bits: correct whatever the compiler assumes about NaN
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof bits);
+        return (bits & 0x7fffffffu) > 0x7f800000u ? 1.0f : 0.0f;
+      }
     }
     return 0.0f;
   }
@@ -99,6 +105,7 @@ class Unary final : public OpKernel {
       case Fn::kExp: return y;
       case Fn::kLog: return 1.0f / x;
       case Fn::kIdentity: return 1.0f;
+      case Fn::kIsNaN: return 0.0f;  // a boolean: no gradient
     }
     return 0.0f;
   }
@@ -172,6 +179,8 @@ KernelResult MakeNeg(const KernelContext& ctx) { return Make(Fn::kNeg, ctx); }
 KernelResult MakeExp(const KernelContext& ctx) { return Make(Fn::kExp, ctx); }
 KernelResult MakeLog(const KernelContext& ctx) { return Make(Fn::kLog, ctx); }
 KernelResult MakeIdentity(const KernelContext& ctx) { return Make(Fn::kIdentity, ctx); }
+// The output is a boolean, kept as float 0 / 1 like Dropout's mask.
+KernelResult MakeIsNaN(const KernelContext& ctx) { return Make(Fn::kIsNaN, ctx); }
 
 KernelResult MakeDropout(const KernelContext& ctx) {
   const Node& n = *ctx.node;
