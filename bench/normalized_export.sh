@@ -6,22 +6,14 @@
 # missing cell (NaN) gives exactly the output of the row with the federation's mean there.
 #   bench/normalized_export.sh
 # Environment: BUILD (build), ORT_PYTHON (an interpreter with onnxruntime, onnx and numpy;
-#   default: the venv BUILD/bench-venv, made with pip if missing, as bench/onnx_roundtrip.sh).
+#   default: the venv BUILD/bench-venv, made with pip if missing: scripts/lib.sh bench_ort_python).
 # onnxruntime is a dependency of this check only.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
 [[ -x "$build/node_tests" ]] || { echo "build first: scripts/build.sh (with tests)" >&2; exit 2; }
-ort_py=${ORT_PYTHON:-}
-if [[ -z "$ort_py" ]]; then
-  venv="$build/bench-venv"
-  if ! "$venv/bin/python" -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
-    echo "creating $venv (pip install onnxruntime onnx numpy)" >&2
-    "${VENV_PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/pip" install -q onnxruntime onnx numpy >&2
-  fi
-  ort_py="$venv/bin/python"
-fi
+source "$root/scripts/lib.sh"
+ort_py=$(bench_ort_python "$build")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 TEST_TMPDIR=$work TMPDIR=$work FEDMESH_KEEP_TEST_DIRS=1 "$build/node_tests" \

@@ -9,7 +9,7 @@
 # Environment: BUILD (build), THREADS (2), PARTITIONS (10: trains on 60000/10 = 6000 samples),
 #   EPOCHS (1), BATCH (32), LR (0.01), MOMENTUM (0.9), WORK (BUILD/bench-roundtrip),
 #   ORT_PYTHON (an interpreter with onnxruntime and numpy; default: the venv BUILD/bench-venv,
-#   created with `pip install onnxruntime numpy` if missing; VENV_PYTHON (python3) makes it).
+#   made with pip if missing: scripts/lib.sh bench_ort_python).
 # onnxruntime is a dependency of this check only: nothing else imports it.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,16 +26,8 @@ node="$build/bin/fedmesh-node"
 [[ -x "$node" ]] || { echo "build first: scripts/build.sh" >&2; exit 2; }
 sys_py=/usr/bin/python3  # Debian's interpreter: python3-torch and python3-onnx are installed for it
 
-ort_py=${ORT_PYTHON:-}
-if [[ -z "$ort_py" ]]; then
-  venv="$build/bench-venv"
-  if ! "$venv/bin/python" -c 'import onnxruntime, numpy' 2>/dev/null; then
-    echo "creating $venv (pip install onnxruntime numpy)" >&2
-    "${VENV_PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/pip" install -q onnxruntime numpy >&2
-  fi
-  ort_py="$venv/bin/python"
-fi
+source "$root/scripts/lib.sh"
+ort_py=$(bench_ort_python "$build")
 
 mkdir -p "$work"
 model=${1:-}

@@ -55,3 +55,21 @@ start_coordinator() {
   pids+=("$agg")
   endpoint=$(wait_for_endpoint coordinator.log "$agg")
 }
+
+# bench_ort_python BUILD: prints an interpreter with onnxruntime, onnx and numpy for the
+# bench checks that compare with onnxruntime: $ORT_PYTHON when set, else the venv
+# BUILD/bench-venv, made with pip (and $VENV_PYTHON, default python3) when missing.
+# onnxruntime is a dependency of those checks only.
+bench_ort_python() {
+  if [[ -n "${ORT_PYTHON:-}" ]]; then
+    echo "$ORT_PYTHON"
+    return 0
+  fi
+  local venv="$1/bench-venv"
+  if ! "$venv/bin/python" -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
+    echo "creating $venv (pip install onnxruntime onnx numpy)" >&2
+    "${VENV_PYTHON:-python3}" -m venv "$venv" >&2
+    "$venv/bin/pip" install -q onnxruntime onnx numpy >&2
+  fi
+  echo "$venv/bin/python"
+}

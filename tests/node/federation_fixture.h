@@ -202,14 +202,20 @@ class FederationTest : public ::testing::Test {
 
   fs::path MetricsPath() const { return dir_ / "run" / "aggregator-metrics.jsonl"; }
 
-  // `fedmesh-model export` of the store's last global model as ONNX, read back with
-  // fedmesh's ONNX reader and evaluated on the Fashion-MNIST test set; -1 on failure.
-  double ExportedAccuracy(const std::string& db) {
+  // `fedmesh-model export` of the store's last global model as global.onnx, read back with
+  // fedmesh's ONNX reader.
+  Result<graph::Graph> ExportGlobalModel(const std::string& db) {
     auto rc = fedmesh::testing::RunToCompletion(
         {kBin + "fedmesh-model", "export", "--db", db, "--out", "global.onnx"}, dir_,
         dir_ / "export.log", seconds(60));
-    EXPECT_TRUE(rc.has_value() && *rc == 0) << ReadWholeFile(dir_ / "export.log");
-    auto g = onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+    if (!rc.has_value() || *rc != 0) return Status::Internal("export failed: " + ReadWholeFile(dir_ / "export.log"));
+    return onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+  }
+
+  // The exported global model (ExportGlobalModel) evaluated on the Fashion-MNIST test set;
+  // -1 on failure.
+  double ExportedAccuracy(const std::string& db) {
+    auto g = ExportGlobalModel(db);
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     if (!g.ok()) return -1;
     auto backend = MakeCpuBackend(1);

@@ -434,11 +434,7 @@ TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
   EXPECT_GE(JsonNumber(last, "auc").value_or(-1), 0.9) << last;
 
   // The exported model: the report's means as its constants, and it scores raw rows.
-  auto rc_export = fedmesh::testing::RunToCompletion(
-      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--out", "global.onnx"}, dir_,
-      dir_ / "export.log", seconds(60));
-  ASSERT_TRUE(rc_export.has_value() && *rc_export == 0) << ReadWholeFile(dir_ / "export.log");
-  auto exported = onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+  auto exported = ExportGlobalModel("run/aggregator.db");
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   ASSERT_TRUE(graph::HasInputNormalization(*exported));
   const std::string report = ReadWholeFile(dir_ / "stats.json");
@@ -528,11 +524,7 @@ TEST_F(FederationTest, FederationNormalizesImagesPerChannelForABuiltinModel) {
     if (l.find("\"site\":\"*\"") != std::string::npos) last = l;
   EXPECT_GE(JsonNumber(last, "accuracy").value_or(-1), 0.9) << last;
 
-  auto rc_export = fedmesh::testing::RunToCompletion(
-      {kBin + "fedmesh-model", "export", "--db", "run/aggregator.db", "--out", "global.onnx"}, dir_,
-      dir_ / "export.log", seconds(60));
-  ASSERT_TRUE(rc_export.has_value() && *rc_export == 0) << ReadWholeFile(dir_ / "export.log");
-  auto exported = onnx::ReadOnnxFile((dir_ / "global.onnx").string());
+  auto exported = ExportGlobalModel("run/aggregator.db");
   ASSERT_TRUE(exported.ok()) << exported.status().ToString();
   ASSERT_EQ(exported->inputs[0].dims, (graph::Dims{-1, 3, 8, 8}));
   int constants = 0;
