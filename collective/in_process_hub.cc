@@ -52,4 +52,11 @@ void InProcessHub::Disconnect(int rank) {
   q.cv.notify_all();
 }
 
+void InProcessHub::Reconnect(int rank) {
+  Queue& q = *queues_[rank];
+  std::lock_guard<std::mutex> lock(q.mu);
+  q.down = false;
+  q.chunks.clear();
+}
+
 }  // namespace fedmesh::collective

@@ -23,6 +23,8 @@ class InProcessHub {
   // Stops delivering to and from `rank` (a crashed rank): its queued chunks are dropped, and
   // what others send it is discarded.
   void Disconnect(int rank);
+  // Delivers to and from `rank` again (a restarted rank), with an empty queue.
+  void Reconnect(int rank);
 
  private:
   class Endpoint;

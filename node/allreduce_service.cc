@@ -1,5 +1,6 @@
 #include "node/allreduce_service.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/builtin_graph.h"
@@ -47,11 +48,35 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   co.ring.chunk_bytes = static_cast<uint64_t>(config.collective.chunk_kb) * 1024;
   co.ring.wire = collective::WireTypeOfCompression(config.collective.compression).value();
   co.timeout_ms = static_cast<int>(config.collective.timeout_ms);
-  FM_ASSIGN_OR_RETURN(s->comm_, collective::Communicator::Create(co, s->transport_.get()));
 
   TrainerOptions topt = t.trainer;
   AllreduceService* self = s.get();
-  if (config.collective.sync_every == 1) {
+  const bool elastic = config.collective.elastic && config.collective.sync_every == 1;
+  if (config.collective.elastic && !elastic) {
+    s->log_("[collective] elastic applies to gradient all-reduce (sync_every = 1) in this version: with "
+            "sync_every = " + std::to_string(config.collective.sync_every) + " a dead member fails the run");
+  }
+  if (elastic) {
+    collective::ElasticOptions eo;
+    eo.comm = co;
+    eo.reform_window_ms = static_cast<int>(config.collective.reform_window_ms);
+    eo.start_window_ms = static_cast<int>(config.collective.timeout_ms);
+    eo.min_members = static_cast<int>(config.collective.min_members);
+    FM_ASSIGN_OR_RETURN(s->elastic_ring_, collective::ElasticRing::Create(eo, static_cast<int>(members.size()), rank,
+                                                                          s->transport_.get()));
+    collective::ElasticHooks hooks;
+    hooks.save = [self] { return self->SaveState(); };
+    hooks.restore = [self](std::span<const float> state) { return self->RestoreState(state); };
+    hooks.apply = [self](std::span<const float> average) {
+      // What the trainer does with an all-reduced gradient: the optimizer step.
+      std::copy(average.begin(), average.end(), self->site_.model->grads());
+      self->trainer_->optimizer().Step();
+      return Status::OK();
+    };
+    hooks.log = s->log_;
+    s->elastic_ = std::make_unique<collective::ElasticSteps>(s->elastic_ring_.get(), std::move(hooks));
+    topt.gradient_hook = [self](std::span<float> grads) { return self->elastic_->Step(grads); };
+  } else if (config.collective.sync_every == 1) {
     topt.gradient_hook = [self](std::span<float> grads) {
       return self->comm_->Allreduce(grads, collective::ReduceOp::kAverage);
     };
@@ -59,13 +84,17 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
     const int64_t k = config.collective.sync_every;
     topt.step_hook = [self, k](int64_t steps) { return steps % k == 0 ? self->AllreduceParams() : Status::OK(); };
   }
+  if (!elastic) {
+    FM_ASSIGN_OR_RETURN(s->comm_, collective::Communicator::Create(co, s->transport_.get()));
+  }
   s->trainer_ = std::make_unique<Trainer>(s->site_.model.get(), topt, env);
   s->log_("rank " + std::to_string(rank) + " of " + std::to_string(members.size()) + " on " +
           s->transport_->endpoint() + " (" + std::to_string(s->site_.train.size()) + " training examples, " +
           (config.collective.sync_every == 1 ? std::string("gradient all-reduce every step")
                                              : "model all-reduce every " + std::to_string(config.collective.sync_every) +
                                                    " steps") +
-          ", " + config.collective.compression + " on the wire)");
+          ", " + config.collective.compression + " on the wire" +
+          (elastic ? ", elastic" : "") + ")");
   return s;
 }
 
@@ -75,6 +104,27 @@ Status AllreduceService::AllreduceParams() {
   return site_.model->SetParams(params_);
 }
 
+std::vector<float> AllreduceService::SaveState() const {
+  std::vector<float> state = site_.model->GetParams();
+  const std::vector<float> v = trainer_->optimizer().GetVelocity();
+  state.insert(state.end(), v.begin(), v.end());
+  state.push_back(static_cast<float>(steps_per_epoch_));
+  return state;
+}
+
+Status AllreduceService::RestoreState(std::span<const float> state) {
+  const size_t n = site_.model->num_params();
+  const size_t v = trainer_->optimizer().GetVelocity().size();
+  if (state.size() != n + v + 1) {
+    return Status::InvalidArgument("the ring's training state has " + std::to_string(state.size()) +
+                                   " values; this member's model needs " + std::to_string(n + v + 1));
+  }
+  FM_RETURN_IF_ERROR(site_.model->SetParams(state.subspan(0, n)));
+  if (v > 0) FM_RETURN_IF_ERROR(trainer_->optimizer().SetVelocity(state.subspan(n, v)));
+  steps_per_epoch_ = static_cast<int64_t>(state[n + v]);
+  return Status::OK();
+}
+
 Status AllreduceService::SaveFinalModel(const std::string& sha_hex) {
   NodeCheckpoint cp;
   FM_ASSIGN_OR_RETURN(std::optional<NodeCheckpoint> old, store_->LoadCheckpoint());
@@ -82,7 +132,8 @@ Status AllreduceService::SaveFinalModel(const std::string& sha_hex) {
   ++cp.model_version;
   cp.model = site_.model->GetParams();
   cp.attributes["collective/model_sha256"] = sha_hex;
-  cp.attributes["collective/size"] = std::to_string(comm_->size());
+  cp.attributes["collective/size"] =
+      std::to_string(elastic_ ? elastic_ring_->view().size() : static_cast<size_t>(comm_->size()));
   if (const graph::GraphModel* g = site_.model->graph_model()) {
     // fedmesh-model export --db rebuilds the model from its graph.
     FM_ASSIGN_OR_RETURN(std::string onnx, onnx::SerializeArchitecture(g->graph()));
@@ -103,6 +154,7 @@ Result<AllreduceRunStats> AllreduceService::Run(const std::atomic<bool>* stop) {
 }
 
 Result<AllreduceRunStats> AllreduceService::RunEpochs(const std::atomic<bool>* stop) {
+  if (elastic_) return RunElastic(stop);
   AllreduceRunStats stats;
   const double start = env_->NowSeconds();
   // Everybody starts from rank 0's model.
@@ -124,37 +176,99 @@ Result<AllreduceRunStats> AllreduceService::RunEpochs(const std::atomic<bool>* s
     FM_ASSIGN_OR_RETURN(EpochStats ep, trainer_->TrainSteps(site_.train, steps_per_epoch));
     if (k > 1 && ep.steps % k != 0) FM_RETURN_IF_ERROR(AllreduceParams());  // end every epoch in step
     stats.steps += ep.steps;
-    stats.epochs = e;
-    const std::vector<float> p = site_.model->GetParams();
-    const Sha256Digest digest = Sha256::Hash(std::span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(p.data()), p.size() * sizeof(float)));
-    stats.model_sha256 = Sha256Hex(digest);
-    JsonLine line;
-    line.Add("node", config_.node_id)
-        .Add("rank", comm_->rank())
-        .Add("size", comm_->size())
-        .Add("epoch", e)
-        .Add("steps", ep.steps)
-        .Add("train_loss", ep.mean_loss)
-        .Add("bytes_sent", static_cast<int64_t>(comm_->ring().bytes_sent()))
-        .Add("time_s", env_->NowSeconds() - start);
-    std::string shown;
-    if (site_.test.size() > 0) {
-      FM_ASSIGN_OR_RETURN(EvalStats ev, trainer_->Evaluate(site_.test));
-      stats.test_accuracy = ev.accuracy;
-      line.Add("test_accuracy", ev.accuracy).Add("test_loss", ev.loss);
-      shown = ", test accuracy " + std::to_string(ev.accuracy);
-    }
-    line.Add("model_sha256", stats.model_sha256);
-    if (!config_.training.metrics_path.empty()) {
-      FM_RETURN_IF_ERROR(AppendJsonLine(config_.training.metrics_path, line));
-    }
-    log_("epoch " + std::to_string(e) + ": " + std::to_string(ep.steps) + " steps, train loss " +
-         std::to_string(ep.mean_loss) + shown + ", model " + stats.model_sha256.substr(0, 16));
+    FM_RETURN_IF_ERROR(EndEpoch(e, ep.steps, ep.mean_loss, comm_->rank(), comm_->size(), start, &stats));
   }
   FM_RETURN_IF_ERROR(SaveFinalModel(stats.model_sha256));
   // Nobody leaves while a neighbour may still need its chunks.
   FM_RETURN_IF_ERROR(comm_->Barrier());
+  return stats;
+}
+
+Status AllreduceService::EndEpoch(int epoch, int64_t steps, double mean_loss, int rank, int size, double start,
+                                  AllreduceRunStats* stats) {
+  stats->epochs = epoch;
+  const std::vector<float> p = site_.model->GetParams();
+  const Sha256Digest digest = Sha256::Hash(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(p.data()), p.size() * sizeof(float)));
+  stats->model_sha256 = Sha256Hex(digest);
+  const uint64_t bytes_sent = elastic_ ? elastic_ring_->comm().ring().bytes_sent() : comm_->ring().bytes_sent();
+  JsonLine line;
+  line.Add("node", config_.node_id)
+      .Add("rank", rank)
+      .Add("size", size)
+      .Add("epoch", epoch)
+      .Add("steps", steps)
+      .Add("train_loss", mean_loss)
+      .Add("bytes_sent", static_cast<int64_t>(bytes_sent))
+      .Add("time_s", env_->NowSeconds() - start);
+  if (elastic_) line.Add("generation", static_cast<int64_t>(elastic_ring_->generation()));
+  std::string shown;
+  if (site_.test.size() > 0) {
+    FM_ASSIGN_OR_RETURN(EvalStats ev, trainer_->Evaluate(site_.test));
+    stats->test_accuracy = ev.accuracy;
+    line.Add("test_accuracy", ev.accuracy).Add("test_loss", ev.loss);
+    shown = ", test accuracy " + std::to_string(ev.accuracy);
+  }
+  line.Add("model_sha256", stats->model_sha256);
+  if (!config_.training.metrics_path.empty()) {
+    FM_RETURN_IF_ERROR(AppendJsonLine(config_.training.metrics_path, line));
+  }
+  log_("epoch " + std::to_string(epoch) + ": " + std::to_string(steps) + " steps, train loss " +
+       std::to_string(mean_loss) + shown + ", model " + stats->model_sha256.substr(0, 16));
+  return Status::OK();
+}
+
+Result<AllreduceRunStats> AllreduceService::RunElastic(const std::atomic<bool>* stop) {
+  AllreduceRunStats stats;
+  const double start = env_->NowSeconds();
+  const int batch = config_.training.trainer.batch_size;
+  steps_per_epoch_ = static_cast<int64_t>((site_.train.size() + batch - 1) / batch);
+  // The first view (rank 0's model for everyone), or the running ring's state for a member
+  // that was restarted.
+  FM_RETURN_IF_ERROR(elastic_->Start().WithContext("forming the ring"));
+  collective::ElasticRing& ring = *elastic_ring_;
+  if (elastic_->fresh_start()) {
+    // Steps per epoch: the smallest member's, so every member makes the same calls.
+    const float mine = static_cast<float>((site_.train.size() + batch - 1) / batch);
+    FM_ASSIGN_OR_RETURN(std::vector<float> all, ring.comm().Allgather(std::span<const float>(&mine, 1)));
+    steps_per_epoch_ = static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
+  } else {
+    log_("joined the running ring (generation " + std::to_string(ring.generation()) + ", members " +
+         std::to_string(ring.view().size()) + ") at step " + std::to_string(elastic_->steps_completed()));
+  }
+  const uint64_t spe = static_cast<uint64_t>(std::max<int64_t>(steps_per_epoch_, 1));
+  const uint64_t total = spe * static_cast<uint64_t>(config_.training.epochs);
+  double loss_sum = 0;
+  int64_t loss_steps = 0;
+  while (elastic_->steps_completed() < total) {
+    if (stop != nullptr && stop->load()) return Status::Unavailable("stopped by a signal at step " + std::to_string(elastic_->steps_completed()));
+    const uint64_t done = elastic_->steps_completed();
+    const uint64_t epoch_end = (done / spe + 1) * spe;
+    Result<EpochStats> ep = trainer_->TrainSteps(site_.train, static_cast<int64_t>(epoch_end - done));
+    if (!ep.ok()) {
+      if (elastic_->TakeResynced()) continue;  // took the ring's state: go on from its step
+      return ep.status();
+    }
+    loss_sum += ep->mean_loss * static_cast<double>(ep->steps);
+    loss_steps += ep->steps;
+    stats.steps += ep->steps;
+    if (elastic_->steps_completed() == epoch_end) {
+      FM_RETURN_IF_ERROR(EndEpoch(static_cast<int>(epoch_end / spe), loss_steps, loss_steps ? loss_sum / loss_steps : 0.0,
+                                  static_cast<int>(std::lower_bound(ring.view().begin(), ring.view().end(), ring.me()) -
+                                                   ring.view().begin()),
+                                  static_cast<int>(ring.view().size()), start, &stats));
+      loss_sum = 0;
+      loss_steps = 0;
+    }
+  }
+  FM_RETURN_IF_ERROR(SaveFinalModel(stats.model_sha256));
+  if (ring.reforms() > 0 || elastic_->rollbacks() > 0) {
+    log_("the ring re-formed " + std::to_string(ring.reforms()) + " times (" + std::to_string(elastic_->rollbacks()) +
+         " steps rolled back here); it ended with " + std::to_string(ring.view().size()) + " members");
+  }
+  // Nobody leaves while a neighbour may still need its chunks; a member that died at the
+  // very end does not undo the run.
+  if (Status s = ring.comm().Barrier(); !s.ok()) log_("the final barrier failed (" + s.ToString() + "); the model is saved");
   return stats;
 }
 

@@ -13,16 +13,22 @@
 //              loss, held-out accuracy and loss, bytes sent, seconds, model SHA-256).
 //   end        the final model is saved in the node's store (fedmesh-model export --db),
 //              and Run returns OK.
-// A rank that dies stops the others with DeadlineExceeded after [collective] timeout_ms
-// (elastic membership is not in this version). Thread-safety: Run blocks its thread.
+// Elastic ([collective] elastic, the default, with sync_every = 1): a member silent for
+// timeout_ms is taken for dead and the others re-form the ring and go on from the last step
+// they all completed (collective/elastic_steps.h); a restarted member rejoins at a step
+// boundary with the ring's model, optimizer state and step; min_members bounds how few may
+// go on. Not elastic: a rank that dies stops the others with DeadlineExceeded after
+// timeout_ms. Thread-safety: Run blocks its thread.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "collective/communicator.h"
+#include "collective/elastic_steps.h"
 #include "collective/zmq_ring_transport.h"
 #include "core/env.h"
 #include "core/status.h"
@@ -51,11 +57,18 @@ class AllreduceService {
 
   // Trains [train] epochs with the group; *stop ends it between steps (Cancelled).
   Result<AllreduceRunStats> Run(const std::atomic<bool>* stop);
-  int rank() const { return comm_->rank(); }
+  int rank() const { return elastic_ ? elastic_ring_->me() : comm_->rank(); }
   const std::string& endpoint() const { return transport_->endpoint(); }
 
  private:
   Result<AllreduceRunStats> RunEpochs(const std::atomic<bool>* stop);
+  Result<AllreduceRunStats> RunElastic(const std::atomic<bool>* stop);
+  // The metrics line and log line of a finished epoch.
+  Status EndEpoch(int epoch, int64_t steps, double mean_loss, int rank, int size, double start,
+                  AllreduceRunStats* stats);
+  // Elastic hooks: the training state (parameters, optimizer velocity, steps per epoch).
+  std::vector<float> SaveState() const;
+  Status RestoreState(std::span<const float> state);
   AllreduceService() = default;
   Status AllreduceParams();
   Status SaveFinalModel(const std::string& sha_hex);
@@ -68,7 +81,10 @@ class AllreduceService {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<NodeStore> store_;
   std::unique_ptr<collective::ZmqRingTransport> transport_;
-  std::unique_ptr<collective::Communicator> comm_;
+  std::unique_ptr<collective::Communicator> comm_;             // not elastic
+  std::unique_ptr<collective::ElasticRing> elastic_ring_;     // elastic
+  std::unique_ptr<collective::ElasticSteps> elastic_;
+  int64_t steps_per_epoch_ = 0;
   std::vector<float> params_;  // scratch for model averaging
 };
 

@@ -67,9 +67,21 @@ const ConfigSchema& NodeConfigSchema() {
             .Choices({"none", "fp16", "bf16"}),
         IntKey("collective", "chunk_kb", 1024, "KiB per pipelined chunk").Min(1).Max(65536),
         IntKey("collective", "timeout_ms", 60000,
-               "A collective call fails when no chunk arrives for this long (a dead or cut-off "
-               "neighbour)")
+               "A member silent this long in a collective call is taken for dead (elastic: the "
+               "others re-form the ring; otherwise the call fails); also how long the start "
+               "waits for every member")
             .Min(100),
+        BoolKey("collective", "elastic", true,
+                "Survive dead members: the others re-form the ring and go on from the last step "
+                "they all completed; a restarted member rejoins with the ring's model "
+                "(docs/collectives.md); false: a dead member fails the run"),
+        IntKey("collective", "reform_window_ms", 3000,
+               "Elastic: how long re-forming the ring waits for the members' answers")
+            .Min(10)
+            .Max(600000),
+        IntKey("collective", "min_members", 1,
+               "Elastic: the run fails when fewer members than this are left")
+            .Min(1),
         StringKey("split", "role", "",
                   "split mode: label (holds the label and the top model, drives the job) or "
                   "feature (holds columns only)")
@@ -571,6 +583,9 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   k.compression = v.GetString("collective", "compression");
   k.chunk_kb = v.GetInt("collective", "chunk_kb");
   k.timeout_ms = v.GetInt("collective", "timeout_ms");
+  k.elastic = v.GetBool("collective", "elastic");
+  k.reform_window_ms = v.GetInt("collective", "reform_window_ms");
+  k.min_members = v.GetInt("collective", "min_members");
   if (!k.enabled) return Status::OK();
   auto bad = [&](const std::string& why, const char* section, const char* key) {
     return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
@@ -578,6 +593,11 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   if (k.listen.empty()) return bad("is required in allreduce mode: this rank's bind endpoint", "collective", "listen");
   if (k.group.empty()) return bad("is required in allreduce mode: every member as site-id@endpoint", "collective", "group");
   FM_RETURN_IF_ERROR(CheckGroupList(v, k.group, c.node_id, "collective", "group", "site-2@tcp://10.0.0.2:7200"));
+  if (k.min_members > static_cast<int64_t>(k.group.size())) {
+    return bad("is " + std::to_string(k.min_members) + " but the group has " + std::to_string(k.group.size()) +
+                   " members",
+               "collective", "min_members");
+  }
   if (!c.gossip.listen.empty()) return bad("allreduce mode has no gossip: unset [gossip] listen", "train", "mode");
   if (c.external.enabled()) return bad("allreduce mode trains in process: unset [train] external", "train", "mode");
   if (c.training.device != "cpu") {

@@ -51,7 +51,10 @@ struct CollectiveConfig {
   int64_t sync_every = 1;           // 1: gradient all-reduce every step; k: model every k steps
   std::string compression = "none"; // none | fp16 | bf16
   int64_t chunk_kb = 1024;          // pipelining grain
-  int64_t timeout_ms = 60000;       // a silent neighbour fails the run after this
+  int64_t timeout_ms = 60000;       // a silent neighbour is taken for dead after this
+  bool elastic = true;              // survivors re-form the ring (collective/elastic_steps.h)
+  int64_t reform_window_ms = 3000;  // how long re-forming waits for the members' answers
+  int64_t min_members = 1;          // fewer live members than this end the run
 };
 
 // [train] mode = "split" with [split]: vertical federated learning, one model cut across

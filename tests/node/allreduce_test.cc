@@ -1,7 +1,8 @@
 // fedmesh-node in [train] mode = "allreduce" (issue 21 item 2), with real processes on
 // loopback: ranks train the mlp together over the CurveZMQ ring and end with bit-identical
 // models, at the accuracy one process reaches with the ranks' combined batch; local SGD over
-// a bf16 wire too; a dead rank stops the others with an error, not a hang; bad groups exit 2.
+// a bf16 wire too; elastic: a SIGKILLed rank is left behind and rejoins when restarted; not
+// elastic, a dead rank stops the others with an error, not a hang; bad groups exit 2.
 #include <csignal>
 #include <regex>
 
@@ -110,8 +111,8 @@ TEST_F(AllreduceTest, LocalSgdOverABf16WireEndsBitIdenticalAndLearns) {
   EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.75) << LastLine(1);
 }
 
-TEST_F(AllreduceTest, ADeadRankStopsTheOthersWithAnErrorNotAHang) {
-  WriteGroup(3, "epochs = 50\nbatch = 32\nlr = 0.05", "timeout_ms = 4000");
+TEST_F(AllreduceTest, ADeadRankStopsTheOthersWithAnErrorNotAHangWhenNotElastic) {
+  WriteGroup(3, "epochs = 50\nbatch = 32\nlr = 0.05", "timeout_ms = 4000\nelastic = false");
   auto ranks = StartRanks(3);
   ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
   ranks[2]->Signal(SIGKILL);
@@ -121,6 +122,37 @@ TEST_F(AllreduceTest, ADeadRankStopsTheOthersWithAnErrorNotAHang) {
     EXPECT_EQ(*rc, 1) << ranks[i]->Log();
     EXPECT_NE(ranks[i]->Log().find("heard nothing for 4000 ms"), std::string::npos) << ranks[i]->Log();
   }
+}
+
+// Elastic membership (issue 21 item 3): site-3 is SIGKILLed after its first epoch; site-1
+// and site-2 re-form the ring without it and train on; site-3 is started again, rejoins the
+// running ring at a step boundary with its model, and all three end with the same model,
+// which learned.
+TEST_F(AllreduceTest, ElasticTheSurvivorsGoOnAndARestartedRankRejoins) {
+  WriteGroup(3, "epochs = 4\nbatch = 32\nlr = 0.05\nmomentum = 0.9", "timeout_ms = 3000\nreform_window_ms = 500");
+  auto ranks = StartRanks(3);
+  ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
+  ranks[2]->Signal(SIGKILL);
+  ASSERT_TRUE(ranks[2]->WaitExit(seconds(30)).has_value());
+  ASSERT_TRUE(WaitForLog(ranks[0], "members [0,1],", seconds(60))) << ranks[0]->Log();
+  ChildProcess* again = Spawn("rank-3-again", {kBin + "fedmesh-node", "--config", "site-3.toml"});
+  for (ChildProcess* r : {ranks[0], ranks[1], again}) {
+    auto rc = r->WaitExit(seconds(600));
+    ASSERT_TRUE(rc.has_value()) << r->name() << " still running";
+    ASSERT_EQ(*rc, 0) << r->Log();
+  }
+  EXPECT_NE(again->Log().find("joined the running ring"), std::string::npos) << again->Log();
+  const std::string log = ranks[0]->Log();
+  const size_t shrunk = log.find("members [0,1],");
+  ASSERT_NE(shrunk, std::string::npos) << log;
+  EXPECT_NE(log.find("members [0,1,2]", shrunk), std::string::npos) << "site-3 never rejoined\n" << log;
+  EXPECT_NE(ranks[0]->Log().find("the ring re-formed"), std::string::npos) << ranks[0]->Log();
+  const std::string sha = Sha(LastLine(1));
+  ASSERT_EQ(sha.size(), 64u) << LastLine(1);
+  EXPECT_EQ(Sha(LastLine(2)), sha);
+  EXPECT_EQ(Sha(LastLine(3)), sha) << "the rejoined rank ended with another model";
+  EXPECT_EQ(JsonNumber(LastLine(3), "epoch").value_or(0), 4);
+  EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.8) << LastLine(1);
 }
 
 TEST_F(AllreduceTest, BadGroupsExitTwoNamingTheKey) {
@@ -136,6 +168,8 @@ TEST_F(AllreduceTest, BadGroupsExitTwoNamingTheKey) {
       {"collective.group=site-1@tcp://127.0.0.1:1,site-9@tcp://127.0.0.1:2", "member site-9 has no public key in"},
       {"collective.compression=fp8", "[collective] compression"},
       {"collective.listen=", "[collective] listen: is required in allreduce mode"},
+      {"collective.min_members=3", "[collective] min_members: is 3 but the group has 2 members"},
+      {"collective.reform_window_ms=0", "[collective] reform_window_ms"},
   };
   for (const Case& c : cases) {
     auto rc = fedmesh::testing::RunToCompletion({kBin + "fedmesh-node", "--config", "site-1.toml", "--set", c.set},

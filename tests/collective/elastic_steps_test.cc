@@ -1,0 +1,296 @@
+// Elastic rings (collective/elastic_ring.h, elastic_steps.h), ranks on threads over the
+// in-process hub, each training a toy model (state = parameters and a step counter, the
+// step's input a gradient that depends on the member, the step and the parameters): a
+// member that dies leaves the others training with bit-identical models from the next step
+// on; killing it at every point of an average (some survivors finished the step, others not)
+// rolls the ahead ones back, and all still agree; a restarted member joins a running ring
+// with the ring's state; too few members fail the run with a clear error.
+#include "collective/elastic_steps.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "collective/in_process_hub.h"
+
+namespace fedmesh::collective {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kParams = 257;
+constexpr float kLr = 0.1f;
+
+ElasticOptions FastOptions() {
+  ElasticOptions o;
+  o.comm.ring.chunk_bytes = 128;  // several chunks a segment: averages take many messages
+  o.comm.timeout_ms = 400;
+  o.reform_window_ms = 300;
+  o.start_window_ms = 5000;
+  return o;
+}
+
+// A member's toy training: w -= lr * average(g), g depending on the member, step and w.
+struct Member {
+  int id = 0;
+  std::vector<float> w = std::vector<float>(kParams, 0.5f);
+  std::vector<std::string> log;
+
+  std::vector<float> Gradient(uint64_t step) const {
+    std::vector<float> g(kParams);
+    for (size_t i = 0; i < kParams; ++i) g[i] = std::sin(0.3f * id + 0.01f * step + 0.1f * i) + 0.5f * w[i];
+    return g;
+  }
+  ElasticHooks Hooks() {
+    ElasticHooks h;
+    h.save = [this] { return w; };
+    h.restore = [this](std::span<const float> s) {
+      if (s.size() != kParams) return Status::InvalidArgument("state of " + std::to_string(s.size()));
+      w.assign(s.begin(), s.end());
+      return Status::OK();
+    };
+    h.apply = [this](std::span<const float> avg) {
+      for (size_t i = 0; i < kParams; ++i) w[i] -= kLr * avg[i];
+      return Status::OK();
+    };
+    h.log = [this](const std::string& line) { log.push_back(line); };
+    return h;
+  }
+};
+
+// Trains `steps` steps: gradient, Step (the elastic average), apply. `before_step(step)`
+// returning false stops the member (it dies) before that step's gradient.
+Status Train(Member& m, ElasticSteps& e, uint64_t steps, const std::function<bool(uint64_t)>& before_step = {}) {
+  while (e.steps_completed() < steps) {
+    const uint64_t step = e.steps_completed() + 1;
+    if (before_step && !before_step(step)) return Status::Unavailable("died before step " + std::to_string(step));
+    std::vector<float> g = m.Gradient(step);
+    Status s = e.Step(std::span<float>(g));
+    if (!s.ok()) {
+      if (e.TakeResynced()) continue;  // took the ring's state: go on from there
+      return s;
+    }
+    for (size_t i = 0; i < kParams; ++i) m.w[i] -= kLr * g[i];
+  }
+  return Status::OK();
+}
+
+// Kills (disconnects) member `victim` once it has sent `after` chunks of step `step`'s
+// average: a death in the middle of an operation, at any point of it.
+class KillingTransport final : public CollectiveTransport {
+ public:
+  KillingTransport(InProcessHub* hub, int me, std::function<bool()> should_die)
+      : hub_(hub), me_(me), base_(hub->endpoint(me)), should_die_(std::move(should_die)) {}
+  Status Send(int to, Chunk chunk) override {
+    if (should_die_ && should_die_()) {
+      hub_->Disconnect(me_);
+      dead_ = true;
+    }
+    return base_->Send(to, std::move(chunk));
+  }
+  Result<std::optional<std::pair<int, Chunk>>> Receive(int timeout_ms) override {
+    if (dead_) return Status::Unavailable("this member is dead");
+    return base_->Receive(timeout_ms);
+  }
+
+ private:
+  InProcessHub* hub_;
+  int me_;
+  CollectiveTransport* base_;
+  std::function<bool()> should_die_;
+  bool dead_ = false;
+};
+
+TEST(ElasticSteps, TheSurvivorsOfADeadMemberTrainOnWithIdenticalModels) {
+  const int n = 4;
+  const uint64_t steps = 30, dies_after = 10;
+  InProcessHub hub(n);
+  std::vector<Member> members(n);
+  std::vector<Status> result(n);
+  std::vector<uint64_t> reforms(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    members[r].id = r;
+    threads.emplace_back([&, r] {
+      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
+      ASSERT_TRUE(ring.ok());
+      ElasticSteps e(ring->get(), members[r].Hooks());
+      result[r] = e.Start();
+      if (!result[r].ok()) return;
+      result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+        if (r == 2 && step == dies_after + 1) {
+          hub.Disconnect(2);
+          return false;
+        }
+        return true;
+      });
+      reforms[r] = (*ring)->reforms();
+      if (r != 2) { EXPECT_EQ((*ring)->view(), (std::vector<int>{0, 1, 3})); }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(result[2].message(), HasSubstr("died before step 11"));
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
+    EXPECT_EQ(members[r].w, members[0].w) << "member " << r << " differs";
+    EXPECT_GE(reforms[r], 1u);
+  }
+  // The same training computed directly: 4 members' gradients averaged for steps 1..10,
+  // then the 3 survivors'.
+  std::vector<Member> ref(n);
+  for (int r = 0; r < n; ++r) ref[r].id = r;
+  for (uint64_t s = 1; s <= steps; ++s) {
+    const std::vector<int> alive = s <= dies_after ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 3};
+    std::vector<double> avg(kParams, 0.0);
+    for (int r : alive) {
+      const std::vector<float> g = ref[r].Gradient(s);
+      for (size_t i = 0; i < kParams; ++i) avg[i] += g[i] / static_cast<double>(alive.size());
+    }
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < kParams; ++i) ref[r].w[i] -= kLr * static_cast<float>(avg[i]);
+  }
+  for (size_t i = 0; i < kParams; ++i) EXPECT_NEAR(members[0].w[i], ref[0].w[i], 1e-4) << i;
+}
+
+// The death at every point of step 6's average: depending on where, some survivors complete
+// the step and others do not; the ahead ones roll back. Whatever the point, the survivors
+// end with identical models, and across the points some rollbacks happened.
+TEST(ElasticSteps, ADeathAtAnyPointOfAnAverageLeavesTheSurvivorsIdentical) {
+  const int n = 3;
+  const uint64_t steps = 8;
+  uint64_t total_rollbacks = 0;
+  for (int kill_at : {3, 7, 9, 10, 11}) {
+    SCOPED_TRACE("member 1 dies after sending " + std::to_string(kill_at) + " chunks of step 6");
+    InProcessHub hub(n);
+    std::vector<Member> members(n);
+    std::vector<Status> result(n);
+    std::vector<uint64_t> rollbacks(n);
+    std::atomic<uint64_t> victim_step{0};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      members[r].id = r;
+      threads.emplace_back([&, r] {
+        int sent = 0;
+        KillingTransport t(&hub, r, [&, r] { return r == 1 && victim_step.load() == 6 && ++sent > kill_at; });
+        auto ring = ElasticRing::Create(FastOptions(), n, r, &t);
+        ASSERT_TRUE(ring.ok());
+        ElasticSteps e(ring->get(), members[r].Hooks());
+        result[r] = e.Start();
+        if (!result[r].ok()) return;
+        result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+          if (r == 1) victim_step = step;
+          return true;
+        });
+        rollbacks[r] = e.rollbacks();
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_FALSE(result[1].ok());
+    ASSERT_TRUE(result[0].ok()) << result[0].ToString();
+    ASSERT_TRUE(result[2].ok()) << result[2].ToString();
+    EXPECT_EQ(members[0].w, members[2].w);
+    total_rollbacks += rollbacks[0] + rollbacks[2];
+  }
+  EXPECT_GT(total_rollbacks, 0u) << "no kill point left one survivor ahead of the other";
+}
+
+// A member that dies and is restarted (a new process: fresh state) joins the running ring at
+// a step boundary with the ring's state; everyone ends with the same model.
+TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
+  const int n = 3;
+  const uint64_t steps = 40;
+  InProcessHub hub(n);
+  std::vector<Member> members(n);
+  std::vector<Status> result(n);
+  std::vector<uint64_t> joined_at(n);
+  std::vector<std::thread> threads;
+  std::atomic<bool> died{false};
+  for (int r = 0; r < n; ++r) {
+    members[r].id = r;
+    threads.emplace_back([&, r] {
+      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
+      ASSERT_TRUE(ring.ok());
+      ElasticSteps e(ring->get(), members[r].Hooks());
+      result[r] = e.Start();
+      if (!result[r].ok()) return;
+      result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+        // The survivors slow down a little so that the restarted member finds them running.
+        if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (r == 1 && step == 6) {
+          hub.Disconnect(1);
+          died = true;
+          return false;
+        }
+        return true;
+      });
+      if (r != 1) return;
+      // The restart: a new member 1 with fresh state.
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      hub.Reconnect(1);
+      members[1] = Member();
+      members[1].id = 1;
+      members[1].w.assign(kParams, -3.0f);  // not the ring's: it must take theirs
+      auto ring2 = ElasticRing::Create(FastOptions(), n, 1, hub.endpoint(1));
+      ASSERT_TRUE(ring2.ok());
+      ElasticSteps e2(ring2->get(), members[1].Hooks());
+      result[1] = e2.Start();
+      if (!result[1].ok()) return;
+      joined_at[1] = e2.steps_completed();
+      result[1] = Train(members[1], e2, steps);
+      EXPECT_EQ((*ring2)->view(), (std::vector<int>{0, 1, 2}));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
+  EXPECT_GT(joined_at[1], 5u);
+  EXPECT_LT(joined_at[1], steps);
+  EXPECT_EQ(members[1].w, members[0].w);
+  EXPECT_EQ(members[2].w, members[0].w);
+}
+
+// Fewer members than min_members: the run fails saying so, it does not train alone.
+TEST(ElasticSteps, TooFewMembersFailTheRun) {
+  const int n = 2;
+  InProcessHub hub(n);
+  std::vector<Member> members(n);
+  std::vector<Status> result(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    members[r].id = r;
+    threads.emplace_back([&, r] {
+      ElasticOptions o = FastOptions();
+      o.min_members = 2;
+      auto ring = ElasticRing::Create(o, n, r, hub.endpoint(r));
+      ASSERT_TRUE(ring.ok());
+      ElasticSteps e(ring->get(), members[r].Hooks());
+      result[r] = e.Start();
+      if (!result[r].ok()) return;
+      result[r] = Train(members[r], e, 10, [&, r](uint64_t step) {
+        if (r == 1 && step == 4) {
+          hub.Disconnect(1);
+          return false;
+        }
+        return true;
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(result[0].ToString(), HasSubstr("at least 2 are needed (min_members)"));
+}
+
+TEST(ElasticRing, RefusesBadOptions) {
+  InProcessHub hub(2);
+  EXPECT_FALSE(ElasticRing::Create(FastOptions(), 2, 2, hub.endpoint(0)).ok());
+  EXPECT_FALSE(ElasticRing::Create(FastOptions(), 2, 0, nullptr).ok());
+  ElasticOptions o = FastOptions();
+  o.reform_window_ms = 0;
+  EXPECT_THAT(ElasticRing::Create(o, 2, 0, hub.endpoint(0)).status().message(), HasSubstr("reform_window_ms"));
+}
+
+}  // namespace
+}  // namespace fedmesh::collective
