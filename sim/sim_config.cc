@@ -165,6 +165,14 @@ const ConfigSchema& SimConfigSchema() {
         IntKey("split", "steps_per_round", 0,
                "split mode: training steps between metrics lines; 0 = one pass over the rows")
             .Min(0),
+        IntKey("collective", "timeout_ms", 60000,
+               "allreduce mode: virtual ms until a rank that dropped out is taken for dead (the "
+               "elastic ring's detection, as fedmesh-node's key)")
+            .Min(1),
+        IntKey("collective", "reform_window_ms", 3000,
+               "allreduce mode: virtual ms re-forming the ring takes, after a dropout or when a "
+               "rank comes back (as fedmesh-node's key)")
+            .Min(0),
         IntKey("gossip", "fanout", 1, "Peers per step for random topology and pushsum").Min(1).Max(1024),
         FloatKey("gossip", "choco_gamma", 0.2, "choco: consensus step size").Min(0, true).Max(1),
         FloatKey("clients", "compute_speed", 2000.0, "Median local training speed, samples per second")
@@ -237,6 +245,8 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.split.hidden = static_cast<uint32_t>(v.GetInt("split", "hidden"));
   o.split.cut = static_cast<uint32_t>(v.GetInt("split", "cut"));
   o.split.steps_per_round = u64("split", "steps_per_round");
+  o.allreduce_timeout_s = static_cast<double>(v.GetInt("collective", "timeout_ms")) / 1000.0;
+  o.allreduce_reform_s = static_cast<double>(v.GetInt("collective", "reform_window_ms")) / 1000.0;
   o.alpha = v.GetFloat("sim", "alpha");
   o.strategy = v.GetString("sim", "strategy");
   o.protocol = v.GetString("sim", "protocol");

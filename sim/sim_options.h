@@ -115,6 +115,11 @@ struct SimOptions {
   uint32_t eval_site_lines = 100;
 
   SplitSimOptions split;  // split mode only
+  // allreduce mode, the elastic ring's costs ([collective] of fedmesh-node): a rank that
+  // drops out of a round is taken for dead after timeout_s, and re-forming the ring (also
+  // when a rank comes back) takes reform_s. Defaults 60 and 3, as fedmesh-node's.
+  double allreduce_timeout_s = 60.0;
+  double allreduce_reform_s = 3.0;
 
   ModelSpec model;  // mlp by default
   // Local training: epochs per round, batch, lr, momentum (in every FitTask).
