@@ -159,16 +159,19 @@ Status ElasticRing::SendJoin(uint64_t generation, uint64_t completed, bool joini
   Put64(bytes, completed);
   bytes.push_back(joining ? 1 : 0);
   for (int m = 0; m < members_; ++m) {
-    if (m == me_) continue;
-    Chunk c;
-    c.kind = OpKind::kMessage;
-    c.op = kControlOp;
-    c.generation = generation;
-    c.bytes = Payload(bytes);
-    // A dead member's link may refuse; the others must still hear.
-    (void)transport_->Send(m, std::move(c));
+    if (m != me_) SendControl(m, generation, bytes);
   }
   return Status::OK();
+}
+
+void ElasticRing::SendControl(int to, uint64_t generation, const std::string& bytes) {
+  Chunk c;
+  c.kind = OpKind::kMessage;
+  c.op = kControlOp;
+  c.generation = generation;
+  c.bytes = Payload(bytes);
+  // A dead member's link may refuse; the others must still hear.
+  (void)transport_->Send(to, std::move(c));
 }
 
 Result<std::optional<ElasticRing::Control>> ElasticRing::NextControl(int timeout_ms) {
@@ -268,13 +271,7 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
       Put32(bytes, static_cast<uint32_t>(view.joiners.size()));
       for (int m : view.joiners) Put32(bytes, static_cast<uint32_t>(m));
       for (int m : view.members) {
-        if (m == me_) continue;
-        Chunk c;
-        c.kind = OpKind::kMessage;
-        c.op = kControlOp;
-        c.generation = target;
-        c.bytes = Payload(bytes);
-        (void)transport_->Send(m, std::move(c));
+        if (m != me_) SendControl(m, target, bytes);
       }
       view.from = me_;
       return Adopt(view, completed);

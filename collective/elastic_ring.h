@@ -102,6 +102,7 @@ class ElasticRing {
   // The next control message (data chunks of later views are kept), waiting up to ms.
   Result<std::optional<Control>> NextControl(int timeout_ms);
   Status SendJoin(uint64_t generation, uint64_t completed, bool joining);
+  void SendControl(int to, uint64_t generation, const std::string& bytes);
   Result<ViewChange> Adopt(const Control& view, uint64_t completed);
   static uint64_t Tag(uint64_t generation, const std::vector<int>& view);
 

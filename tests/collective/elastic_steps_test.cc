@@ -80,6 +80,19 @@ Status Train(Member& m, ElasticSteps& e, uint64_t steps, const std::function<boo
   return Status::OK();
 }
 
+// One member's life over `transport`: forms (or joins) the ring, then Train. `after` (may be
+// empty) sees the ring and the steps at the end.
+Status Live(Member& m, CollectiveTransport* transport, int n, uint64_t steps, const ElasticOptions& options,
+            const std::function<bool(uint64_t)>& before_step,
+            const std::function<void(ElasticRing&, ElasticSteps&)>& after = {}) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<ElasticRing> ring, ElasticRing::Create(options, n, m.id, transport));
+  ElasticSteps e(ring.get(), m.Hooks());
+  FM_RETURN_IF_ERROR(e.Start());
+  const Status s = Train(m, e, steps, before_step);
+  if (after) after(*ring, e);
+  return s;
+}
+
 // Kills (disconnects) member `victim` once it has sent `after` chunks of step `step`'s
 // average: a death in the middle of an operation, at any point of it.
 class KillingTransport final : public CollectiveTransport {
@@ -117,20 +130,17 @@ TEST(ElasticSteps, TheSurvivorsOfADeadMemberTrainOnWithIdenticalModels) {
   for (int r = 0; r < n; ++r) {
     members[r].id = r;
     threads.emplace_back([&, r] {
-      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
-      ASSERT_TRUE(ring.ok());
-      ElasticSteps e(ring->get(), members[r].Hooks());
-      result[r] = e.Start();
-      if (!result[r].ok()) return;
-      result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+      const auto dies = [&, r](uint64_t step) {
         if (r == 2 && step == dies_after + 1) {
           hub.Disconnect(2);
           return false;
         }
         return true;
+      };
+      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), dies, [&, r](ElasticRing& ring, ElasticSteps&) {
+        reforms[r] = ring.reforms();
+        if (r != 2) EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 3}));
       });
-      reforms[r] = (*ring)->reforms();
-      if (r != 2) { EXPECT_EQ((*ring)->view(), (std::vector<int>{0, 1, 3})); }
     });
   }
   for (auto& t : threads) t.join();
@@ -177,16 +187,12 @@ TEST(ElasticSteps, ADeathAtAnyPointOfAnAverageLeavesTheSurvivorsIdentical) {
       threads.emplace_back([&, r] {
         int sent = 0;
         KillingTransport t(&hub, r, [&, r] { return r == 1 && victim_step.load() == 6 && ++sent > kill_at; });
-        auto ring = ElasticRing::Create(FastOptions(), n, r, &t);
-        ASSERT_TRUE(ring.ok());
-        ElasticSteps e(ring->get(), members[r].Hooks());
-        result[r] = e.Start();
-        if (!result[r].ok()) return;
-        result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+        const auto count = [&, r](uint64_t step) {
           if (r == 1) victim_step = step;
           return true;
-        });
-        rollbacks[r] = e.rollbacks();
+        };
+        result[r] = Live(members[r], &t, n, steps, FastOptions(), count,
+                         [&, r](ElasticRing&, ElasticSteps& e) { rollbacks[r] = e.rollbacks(); });
       });
     }
     for (auto& t : threads) t.join();
@@ -209,25 +215,19 @@ TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
   std::vector<Status> result(n);
   std::vector<uint64_t> joined_at(n);
   std::vector<std::thread> threads;
-  std::atomic<bool> died{false};
   for (int r = 0; r < n; ++r) {
     members[r].id = r;
     threads.emplace_back([&, r] {
-      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
-      ASSERT_TRUE(ring.ok());
-      ElasticSteps e(ring->get(), members[r].Hooks());
-      result[r] = e.Start();
-      if (!result[r].ok()) return;
-      result[r] = Train(members[r], e, steps, [&, r](uint64_t step) {
+      const auto first_life = [&, r](uint64_t step) {
         // The survivors slow down a little so that the restarted member finds them running.
         if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (r == 1 && step == 6) {
           hub.Disconnect(1);
-          died = true;
           return false;
         }
         return true;
-      });
+      };
+      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), first_life);
       if (r != 1) return;
       // The restart: a new member 1 with fresh state.
       std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -235,14 +235,12 @@ TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
       members[1] = Member();
       members[1].id = 1;
       members[1].w.assign(kParams, -3.0f);  // not the ring's: it must take theirs
-      auto ring2 = ElasticRing::Create(FastOptions(), n, 1, hub.endpoint(1));
-      ASSERT_TRUE(ring2.ok());
-      ElasticSteps e2(ring2->get(), members[1].Hooks());
-      result[1] = e2.Start();
-      if (!result[1].ok()) return;
-      joined_at[1] = e2.steps_completed();
-      result[1] = Train(members[1], e2, steps);
-      EXPECT_EQ((*ring2)->view(), (std::vector<int>{0, 1, 2}));
+      const auto second_life = [&](uint64_t step) {
+        if (joined_at[1] == 0) joined_at[1] = step - 1;
+        return true;
+      };
+      result[1] = Live(members[1], hub.endpoint(1), n, steps, FastOptions(), second_life,
+                       [](ElasticRing& ring, ElasticSteps&) { EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 2})); });
     });
   }
   for (auto& t : threads) t.join();
@@ -265,12 +263,7 @@ TEST(ElasticSteps, TooFewMembersFailTheRun) {
     threads.emplace_back([&, r] {
       ElasticOptions o = FastOptions();
       o.min_members = 2;
-      auto ring = ElasticRing::Create(o, n, r, hub.endpoint(r));
-      ASSERT_TRUE(ring.ok());
-      ElasticSteps e(ring->get(), members[r].Hooks());
-      result[r] = e.Start();
-      if (!result[r].ok()) return;
-      result[r] = Train(members[r], e, 10, [&, r](uint64_t step) {
+      result[r] = Live(members[r], hub.endpoint(r), n, 10, o, [&, r](uint64_t step) {
         if (r == 1 && step == 4) {
           hub.Disconnect(1);
           return false;
