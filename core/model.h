@@ -23,6 +23,7 @@ namespace fedmesh {
 namespace graph {
 struct Graph;
 class GraphModel;
+struct Node;
 }  // namespace graph
 
 class Model {
@@ -119,6 +120,9 @@ class Model {
   // over the examples (no class weights). Otherwise Unimplemented or InvalidArgument saying
   // why.
   Status SupportsPerExampleClipping() const;
+  // The BatchNormalization node of a graph model (it trains on the batch's statistics, so a
+  // batch of one example cannot train it), or nullptr.
+  const graph::Node* BatchStatisticsNode() const;
   // Forward only, in inference mode (dropout off).
   Backend::LossResult Evaluate(int batch);
   // The logits of the last Forward/Evaluate call ([batch, num_classes], backend memory).

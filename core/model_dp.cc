@@ -18,15 +18,21 @@ namespace fedmesh {
 
 using graph::DpClipFactor;
 
+const graph::Node* Model::BatchStatisticsNode() const {
+  if (graph_) {
+    for (const auto& node : graph_->graph().nodes)
+      if (node.op_type == "BatchNormalization") return &node;
+  }
+  return nullptr;
+}
+
 Status Model::SupportsPerExampleClipping() const {
   if (graph_) {
-    for (const auto& node : graph_->graph().nodes) {
-      if (node.op_type == "BatchNormalization") {
-        return Status::InvalidArgument(
-            "dp-sgd: model '" + name_ + "' has BatchNormalization (node '" + node.name +
-            "'), which mixes the examples of a batch, so no example has a gradient of its own; "
-            "use LayerNormalization or GroupNorm, or train without [privacy] mode = \"dp-sgd\"");
-      }
+    if (const graph::Node* bn = BatchStatisticsNode()) {
+      return Status::InvalidArgument(
+          "dp-sgd: model '" + name_ + "' has BatchNormalization (node '" + bn->name +
+          "'), which mixes the examples of a batch, so no example has a gradient of its own; "
+          "use LayerNormalization or GroupNorm, or train without [privacy] mode = \"dp-sgd\"");
     }
   }
   for (const auto& layer : layers_) {

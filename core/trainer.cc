@@ -63,9 +63,13 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
   double loss_sum = 0.0;
   int64_t correct = 0;
   const double start = env_->NowSeconds();
+  // BatchNormalization cannot train on one example (no variance): a last batch of one is
+  // left out of the pass, as PyTorch's drop_last would (it is in the next pass's shuffle).
+  const bool skip_single = order.size() > 1 && model_->BatchStatisticsNode() != nullptr;
   for (size_t first = 0; first < order.size(); first += options_.batch_size) {
     if (max_steps >= 0 && stats.steps >= max_steps) break;
     const int batch = static_cast<int>(std::min<size_t>(options_.batch_size, order.size() - first));
+    if (batch == 1 && skip_single) break;
     model_->LoadBatch(data, order.data() + first, batch);
     const uint64_t seed = SplitMix64(step_++);
     Backend::LossResult r;

@@ -697,13 +697,17 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
   const int64_t dp_steps_before = privacy_ ? privacy_->steps() : 0;
   Progress(round + ": training on " + std::to_string(ctx.train->size()) + " examples · " +
            std::to_string(stats_.rounds_served) + " round(s) trained so far");
-  FM_ASSIGN_OR_RETURN(FitOutcome fit, RunFitTask(ctx, effective, carry_));
+  Result<FitOutcome> trained = RunFitTask(ctx, effective, carry_);
   // What DP-SGD spent is durable before anything trained on this data leaves the site.
   if (privacy_ && privacy_->steps() != dp_steps_before) {
     FM_RETURN_IF_ERROR(store_->SaveAttributes(privacy_->ToAttributes())
                            .WithContext("saving the privacy ledger after " + round));
     if (prom_) prom_->PrivacySpent(privacy_->epsilon(), static_cast<uint64_t>(privacy_->steps()));
   }
+  // A model that fails to train this task (an op that cannot take this batch, say) fails
+  // the task, not the site: the aggregator is told why and the next task starts afresh.
+  if (!trained.ok()) return refuse("training failed: " + trained.status().ToString());
+  FitOutcome fit = std::move(trained).value();
   if (!fit.refused.empty()) return refuse(fit.refused);
   if (m.header.model_version == 0 && first_global_.empty()) first_global_ = fit.global;
   if (fit.stopped) {

@@ -22,7 +22,7 @@ diagnosis"
 awk -F, -v out="$out" -v header="$header" '
   BEGIN {
     # Share of each diagnosis that goes to hospitals 1..5.
-    split("0.46 0.24 0.14 0.11 0.05", mal, " ")
+    split("0.47 0.25 0.15 0.115 0.015", mal, " ")
     split("0.26 0.26 0.20 0.16 0.12", ben, " ")
     for (h = 1; h <= 5; ++h) print header > (out "/hospital-" h ".csv")
     state = 12345

@@ -470,6 +470,53 @@ TEST_F(FederationTest, FederationNormalizesInputsWithTheFederationsStatistics) {
   EXPECT_GE(eval_holes->accuracy, 0.85) << "the exported model on rows with missing cells";
 }
 
+// A site whose model cannot train its task (one training row under an input BatchNorm: no
+// variance) fails that task, not the site: it tells the aggregator why (task_failed, with
+// the op's error), the rounds close with the other two sites, and it is still there for
+// every round's task (it used to exit at the first one).
+TEST_F(FederationTest, FederationASiteThatCannotTrainItsTaskFailsTheTaskNotTheSite) {
+  const std::string model = std::string(FEDMESH_SOURCE_DIR) + "/examples/breast_cancer/hospital_mlp.onnx";
+  Rng rng(5);
+  for (int site = 1; site <= 3; ++site) {
+    std::ofstream out(dir_ / ("site-" + std::to_string(site) + ".csv"));
+    for (int c = 0; c < 30; ++c) out << "m" << c << ",";
+    out << "diagnosis\n";
+    const int rows = site == 3 ? 1 : 60;
+    for (int row = 0; row < rows; ++row) {
+      const bool malignant = row % 3 == 0;
+      for (int c = 0; c < 30; ++c) out << rng.Normal() + (c < 3 && malignant ? 1.5 : 0.0) << ",";
+      out << (malignant ? "malignant" : "benign") << "\n";
+    }
+  }
+  const std::string ep = StartAggregator(
+      {"rounds.total=3", "rounds.clients_per_round=3", "rounds.min_clients=2", "rounds.min_available_clients=3",
+       "model.onnx=" + model, "train.loss=bce_with_logits", "train.batch=16", "eval.dataset="});
+  ASSERT_FALSE(ep.empty());
+  std::vector<ChildProcess*> sites;
+  for (int i = 1; i <= 3; ++i) {
+    sites.push_back(StartNode(i, ep, {"data.dataset=csv:site-" + std::to_string(i) + ".csv", "data.label_column=diagnosis",
+                                      "data.label_values=benign,malignant", "data.num_partitions=1", "data.index=0",
+                                      "data.test_fraction=0"}));
+    ASSERT_NE(sites.back(), nullptr);
+  }
+  const auto rc = aggregator_->WaitExit(seconds(120));
+  ASSERT_TRUE(rc.has_value()) << "aggregator still running after 120 s";
+  ASSERT_EQ(*rc, 0) << aggregator_->Log();
+  const std::string log = aggregator_->Log();
+  for (int round = 1; round <= 3; ++round) {
+    EXPECT_NE(log.find("site-3 failed its training task of round " + std::to_string(round) + ": training failed: "),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_NE(log.find("more than one value per channel"), std::string::npos) << log;
+  int closed = 0;
+  for (const std::string& l : MetricsLines()) closed += l.find("\"received\":2,") != std::string::npos;
+  EXPECT_EQ(closed, 3) << ReadWholeFile(MetricsPath());
+  EXPECT_TRUE(sites[2]->Running()) << sites[2]->Log();
+  EXPECT_NE(sites[2]->Log().find("refused the FitTask for round 3: training failed"), std::string::npos)
+      << sites[2]->Log();
+}
+
 // The same for images and a built-in model: three sites hold 8 x 8 RGB images (npz, HWC)
 // whose channels are on scales 200, 1 and 0.01 around 1000, 5 and -0.05; the class is a
 // shift of the top-left quarter of the smallest channel. The aggregator trains the built-in
