@@ -195,9 +195,9 @@ Result<std::optional<ElasticRing::Control>> ElasticRing::NextControl(int timeout
 
 Result<ViewChange> ElasticRing::Join() { return Form(0, /*joining=*/true, options_.start_window_ms); }
 
-Result<ViewChange> ElasticRing::Reform(uint64_t completed) {
+Result<ViewChange> ElasticRing::Reform(uint64_t completed, bool joining) {
   ++reforms_;
-  return Form(completed, /*joining=*/false, options_.reform_window_ms);
+  return Form(completed, joining, options_.reform_window_ms);
 }
 
 Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int window_ms) {

@@ -76,8 +76,9 @@ class ElasticRing {
   // Forms the first view, or joins a running ring, as a member without state.
   Result<ViewChange> Join();
   // After a failed operation: re-forms with the members that answer. `completed`: the steps
-  // this member completed. Fails when fewer than min_members remain or after max_attempts.
-  Result<ViewChange> Reform(uint64_t completed);
+  // this member completed; `joining`: it has no state yet (it never took the ring's), so it
+  // must take it. Fails when fewer than min_members remain or after max_attempts.
+  Result<ViewChange> Reform(uint64_t completed, bool joining = false);
 
   // The current view's communicator. REQUIRES: Join succeeded.
   Communicator& comm() { return *comm_; }
@@ -85,6 +86,7 @@ class ElasticRing {
   uint64_t generation() const { return generation_; }
   int me() const { return me_; }
   uint64_t reforms() const { return reforms_; }
+  const ElasticOptions& options() const { return options_; }
 
  private:
   class ViewTransport;

@@ -37,6 +37,9 @@ Status ElasticSteps::Step(std::span<float> buffer) {
       ++completed_;
       return Status::OK();
     }
+    // Inputs the ring refuses (lengths that differ between members, values an fp16 wire
+    // cannot hold) are no member's death: re-forming would only meet them again.
+    if (s.code() == StatusCode::kInvalidArgument) return s;
     if (hooks_.log) hooks_.log("step " + std::to_string(completed_ + 1) + " failed (" + s.ToString() + "); re-forming the ring");
     FM_RETURN_IF_ERROR(Recover());
     std::copy(input.begin(), input.end(), buffer.begin());
@@ -45,10 +48,12 @@ Status ElasticSteps::Step(std::span<float> buffer) {
 }
 
 Status ElasticSteps::Recover() {
-  for (;;) {
-    FM_ASSIGN_OR_RETURN(ViewChange vc, ring_->Reform(completed_));
+  for (int attempt = 1;; ++attempt) {
+    FM_ASSIGN_OR_RETURN(ViewChange vc, ring_->Reform(completed_, /*joining=*/!has_state_));
     const Status s = Resync(vc);
     if (s.ok() || resynced_) return s;
+    // A state that does not fit (members with different models) never will.
+    if (s.code() == StatusCode::kInvalidArgument || attempt >= ring_->options().max_attempts) return s;
     if (hooks_.log) hooks_.log("re-forming again: " + s.ToString());
   }
 }
@@ -73,6 +78,7 @@ Status ElasticSteps::Resync(const ViewChange& vc) {
     completed_ = static_cast<uint64_t>(state.back());
     state.pop_back();
     FM_RETURN_IF_ERROR(hooks_.restore(state));
+    has_state_ = true;
     if (vc.joiner) {
       redo_ = false;
       prev_input_.clear();

@@ -74,6 +74,9 @@ class ElasticSteps {
   uint64_t completed_ = 0;
   uint64_t rollbacks_ = 0;
   bool resynced_ = false;
+  // This member holds the ring's state (it formed the ring, or took the state); until then
+  // it re-forms as a joiner, so it never goes on with a state of its own.
+  bool has_state_ = false;
   bool fresh_ = false;
   bool redo_ = false;                 // after a rollback: step completed_ + 1 is to average again
   std::vector<float> prev_input_;     // the last completed step's input

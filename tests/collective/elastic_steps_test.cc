@@ -276,6 +276,32 @@ TEST(ElasticSteps, TooFewMembersFailTheRun) {
   EXPECT_THAT(result[0].ToString(), HasSubstr("at least 2 are needed (min_members)"));
 }
 
+// Members whose models differ in size (a misconfigured group): the joiner cannot take the
+// ring's state, and it fails saying so; it must not re-form as a member with state of its
+// own (it did: the models then differed silently), nor re-form for ever. The other goes on.
+TEST(ElasticSteps, AStateOfAnotherSizeFailsTheMemberNotForever) {
+  const int n = 2;
+  InProcessHub hub(n);
+  std::vector<Member> members(n);
+  std::vector<Status> result(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    members[r].id = r;
+    threads.emplace_back([&, r] {
+      ElasticHooks hooks = members[r].Hooks();
+      if (r == 1) hooks.save = [] { return std::vector<float>(kParams + 5, 0.0f); };
+      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
+      ASSERT_TRUE(ring.ok());
+      ElasticSteps e(ring->get(), std::move(hooks));
+      result[r] = e.Start();
+      if (result[r].ok()) result[r] = Train(members[r], e, 5);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(result[1].code(), StatusCode::kInvalidArgument) << result[1].ToString();
+  EXPECT_TRUE(result[0].ok()) << result[0].ToString();
+}
+
 TEST(ElasticRing, RefusesBadOptions) {
   InProcessHub hub(2);
   EXPECT_FALSE(ElasticRing::Create(FastOptions(), 2, 2, hub.endpoint(0)).ok());
