@@ -7,7 +7,8 @@
 # The assignment is a fixed pseudo-random draw per row (the same files on every run).
 # MALIGNANT_SHARES: the share of the malignant patients each hospital gets (default
 # "0.46 0.24 0.14 0.11 0.05", which the DP-SGD examples' figures were measured with; run.sh
-# uses "0.47 0.25 0.15 0.115 0.015": a clinic that sees 3 malignant cases in 44 patients).
+# uses "0.47 0.25 0.15 0.115 0.015": a clinic that sees 3 malignant cases in 44 patients); five
+# numbers from 0 to 1 that add up to 1, or the script exits 2 saying which is wrong.
 #   examples/breast_cancer/split.sh OUT_DIR [SOURCE_CSV]
 set -euo pipefail
 out=${1:?usage: split.sh OUT_DIR [SOURCE_CSV]}
@@ -26,7 +27,19 @@ shares=${MALIGNANT_SHARES:-0.46 0.24 0.14 0.11 0.05}
 awk -F, -v out="$out" -v header="$header" -v shares="$shares" '
   BEGIN {
     # Share of each diagnosis that goes to hospitals 1..5.
-    if (split(shares, mal, " ") != 5) { print "MALIGNANT_SHARES needs five shares" > "/dev/stderr"; exit 2 }
+    if (split(shares, mal, " ") != 5) {
+      print "MALIGNANT_SHARES=\"" shares "\": needs five shares, one per hospital" > "/dev/stderr"; exit 2
+    }
+    sum = 0
+    for (h = 1; h <= 5; ++h) {
+      if (mal[h] !~ /^([0-9]+\.?[0-9]*|\.[0-9]+)$/ || mal[h] + 0 > 1) {
+        print "MALIGNANT_SHARES=\"" shares "\": share " h " (\"" mal[h] "\") is not a number from 0 to 1" > "/dev/stderr"; exit 2
+      }
+      sum += mal[h]
+    }
+    if (sum < 0.999999 || sum > 1.000001) {
+      print "MALIGNANT_SHARES=\"" shares "\": the shares add up to " sum ", not 1" > "/dev/stderr"; exit 2
+    }
     split("0.26 0.26 0.20 0.16 0.12", ben, " ")
     for (h = 1; h <= 5; ++h) print header > (out "/hospital-" h ".csv")
     state = 12345

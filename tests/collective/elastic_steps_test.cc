@@ -4,7 +4,8 @@
 // member that dies leaves the others training with bit-identical models from the next step
 // on; killing it at every point of an average (some survivors finished the step, others not)
 // rolls the ahead ones back, and all still agree; a restarted member joins a running ring
-// with the ring's state; too few members fail the run with a clear error.
+// with the ring's state; too few members fail the run with a clear error; malformed control
+// messages from an enrolled member are dropped.
 #include "collective/elastic_steps.h"
 
 #include <gmock/gmock.h>
@@ -93,6 +94,36 @@ Status Live(Member& m, CollectiveTransport* transport, int n, uint64_t steps, co
   return s;
 }
 
+// A before_step for Live: member `victim` dies (is disconnected from the hub) before step
+// `step`; everyone else trains on.
+std::function<bool(uint64_t)> DiesAt(InProcessHub& hub, int member, int victim, uint64_t step) {
+  return [&hub, member, victim, step](uint64_t s) {
+    if (member == victim && s == step) {
+      hub.Disconnect(victim);
+      return false;
+    }
+    return true;
+  };
+}
+
+// The training computed directly: at each step the gradients of the members `alive(step)`
+// names are averaged and applied to everyone's model. Returns the model after `steps`.
+std::vector<float> Reference(int n, uint64_t steps, const std::function<std::vector<int>(uint64_t)>& alive) {
+  std::vector<Member> ref(n);
+  for (int r = 0; r < n; ++r) ref[r].id = r;
+  for (uint64_t s = 1; s <= steps; ++s) {
+    const std::vector<int> now = alive(s);
+    std::vector<double> avg(kParams, 0.0);
+    for (int r : now) {
+      const std::vector<float> g = ref[r].Gradient(s);
+      for (size_t i = 0; i < kParams; ++i) avg[i] += g[i] / static_cast<double>(now.size());
+    }
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < kParams; ++i) ref[r].w[i] -= kLr * static_cast<float>(avg[i]);
+  }
+  return ref[0].w;
+}
+
 // Kills (disconnects) member `victim` once it has sent `after` chunks of step `step`'s
 // average: a death in the middle of an operation, at any point of it.
 class KillingTransport final : public CollectiveTransport {
@@ -130,16 +161,11 @@ TEST(ElasticSteps, TheSurvivorsOfADeadMemberTrainOnWithIdenticalModels) {
   for (int r = 0; r < n; ++r) {
     members[r].id = r;
     threads.emplace_back([&, r] {
-      const auto dies = [&, r](uint64_t step) {
-        if (r == 2 && step == dies_after + 1) {
-          hub.Disconnect(2);
-          return false;
-        }
-        return true;
-      };
-      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), dies, [&, r](ElasticRing& ring, ElasticSteps&) {
+      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), DiesAt(hub, r, 2, dies_after + 1), [&, r](ElasticRing& ring, ElasticSteps&) {
         reforms[r] = ring.reforms();
-        if (r != 2) EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 3}));
+        if (r != 2) {
+          EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 3}));
+        }
       });
     });
   }
@@ -152,19 +178,10 @@ TEST(ElasticSteps, TheSurvivorsOfADeadMemberTrainOnWithIdenticalModels) {
   }
   // The same training computed directly: 4 members' gradients averaged for steps 1..10,
   // then the 3 survivors'.
-  std::vector<Member> ref(n);
-  for (int r = 0; r < n; ++r) ref[r].id = r;
-  for (uint64_t s = 1; s <= steps; ++s) {
-    const std::vector<int> alive = s <= dies_after ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 3};
-    std::vector<double> avg(kParams, 0.0);
-    for (int r : alive) {
-      const std::vector<float> g = ref[r].Gradient(s);
-      for (size_t i = 0; i < kParams; ++i) avg[i] += g[i] / static_cast<double>(alive.size());
-    }
-    for (int r = 0; r < n; ++r)
-      for (size_t i = 0; i < kParams; ++i) ref[r].w[i] -= kLr * static_cast<float>(avg[i]);
-  }
-  for (size_t i = 0; i < kParams; ++i) EXPECT_NEAR(members[0].w[i], ref[0].w[i], 1e-4) << i;
+  const std::vector<float> ref = Reference(n, steps, [&](uint64_t s) {
+    return s <= dies_after ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 3};
+  });
+  for (size_t i = 0; i < kParams; ++i) EXPECT_NEAR(members[0].w[i], ref[i], 1e-4) << i;
 }
 
 // The death at every point of step 6's average: depending on where, some survivors complete
@@ -218,14 +235,10 @@ TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
   for (int r = 0; r < n; ++r) {
     members[r].id = r;
     threads.emplace_back([&, r] {
-      const auto first_life = [&, r](uint64_t step) {
+      const auto first_life = [&, r, dies = DiesAt(hub, r, 1, 6)](uint64_t step) {
         // The survivors slow down a little so that the restarted member finds them running.
         if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        if (r == 1 && step == 6) {
-          hub.Disconnect(1);
-          return false;
-        }
-        return true;
+        return dies(step);
       };
       result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), first_life);
       if (r != 1) return;
@@ -263,13 +276,7 @@ TEST(ElasticSteps, TooFewMembersFailTheRun) {
     threads.emplace_back([&, r] {
       ElasticOptions o = FastOptions();
       o.min_members = 2;
-      result[r] = Live(members[r], hub.endpoint(r), n, 10, o, [&, r](uint64_t step) {
-        if (r == 1 && step == 4) {
-          hub.Disconnect(1);
-          return false;
-        }
-        return true;
-      });
+      result[r] = Live(members[r], hub.endpoint(r), n, 10, o, DiesAt(hub, r, 1, 4));
     });
   }
   for (auto& t : threads) t.join();
@@ -300,6 +307,78 @@ TEST(ElasticSteps, AStateOfAnotherSizeFailsTheMemberNotForever) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(result[1].code(), StatusCode::kInvalidArgument) << result[1].ToString();
   EXPECT_TRUE(result[0].ok()) << result[0].ToString();
+}
+
+// An enrolled member that sends malformed control messages (truncated, trailing bytes, an
+// unknown type, member lists unsorted, repeated, out of range or of an absurd length) at a
+// later generation, while the others form the ring and train: every one is dropped. Had one
+// been taken for a JOIN or VIEW, the ring would have re-formed or adopted its view.
+TEST(ElasticRing, MalformedControlMessagesAreDroppedNotObeyed) {
+  const int n = 3;  // member 2 never joins: it only sends junk
+  const uint64_t steps = 20, generation = 50;
+  const auto u32 = [](uint32_t v) {  // little-endian, as on the wire
+    std::string out;
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+    return out;
+  };
+  const std::string head = std::string(1, '\x02') + std::string(8, '\0') + std::string(1, '\0');  // VIEW, step 0
+  const std::string join = std::string(1, '\x01') + std::string(8, '\0') + std::string(1, '\0');
+  const std::vector<std::string> junk = {
+      "",
+      join.substr(0, 5),                                  // a truncated JOIN
+      join + "x",                                         // trailing bytes
+      std::string(1, '\x09') + join.substr(1),            // an unknown type
+      head + u32(2) + u32(1) + u32(0) + u32(0),           // members unsorted
+      head + u32(2) + u32(0) + u32(0) + u32(0),           // a member twice
+      head + u32(2) + u32(0) + u32(7) + u32(0),           // member 7 of 3
+      head + u32(0xFFFFFFFFu) + u32(0),                   // an absurd count
+      head + u32(2) + u32(0) + u32(1) + u32(1),           // the joiner list cut short
+  };
+  InProcessHub hub(n);
+  std::vector<Member> members(2);
+  std::vector<Status> result(2);
+  std::vector<uint64_t> reforms(2), generations(2);
+  std::atomic<int> running{2};
+  std::atomic<int> sent{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    members[r].id = r;
+    threads.emplace_back([&, r] {
+      ElasticOptions o = FastOptions();
+      o.start_window_ms = 500;  // then the two form without member 2
+      result[r] = Live(members[r], hub.endpoint(r), n, steps, o, {}, [&, r](ElasticRing& ring, ElasticSteps&) {
+        reforms[r] = ring.reforms();
+        generations[r] = ring.generation();
+        EXPECT_EQ(ring.view(), (std::vector<int>{0, 1}));
+      });
+      --running;
+    });
+  }
+  threads.emplace_back([&] {
+    while (running.load() > 0) {
+      for (const std::string& bytes : junk) {
+        for (int to : {0, 1}) {
+          Chunk c;
+          c.kind = OpKind::kMessage;
+          c.op = 0xE1A571C0u;  // the elastic ring's control messages
+          c.generation = generation;
+          c.bytes = Payload(bytes);
+          if (hub.endpoint(2)->Send(to, std::move(c)).ok()) ++sent;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_GT(sent.load(), 100);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
+    EXPECT_EQ(reforms[r], 0u) << r;
+    EXPECT_EQ(generations[r], 1u) << r;
+  }
+  EXPECT_EQ(members[1].w, members[0].w);
+  const std::vector<float> ref = Reference(n, steps, [](uint64_t) { return std::vector<int>{0, 1}; });
+  for (size_t i = 0; i < kParams; ++i) EXPECT_NEAR(members[0].w[i], ref[i], 1e-4) << i;
 }
 
 TEST(ElasticRing, RefusesBadOptions) {

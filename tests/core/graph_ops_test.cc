@@ -290,5 +290,38 @@ TEST(GraphOpsShapes, BadShapesAreRefusedWithBothShapesNamed) {
   EXPECT_NE(s.message().find("node 'add' (Add)"), std::string::npos) << s.message();
 }
 
+// Where takes exactly condition, X and Y: with two inputs, or an empty one (ONNX's way of
+// leaving an optional input out), the model is refused naming the node; a condition that
+// does not broadcast against X and Y is refused at planning naming the shapes.
+TEST(GraphOpsShapes, WhereNeedsThreeInputsThatBroadcast) {
+  auto be = MakeCpuBackend(1);
+  for (const std::vector<std::string>& inputs :
+       {std::vector<std::string>{"c", "a"}, std::vector<std::string>{"c", "", "b"}}) {
+    Graph g;
+    g.initializers = {Tensor{"a", DType::kFloat32, {2, 3}, std::vector<float>(6, 1.0f), {}},
+                      Tensor{"b", DType::kFloat32, {2, 3}, std::vector<float>(6, 2.0f), {}},
+                      Tensor{"c", DType::kInt64, {2, 3}, {}, std::vector<int64_t>(6, 1)}};
+    g.nodes = {Node{"pick", "Where", inputs, {"y"}, {}}};
+    g.outputs = {{"y", DType::kFloat32, {}}};
+    auto m = GraphModel::Create(g, be.get());
+    const Status s = m.ok() ? (*m)->Plan(1) : m.status();
+    ASSERT_FALSE(s.ok()) << inputs.size() << " inputs";
+    EXPECT_NE(s.message().find("needs three inputs: condition, X and Y"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("'pick'"), std::string::npos) << s.message();
+  }
+  Graph g;
+  g.initializers = {Tensor{"a", DType::kFloat32, {2, 3}, std::vector<float>(6, 1.0f), {}},
+                    Tensor{"b", DType::kFloat32, {2, 3}, std::vector<float>(6, 2.0f), {}},
+                    Tensor{"c", DType::kInt64, {4}, {}, std::vector<int64_t>(4, 1)}};
+  g.nodes = {Node{"pick", "Where", {"c", "a", "b"}, {"y"}, {}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto m = GraphModel::Create(g, be.get());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const Status s = (*m)->Plan(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("[4]"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'pick'"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace fedmesh::graph

@@ -439,6 +439,26 @@ TEST(Simulation, AllreduceCrashedRankIsWaitedForThenLeftOutThenRejoins) {
   EXPECT_GT(with_losses, 0);
 }
 
+// allreduce mode's [collective] keys: out of range, a key that is not one, or a value that is
+// not a number is refused naming the key; in range they reach the options in seconds.
+TEST(Simulation, AllreduceCollectiveKeysAreBoundedAndNamed) {
+  const std::pair<std::string, std::string> bad[] = {
+      {"collective.timeout_ms=0", "[collective] timeout_ms"},
+      {"collective.reform_window_ms=-1", "[collective] reform_window_ms"},
+      {"collective.timeout_ms=soon", "[collective] timeout_ms"},
+      {"collective.window_ms=5", "window_ms"},
+  };
+  for (const auto& [set, key] : bad) {
+    auto o = LoadSimConfig("", {"sim.mode=allreduce", set});
+    ASSERT_FALSE(o.ok()) << set;
+    EXPECT_NE(o.status().message().find(key), std::string::npos) << set << ": " << o.status().ToString();
+  }
+  auto o = LoadSimConfig("", {"sim.mode=allreduce", "collective.timeout_ms=2500", "collective.reform_window_ms=0"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_DOUBLE_EQ(o->allreduce_timeout_s, 2.5);
+  EXPECT_DOUBLE_EQ(o->allreduce_reform_s, 0.0);
+}
+
 TEST(Simulation, BadOptionsAreRefusedWithTheField) {
   SimOptions o = Small();
   o.clients_per_round = 50;
