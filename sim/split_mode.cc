@@ -10,8 +10,8 @@
 //  - each party works on one thing at a time, in arrival order; what it costs is counted
 //    in floating-point operations of its part: 2 per parameter per row forward, 4 backward,
 //    at a rate of client p's samples_per_s x 6 x the parameters of [sim] model (the
-//    model the speed is quoted for). A feature party's gradient recomputes its forward
-//    (GPipe's rematerialisation): 6 per parameter per row.
+//    model the speed is quoted for). A gradient goes back through the activations its
+//    forward kept (vertical/split_part.h: no recomputation).
 //  - the label party's own bottom backward runs in its idle time (as LabelParty::DoIdleWork
 //    does); what idle time did not cover is paid before the next step begins.
 // Each round (steps_per_round steps, or a pass over the rows) writes step_s, the mean
@@ -150,7 +150,7 @@ Status DeliverToFeatureParty(SplitRun& run, SplitNetwork& net, const SplitNetwor
   const double rows = static_cast<double>(ev.m.rows);
   double cost = 0;
   if (ev.m.type == SplitMessageType::kForward) cost = 2 * params * rows / f.flops_per_s;
-  if (ev.m.type == SplitMessageType::kGradients) cost = 6 * params * rows / f.flops_per_s;
+  if (ev.m.type == SplitMessageType::kGradients) cost = 4 * params * rows / f.flops_per_s;
   f.busy_until = start + cost;
   f.busy_s += cost;
   for (SplitMessage& m : replies) FM_RETURN_IF_ERROR(net.Send(ev.to, 0, m, f.busy_until));

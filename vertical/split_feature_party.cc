@@ -99,10 +99,20 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
           return Status::Corruption("micro-batch " + std::to_string(m.micro) + " of step " + std::to_string(m.step) +
                                     " asked twice");
         }
+        if (m.micro >= SplitPart::kMaxSlots) {
+          return Status::Corruption("micro-batch " + std::to_string(m.micro) + " of step " + std::to_string(m.step) +
+                                    ": a step has at most " + std::to_string(SplitPart::kMaxSlots));
+        }
+      } else if (!pending_.empty()) {
+        // Its forward would take the place of activations a backward still needs.
+        return Status::Corruption("an evaluation forward while step " + std::to_string(pending_step_) +
+                                  " waits for gradients");
       }
       FM_RETURN_IF_ERROR(Gather(m.indices, "forward", m.step));
       const auto rows = static_cast<int64_t>(m.indices.size());
-      FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), rows, m.training, Seed(m.step, m.micro)));
+      // A training micro-batch keeps its activations in its own slot until its gradients come.
+      FM_RETURN_IF_ERROR(
+          bottom_->Forward(input_.data(), rows, m.training, Seed(m.step, m.micro), m.training ? m.micro : 0));
       SplitMessage a;
       a.type = SplitMessageType::kActivations;
       a.training = m.training;
@@ -134,11 +144,7 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
                                   std::to_string(bottom_->out_cols()));
       }
       gradients_started_ = true;
-      FM_RETURN_IF_ERROR(Gather(it->second, "gradients", m.step));
-      const auto rows = static_cast<int64_t>(it->second.size());
-      FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), rows, true, Seed(m.step, m.micro)));
-      std::memcpy(bottom_->output_grad(), m.values.data(), m.values.size() * sizeof(float));
-      bottom_->Backward();
+      FM_RETURN_IF_ERROR(bottom_->BackwardSlot(m.micro, m.values.data()));
       pending_.erase(it);
       if (pending_.empty()) {
         bottom_->Step();

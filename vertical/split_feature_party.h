@@ -2,10 +2,9 @@
 // label party's messages (vertical/split_messages.h): an align message fixes its rows (the
 // PSI intersection, in the job's order); a forward runs its bottom model on the rows named
 // and returns the activations (plus Gaussian noise of std `noise` on training forwards, a
-// fresh secret draw); the gradients of a training forward are applied by recomputing that
-// micro-batch's forward (the same dropout seed) and running backward, GPipe's
-// rematerialisation, so no activations are kept per micro-batch; the step's SGD update runs
-// once every micro-batch of it has its gradient. Sans-IO: Handle() takes a message and gives
+// fresh secret draw); a training forward's activations stay in its micro-batch's slot of
+// the bottom model (vertical/split_part.h) and its gradients run backward from them as soon
+// as they come; the step's SGD update runs once every micro-batch of it has its gradient. Sans-IO: Handle() takes a message and gives
 // the replies. Thread-safety: one thread.
 #pragma once
 

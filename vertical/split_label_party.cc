@@ -139,12 +139,7 @@ Status LabelParty::RunDeferred() {
     bottom_->Step();
     return Status::OK();
   }
-  FM_RETURN_IF_ERROR(GatherOwn(d.rows));
-  const auto n = static_cast<int64_t>(d.rows.size());
-  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, true, d.seed));
-  std::memcpy(bottom_->output_grad(), d.dout.data(), d.dout.size() * sizeof(float));
-  bottom_->Backward();
-  return Status::OK();
+  return bottom_->BackwardSlot(d.micro, d.dout.data());
 }
 
 Status LabelParty::FlushEarlierPasses() {
@@ -179,7 +174,8 @@ Status LabelParty::EnsureOwnForward(uint32_t m) {
   const std::vector<uint64_t>& rows = micro_rows_[m];
   FM_RETURN_IF_ERROR(GatherOwn(rows));
   const auto n = static_cast<int64_t>(rows.size());
-  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, Seed(pass_step_, m)));
+  // A training micro-batch's activations stay in its slot for the deferred backward.
+  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, Seed(pass_step_, m), training_ ? m : 0));
   own_out_[m].emplace(bottom_->output(), bottom_->output() + n * bottom_->out_cols());
   return Status::OK();
 }
@@ -264,8 +260,7 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     // feature parties are waiting for.
     Deferred d;
     d.pass = pass_;
-    d.rows = rows;
-    d.seed = seed;
+    d.micro = m;
     d.dout.resize(static_cast<size_t>(n * bottom_->out_cols()));
     for (int64_t r = 0; r < n; ++r) {
       std::memcpy(&d.dout[static_cast<size_t>(r * bottom_->out_cols())], gin + r * total,

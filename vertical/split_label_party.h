@@ -58,8 +58,8 @@ class LabelParty {
   Status OnActivations(int rank, const SplitMessage& m, std::vector<Outgoing>* out);
   bool pass_done() const { return remaining_ == 0; }
   // Work on the own bottom model that waits for no one, done while the feature parties
-  // compute: the backward of micro-batches already answered (rematerialised: forward again
-  // with the same seed, then backward), the step after them, and the forwards of the
+  // compute: the backward of micro-batches already answered (from the activations their
+  // forward left in the bottom's slot for them), the step after them, and the forwards of the
   // current pass. Returns whether there was any. The critical path (activations in ->
   // top -> gradients out) never waits for it, only for what it needs.
   Result<bool> DoIdleWork();
@@ -115,8 +115,7 @@ class LabelParty {
   struct Deferred {
     uint64_t pass = 0;
     bool step = false;  // the pass's SGD step (after its backwards), or one backward:
-    std::vector<uint64_t> rows;
-    uint64_t seed = 0;
+    uint32_t micro = 0;       // of this micro-batch's forward, kept in the bottom's slot
     std::vector<float> dout;  // d loss / d own output, rows x out_cols
   };
   std::deque<Deferred> deferred_;

@@ -44,16 +44,35 @@ Result<std::unique_ptr<SplitPart>> SplitPart::FromBuiltin(const ModelSpec& spec,
   return Create(std::move(g), options, "built-in " + SpecToText(spec));
 }
 
-Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint64_t seed) {
-  FM_RETURN_IF_ERROR(model_->Plan(rows));
-  std::memcpy(model_->input(0, rows), input, static_cast<size_t>(rows * in_cols_) * sizeof(float));
-  return model_->Forward(rows, training, seed);
+Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint64_t seed, uint32_t slot) {
+  if (slot >= kMaxSlots) {
+    return Status::InvalidArgument("micro-batch " + std::to_string(slot) + ": a step has at most " +
+                                   std::to_string(kMaxSlots));
+  }
+  slot_rows_.erase(slot);
+  FM_RETURN_IF_ERROR(model_->Plan(rows, slot));
+  std::memcpy(model_->input(0, rows, slot), input, static_cast<size_t>(rows * in_cols_) * sizeof(float));
+  FM_RETURN_IF_ERROR(model_->Forward(rows, training, seed, slot));
+  if (training) slot_rows_[slot] = rows;
+  return Status::OK();
 }
 
 void SplitPart::Backward() {
   model_->Backward();
   const float* g = model_->grads();
   for (size_t i = 0; i < grad_sum_.size(); ++i) grad_sum_[i] += g[i];
+}
+
+Status SplitPart::BackwardSlot(uint32_t slot, const float* dout) {
+  auto it = slot_rows_.find(slot);
+  if (it == slot_rows_.end()) {
+    return Status::FailedPrecondition("micro-batch " + std::to_string(slot) + " has no training forward to go back through");
+  }
+  FM_RETURN_IF_ERROR(model_->Select(it->second, slot));
+  std::memcpy(model_->output_grad(0), dout, static_cast<size_t>(it->second * out_cols_) * sizeof(float));
+  slot_rows_.erase(it);
+  Backward();
+  return Status::OK();
 }
 
 Status SplitPart::Restore(const std::vector<float>& params, const std::vector<float>& velocity) {
@@ -64,6 +83,7 @@ Status SplitPart::Restore(const std::vector<float>& params, const std::vector<fl
   std::copy(params.begin(), params.end(), model_->params());
   velocity_ = velocity;
   std::fill(grad_sum_.begin(), grad_sum_.end(), 0.0f);
+  slot_rows_.clear();
   return Status::OK();
 }
 

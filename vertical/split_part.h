@@ -2,10 +2,14 @@
 // the label party's top model over the concatenated bottom outputs): a GraphModel with one
 // input [batch, in_cols] and one output [batch, out_cols], whose gradients are summed over
 // a step's micro-batches and applied once per step by SGD with momentum, as GPipe does.
+// Each micro-batch of a step runs its forward in its own slot, whose activations stay until
+// its backward (activation stashing, not GPipe's rematerialisation: no second forward, at
+// the memory of one whole batch's activations, as unpipelined training holds).
 // Thread-safety: one thread drives a part.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,14 +45,22 @@ class SplitPart {
   graph::GraphModel& model() { return *model_; }
   const graph::GraphModel& model() const { return *model_; }
 
-  // Runs `rows` rows of `input` (rows x in_cols, row-major). `seed` fixes dropout, so the
-  // forward recomputed for a micro-batch's backward is the one whose output was sent.
-  Status Forward(const float* input, int64_t rows, bool training, uint64_t seed);
+  // The most slots (micro-batches of one step) a part keeps activations for.
+  static constexpr uint32_t kMaxSlots = 4096;
+
+  // Runs `rows` rows of `input` (rows x in_cols, row-major) in `slot` (a micro-batch's
+  // index in its step; < kMaxSlots), whose activations then stay until the slot's next
+  // Forward. `seed` fixes dropout.
+  Status Forward(const float* input, int64_t rows, bool training, uint64_t seed, uint32_t slot = 0);
   const float* output() const { return model_->output(0); }
   // d loss / d output of the last Forward: write rows x out_cols, then Backward.
   float* output_grad() { return model_->output_grad(0); }
   // Adds this micro-batch's parameter gradients to the step's sum.
   void Backward();
+  // Backward of `slot`'s last Forward (a training one), from `dout` (its rows x out_cols):
+  // adds its parameter gradients to the step's sum. FailedPrecondition when the slot holds
+  // no training forward (none, or its backward already ran).
+  Status BackwardSlot(uint32_t slot, const float* dout);
   // d loss / d input of the last Backward (options.input_gradients).
   const float* input_grad() const { return model_->input_grad(0); }
   // One SGD step on the summed gradients, which it then clears.
@@ -65,6 +77,7 @@ class SplitPart {
   SplitPartOptions options_;
   int64_t in_cols_ = 0, out_cols_ = 0;
   std::vector<float> grad_sum_, velocity_;
+  std::map<uint32_t, int64_t> slot_rows_;  // slots holding a training forward: its rows
 };
 
 }  // namespace fedmesh::vertical

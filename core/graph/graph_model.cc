@@ -153,9 +153,9 @@ Status GraphModel::Init(const GraphModelOptions& options) {
   return Status::OK();
 }
 
-Status GraphModel::Plan(int64_t batch) {
+Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   if (batch <= 0) return Status::InvalidArgument("batch must be positive");
-  if (plans_.count(batch)) return Status::OK();
+  if (plans_.count({batch, slot})) return Status::OK();
   const Values_& table = *values_;
   auto p = std::make_unique<Plan_>();
   p->batch = batch;
@@ -381,21 +381,42 @@ Status GraphModel::Plan(int64_t batch) {
   }
   // The state's gradient stays zero (nothing writes it; readers of the flat gradient see it).
   for (const TensorSlot& s : state_slots_) add_range(p->grad_zero, s.offset, s.size);
-  plans_[batch] = std::move(p);
+  if (slot > 0) {
+    // A slot keeps one size (a pipeline's micro-batches are one size but the last).
+    std::erase_if(plans_, [&](const auto& kv) {
+      if (kv.first.second != slot) return false;
+      if (current_ == kv.second.get()) current_ = nullptr;
+      return true;
+    });
+  }
+  plans_[{batch, slot}] = std::move(p);
   return Status::OK();
 }
 
-float* GraphModel::input(size_t k, int64_t batch) { return plans_.at(batch)->input_data[k]; }
-
-const Dims& GraphModel::input_dims(size_t k, int64_t batch) const {
-  return plans_.at(batch)->input_dims[k];
+const GraphModel::Plan_& GraphModel::AnyPlan(int64_t batch) const {
+  auto it = plans_.lower_bound({batch, 0u});
+  FM_CHECK(it != plans_.end() && it->first.first == batch);
+  return *it->second;
 }
 
-Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed) {
-  auto it = plans_.find(batch);
+float* GraphModel::input(size_t k, int64_t batch, uint32_t slot) { return plans_.at({batch, slot})->input_data[k]; }
+
+const Dims& GraphModel::input_dims(size_t k, int64_t batch) const { return AnyPlan(batch).input_dims[k]; }
+
+Status GraphModel::Select(int64_t batch, uint32_t slot) {
+  auto it = plans_.find({batch, slot});
   if (it == plans_.end()) {
-    FM_RETURN_IF_ERROR(Plan(batch));
-    it = plans_.find(batch);
+    return Status::NotFound("no plan for a batch of " + std::to_string(batch) + " in slot " + std::to_string(slot));
+  }
+  current_ = it->second.get();
+  return Status::OK();
+}
+
+Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed, uint32_t slot) {
+  auto it = plans_.find({batch, slot});
+  if (it == plans_.end()) {
+    FM_RETURN_IF_ERROR(Plan(batch, slot));
+    it = plans_.find({batch, slot});
   }
   current_ = it->second.get();
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
@@ -422,7 +443,7 @@ const Dims& GraphModel::output_dims(size_t k) const {
 }
 
 const Dims& GraphModel::output_dims_for(size_t k, int64_t batch) const {
-  return plans_.at(batch)->act_dims[values_->refs.at(graph_.outputs[k].name).index];
+  return AnyPlan(batch).act_dims[values_->refs.at(graph_.outputs[k].name).index];
 }
 
 float* GraphModel::output_grad(size_t k) {

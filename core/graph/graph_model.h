@@ -76,15 +76,22 @@ class GraphModel {
   size_t num_outputs() const { return graph_.outputs.size(); }
 
   // Plans buffers for batches of `batch` samples (cached per size; fails if the graph's
-  // shapes do not hold for that batch, naming the node).
-  Status Plan(int64_t batch);
-  // The planned buffer of input k for the current plan: fill it before Forward.
-  // REQUIRES: Plan(batch) succeeded for the batch passed to Forward.
-  float* input(size_t k, int64_t batch);
+  // shapes do not hold for that batch, naming the node). `slot` > 0: another set of
+  // buffers for the same size, so that the activations of several forwards are kept at
+  // once (pipelined micro-batches: each one's backward runs from its own forward, with no
+  // recomputation). A slot > 0 keeps one size: planning it for another drops the old plan.
+  Status Plan(int64_t batch, uint32_t slot = 0);
+  // The planned buffer of input k: fill it before Forward.
+  // REQUIRES: Plan(batch, slot) succeeded.
+  float* input(size_t k, int64_t batch, uint32_t slot = 0);
   const Dims& input_dims(size_t k, int64_t batch) const;
 
-  // Runs the graph on the input buffers of `batch`'s plan.
-  Status Forward(int64_t batch, bool training, uint64_t seed);
+  // Runs the graph on the input buffers of the plan of (batch, slot), which becomes the
+  // current plan: output(), output_grad(), Backward() and value() refer to it.
+  Status Forward(int64_t batch, bool training, uint64_t seed, uint32_t slot = 0);
+  // Makes the plan of (batch, slot) current again, with the values its last Forward left
+  // (another slot's Forward in between does not touch them). NotFound when not planned.
+  Status Select(int64_t batch, uint32_t slot);
   // Output k of the last Forward, and its concrete dims.
   const float* output(size_t k) const;
   const Dims& output_dims(size_t k) const;
@@ -145,7 +152,10 @@ class GraphModel {
   std::vector<TensorSlot> param_slots_, state_slots_;
   std::vector<float> constant_floats_;  // float constants, one block, see value_index_
   std::unique_ptr<Values_> values_;  // where every named value lives
-  std::map<int64_t, std::unique_ptr<Plan_>> plans_;
+  // Plans by (batch, slot). Slot 0 caches every size; a slot > 0 holds one plan.
+  std::map<std::pair<int64_t, uint32_t>, std::unique_ptr<Plan_>> plans_;
+  // Any plan of `batch` (every slot's dims are the same). REQUIRES: one exists.
+  const Plan_& AnyPlan(int64_t batch) const;
   Plan_* current_ = nullptr;  // the plan of the last Forward
   std::vector<double> dp_sq_;       // ClippedBackward's per-example squared norms
   std::vector<float> dp_scaled_;    // ... and one node's output gradient, rows rescaled

@@ -1,6 +1,6 @@
 // fedmesh-sim split mode (sim/split_mode.cc): the real LabelParty / FeatureParty trained in
 // virtual time. It learns, its bytes are exactly the split messages' wire format, micro-
-// batches shorten the step when compute dominates and cannot beat the latency floor, and
+// batches shorten the step when transfers dominate and cannot beat the latency floor, and
 // the same seed gives the same lines.
 #include <string>
 
@@ -52,19 +52,22 @@ TEST(SplitSim, LearnsAndSendsExactlyTheWireFormatsBytes) {
   }
 }
 
-TEST(SplitSim, MicroBatchesHideComputeButNotLatency) {
+TEST(SplitSim, MicroBatchesHideTransfersButNotLatency) {
   REQUIRE_DATA();
-  // Compute dominates: no latency, a fast link.
+  // Transfers dominate: no latency, a slow link; each micro-batch's activations travel
+  // while the next one is computed. (With a fast link and equal parties the step is
+  // compute-bound and 4 micro-batches gain nothing over 1: each party computes its whole
+  // forward and backward either way, and nothing is recomputed.)
   SimOptions o1 = SplitSim(1);
   o1.latency_ms = 0;
-  o1.up_mbps = 100000;
+  o1.up_mbps = 20;
   SimOptions o4 = o1;
   o4.split.microbatches = 4;
   auto r1 = RunSimulation(o1), r4 = RunSimulation(o4);
   ASSERT_TRUE(r1.ok() && r4.ok());
   const double s1 = *r1->rounds.back().step_s, s4 = *r4->rounds.back().step_s;
-  std::printf("compute-bound step: %.5f s unpipelined, %.5f s with 4 micro-batches (%.2fx)\n", s1, s4, s4 / s1);
-  EXPECT_LT(s4, 0.85 * s1);
+  std::printf("transfer-bound step: %.5f s unpipelined, %.5f s with 4 micro-batches (%.2fx)\n", s1, s4, s4 / s1);
+  EXPECT_LT(s4, 0.7 * s1);
   EXPECT_LT(*r4->rounds.back().idle_fraction, *r1->rounds.back().idle_fraction);
   EXPECT_NEAR(*r4->rounds.back().test_accuracy, *r1->rounds.back().test_accuracy, 0.01);
 
@@ -72,6 +75,7 @@ TEST(SplitSim, MicroBatchesHideComputeButNotLatency) {
   SimOptions l1 = o1, l4 = o4;
   for (SimOptions* o : {&l1, &l4}) {
     o->latency_ms = 200;
+    o->up_mbps = 100000;
     o->compute_speed = 1e7;
   }
   auto q1 = RunSimulation(l1), q4 = RunSimulation(l4);

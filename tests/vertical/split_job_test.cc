@@ -238,11 +238,19 @@ TEST_F(SplitJobTest, OutOfProtocolMessagesAreErrors) {
   EXPECT_THAT(p.label->OnActivations(7, replies[0], &next).message(), HasSubstr("not a feature party"));
   ASSERT_TRUE(p.label->OnActivations(1, replies[0], &next).ok());
   EXPECT_THAT(p.label->OnActivations(1, replies[0], &next).message(), HasSubstr("came twice"));
-  // The feature party: rows past the job, gradients never asked for, a stale step.
-  SplitMessage fwd;
-  fwd.type = SplitMessageType::kForward;
+  // The feature party: rows past the job, a micro-batch past the most a step has, an
+  // evaluation while a step waits for gradients (its forward would take the place of the
+  // activations they go back through), gradients never asked for, a stale step.
+  SplitMessage fwd = out->at(1).second;
   fwd.indices = {60};
   EXPECT_THAT(p.feature->Handle(fwd, &replies).message(), HasSubstr("names row 60, the job has 50 rows"));
+  SplitMessage far = out->at(1).second;
+  far.micro = SplitPart::kMaxSlots;
+  EXPECT_THAT(p.feature->Handle(far, &replies).message(), HasSubstr("a step has at most 4096"));
+  SplitMessage eval = out->at(1).second;
+  eval.training = false;
+  EXPECT_THAT(p.feature->Handle(eval, &replies).message(),
+              HasSubstr("an evaluation forward while step 0 waits for gradients"));
   SplitMessage grads;
   grads.type = SplitMessageType::kGradients;
   grads.step = 0;
