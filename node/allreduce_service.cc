@@ -51,11 +51,8 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
 
   TrainerOptions topt = t.trainer;
   AllreduceService* self = s.get();
-  const bool elastic = config.collective.elastic && config.collective.sync_every == 1;
-  if (config.collective.elastic && !elastic) {
-    s->log_("[collective] elastic applies to gradient all-reduce (sync_every = 1) in this version: with "
-            "sync_every = " + std::to_string(config.collective.sync_every) + " a dead member fails the run");
-  }
+  const bool elastic = config.collective.elastic;
+  const int64_t k = config.collective.sync_every;
   if (elastic) {
     collective::ElasticOptions eo;
     eo.comm = co;
@@ -67,21 +64,28 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
     collective::ElasticHooks hooks;
     hooks.save = [self] { return self->SaveState(); };
     hooks.restore = [self](std::span<const float> state) { return self->RestoreState(state); };
-    hooks.apply = [self](std::span<const float> average) {
-      // What the trainer does with an all-reduced gradient: the optimizer step.
-      std::copy(average.begin(), average.end(), self->site_.model->grads());
-      self->trainer_->optimizer().Step();
-      return Status::OK();
-    };
+    if (k == 1) {
+      hooks.apply = [self](std::span<const float> average) {
+        // What the trainer does with an all-reduced gradient: the optimizer step.
+        std::copy(average.begin(), average.end(), self->site_.model->grads());
+        self->trainer_->optimizer().Step();
+        return Status::OK();
+      };
+    } else {
+      hooks.apply = [self](std::span<const float> average) { return self->site_.model->SetParams(average); };
+    }
     hooks.log = s->log_;
     s->elastic_ = std::make_unique<collective::ElasticSteps>(s->elastic_ring_.get(), std::move(hooks));
-    topt.gradient_hook = [self](std::span<float> grads) { return self->elastic_->Step(grads); };
-  } else if (config.collective.sync_every == 1) {
+    if (k == 1) {
+      topt.gradient_hook = [self](std::span<float> grads) { return self->elastic_->Step(grads); };
+    } else {
+      topt.step_hook = [self, k](int64_t steps) { return steps % k == 0 ? self->AllreduceParams() : Status::OK(); };
+    }
+  } else if (k == 1) {
     topt.gradient_hook = [self](std::span<float> grads) {
       return self->comm_->Allreduce(grads, collective::ReduceOp::kAverage);
     };
   } else {
-    const int64_t k = config.collective.sync_every;
     topt.step_hook = [self, k](int64_t steps) { return steps % k == 0 ? self->AllreduceParams() : Status::OK(); };
   }
   if (!elastic) {
@@ -100,7 +104,11 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
 
 Status AllreduceService::AllreduceParams() {
   params_ = site_.model->GetParams();
-  FM_RETURN_IF_ERROR(comm_->Allreduce(std::span<float>(params_), collective::ReduceOp::kAverage));
+  if (elastic_) {
+    FM_RETURN_IF_ERROR(elastic_->Step(std::span<float>(params_)));
+  } else {
+    FM_RETURN_IF_ERROR(comm_->Allreduce(std::span<float>(params_), collective::ReduceOp::kAverage));
+  }
   return site_.model->SetParams(params_);
 }
 
@@ -234,26 +242,35 @@ Result<AllreduceRunStats> AllreduceService::RunElastic(const std::atomic<bool>* 
     steps_per_epoch_ = static_cast<int64_t>(*std::min_element(all.begin(), all.end()));
   } else {
     log_("joined the running ring (generation " + std::to_string(ring.generation()) + ", members " +
-         std::to_string(ring.view().size()) + ") at step " + std::to_string(elastic_->steps_completed()));
+         std::to_string(ring.view().size()) + ") at " + (config_.collective.sync_every == 1 ? "step " : "average ") +
+         std::to_string(elastic_->steps_completed()));
   }
+  // The ring's steps are its averages: one per training step (k = 1), or one per block of k
+  // local steps, the last block of an epoch possibly shorter (local SGD ends every epoch in
+  // step). A member that took the ring's state goes on from the start of the next block.
+  const uint64_t k = static_cast<uint64_t>(config_.collective.sync_every);
   const uint64_t spe = static_cast<uint64_t>(std::max<int64_t>(steps_per_epoch_, 1));
-  const uint64_t total = spe * static_cast<uint64_t>(config_.training.epochs);
+  const uint64_t blocks = (spe + k - 1) / k;  // averages per epoch
+  const uint64_t total = blocks * static_cast<uint64_t>(config_.training.epochs);
   double loss_sum = 0;
   int64_t loss_steps = 0;
   while (elastic_->steps_completed() < total) {
     if (stop != nullptr && stop->load()) return Status::Unavailable("stopped by a signal at step " + std::to_string(elastic_->steps_completed()));
     const uint64_t done = elastic_->steps_completed();
-    const uint64_t epoch_end = (done / spe + 1) * spe;
-    Result<EpochStats> ep = trainer_->TrainSteps(site_.train, static_cast<int64_t>(epoch_end - done));
-    if (!ep.ok()) {
+    const uint64_t epoch_end = (done / blocks + 1) * blocks;
+    const uint64_t steps_left = spe - (done % blocks) * k;  // training steps left in this epoch
+    Result<EpochStats> ep = trainer_->TrainSteps(site_.train, static_cast<int64_t>(steps_left));
+    Status averaged = ep.status();
+    if (ep.ok() && k > 1 && elastic_->steps_completed() < epoch_end) averaged = AllreduceParams();  // the last block
+    if (!averaged.ok()) {
       if (elastic_->TakeResynced()) continue;  // took the ring's state: go on from its step
-      return ep.status();
+      return averaged;
     }
     loss_sum += ep->mean_loss * static_cast<double>(ep->steps);
     loss_steps += ep->steps;
     stats.steps += ep->steps;
     if (elastic_->steps_completed() == epoch_end) {
-      FM_RETURN_IF_ERROR(EndEpoch(static_cast<int>(epoch_end / spe), loss_steps, loss_steps ? loss_sum / loss_steps : 0.0,
+      FM_RETURN_IF_ERROR(EndEpoch(static_cast<int>(epoch_end / blocks), loss_steps, loss_steps ? loss_sum / loss_steps : 0.0,
                                   static_cast<int>(std::lower_bound(ring.view().begin(), ring.view().end(), ring.me()) -
                                                    ring.view().begin()),
                                   static_cast<int>(ring.view().size()), start, &stats));

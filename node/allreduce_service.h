@@ -13,11 +13,11 @@
 //              loss, held-out accuracy and loss, bytes sent, seconds, model SHA-256).
 //   end        the final model is saved in the node's store (fedmesh-model export --db),
 //              and Run returns OK.
-// Elastic ([collective] elastic, the default, with sync_every = 1): a member silent for
-// timeout_ms is taken for dead and the others re-form the ring and go on from the last step
-// they all completed (collective/elastic_steps.h); a restarted member rejoins at a step
-// boundary with the ring's model, optimizer state and step; min_members bounds how few may
-// go on. Not elastic: a rank that dies stops the others with DeadlineExceeded after
+// Elastic ([collective] elastic, the default): a member silent for timeout_ms is taken for
+// dead and the others re-form the ring and go on from the last average they all completed
+// (a step's gradients, or with local SGD the model after a block of sync_every steps;
+// collective/elastic_steps.h); a restarted member rejoins at a boundary with the ring's
+// model, optimizer state and position; min_members bounds how few may go on. Not elastic: a rank that dies stops the others with DeadlineExceeded after
 // timeout_ms. Thread-safety: Run blocks its thread.
 #pragma once
 

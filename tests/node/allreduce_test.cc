@@ -159,6 +159,40 @@ TEST_F(AllreduceTest, ElasticTheSurvivorsGoOnAndARestartedRankRejoins) {
   EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.8) << LastLine(1);
 }
 
+// Elastic local SGD: the ring's steps are the model averages every sync_every local steps
+// (an epoch's last block shorter: 625 steps an epoch, blocks of 8). site-3 is SIGKILLed after
+// its first epoch; the other two re-form and go on; site-3 started again rejoins at an
+// average, and all three end with the same model, which learned.
+TEST_F(AllreduceTest, ElasticLocalSgdSurvivesADeadRankAndTheRestartRejoins) {
+  WriteGroup(3, "epochs = 3\nbatch = 32\nlr = 0.05\nmomentum = 0.9",
+             "sync_every = 8\ntimeout_ms = 3000\nreform_window_ms = 500");
+  auto ranks = StartRanks(3);
+  ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
+  ranks[2]->Signal(SIGKILL);
+  ASSERT_TRUE(ranks[2]->WaitExit(seconds(30)).has_value());
+  ASSERT_TRUE(WaitForLog(ranks[0], "members [0,1],", seconds(60))) << ranks[0]->Log();
+  ChildProcess* again = Spawn("rank-3-again", {kBin + "fedmesh-node", "--config", "site-3.toml"});
+  for (ChildProcess* r : {ranks[0], ranks[1], again}) {
+    auto rc = r->WaitExit(seconds(600));
+    ASSERT_TRUE(rc.has_value()) << r->name() << " still running";
+    ASSERT_EQ(*rc, 0) << r->Log();
+  }
+  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, none on the wire, elastic"), std::string::npos)
+      << ranks[0]->Log();
+  EXPECT_NE(again->Log().find("joined the running ring"), std::string::npos) << again->Log();
+  EXPECT_NE(again->Log().find(") at average "), std::string::npos) << again->Log();
+  const std::string log = ranks[0]->Log();
+  const size_t shrunk = log.find("members [0,1],");
+  ASSERT_NE(shrunk, std::string::npos) << log;
+  EXPECT_NE(log.find("members [0,1,2]", shrunk), std::string::npos) << "site-3 never rejoined\n" << log;
+  const std::string sha = Sha(LastLine(1));
+  ASSERT_EQ(sha.size(), 64u) << LastLine(1);
+  for (int i = 2; i <= 3; ++i) EXPECT_EQ(Sha(LastLine(i)), sha) << "site-" << i << " ended with another model";
+  EXPECT_EQ(JsonNumber(LastLine(3), "epoch").value_or(0), 3);
+  EXPECT_EQ(JsonNumber(LastLine(1), "steps").value_or(0), 625) << LastLine(1);
+  EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.8) << LastLine(1);
+}
+
 TEST_F(AllreduceTest, BadGroupsExitTwoNamingTheKey) {
   WriteGroup(2, "epochs = 1");
   struct Case {
