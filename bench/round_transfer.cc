@@ -240,13 +240,21 @@ int main(int argc, char** argv) {
   bool default_malloc = false;
   app.add_flag("--default-malloc", default_malloc,
                "Keep glibc's mmap threshold (what the binaries did before issue 26)");
+  std::string curve = "both", encode = "both";
+  app.add_option("--curve", curve, "Rounds with CurveZMQ: on, off or both")->check(CLI::IsMember({"on", "off", "both"}));
+  app.add_option("--encode", encode, "Rounds whose nodes encode in their Send (e2e), before the clock (pre), or both")
+      ->check(CLI::IsMember({"e2e", "pre", "both"}));
+  bool rounds_only = false;
+  app.add_flag("--rounds-only", rounds_only, "Skip the aggregation kernel measurement");
   CLI11_PARSE(app, argc, argv);
   if (!default_malloc) fedmesh::KeepLargeBuffersInHeap();
-  for (size_t n : sizes) BenchAggregation(n, clients, reps);
+  if (!rounds_only)
+    for (size_t n : sizes) BenchAggregation(n, clients, reps);
   for (size_t n : sizes) {
     for (bool pre : {false, true}) {
-      BenchRound(n, clients, false, pre);
-      BenchRound(n, clients, true, pre);
+      if (encode != "both" && pre != (encode == "pre")) continue;
+      if (curve != "on") BenchRound(n, clients, false, pre);
+      if (curve != "off") BenchRound(n, clients, true, pre);
     }
   }
   return 0;
