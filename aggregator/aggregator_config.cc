@@ -103,6 +103,12 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("rounds", "max_retries", 3, "Retries of a round that timed out below min_clients")
             .Min(0)
             .Max(1000000),
+        IntKey("rounds", "failure_backoff_max_rounds", 8,
+               "A node that failed its training task f times in a row is not selected for the "
+               "next min(2^(f-1), this) rounds (unless a round would lack nodes without it); an "
+               "accepted update clears the count. Not applied with [dp]. 0 = never left out")
+            .Min(0)
+            .Max(1000000),
         StringKey("rounds", "strategy", "fedavg", "How updates are combined").Choices(strategies),
         BoolKey("secagg", "enabled", false,
                 "Secure aggregation (SecAgg+): the aggregator learns only the sum of each "
@@ -329,6 +335,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   r.timeout_s = v.GetFloat("rounds", "timeout_s");
   r.max_retries = static_cast<int>(v.GetInt("rounds", "max_retries"));
   r.max_examples_per_node = static_cast<uint64_t>(v.GetInt("rounds", "max_examples_per_node"));
+  r.failure_backoff_max_rounds = static_cast<int>(v.GetInt("rounds", "failure_backoff_max_rounds"));
   r.mode = ReadRoundMode(v);
   r.buffer_size = static_cast<int>(v.GetInt("rounds", "buffer_size"));
   r.max_staleness = static_cast<int>(v.GetInt("rounds", "max_staleness"));

@@ -692,8 +692,10 @@ Status AggregatorService::Handle(std::vector<RoundEngine::Output> outputs) {
             [&](RoundEngine::EvalClosed& e) { return RecordFederatedEval(e.report); },
             [&](RoundEngine::TaskFailed& f) -> Status {
               if (prom_) prom_->TaskFailed();
-              spdlog::warn("{} failed its {} task of round {}: {}", f.node_id,
-                           f.evaluation ? "evaluation" : "training", f.round, f.reason);
+              spdlog::warn("{} failed its {} task of round {}: {}{}", f.node_id,
+                           f.evaluation ? "evaluation" : "training", f.round, f.reason,
+                           f.next_round > 0 ? "; not selected again before round " + std::to_string(f.next_round)
+                                            : std::string());
               // Kept with the round's rejections: who dropped out, and the reason given.
               Status st = store_->RecordRejection(f.round, f.node_id, "task_failed: " + f.reason);
               if (!st.ok()) spdlog::error("recording the failed task: {}", st.ToString());

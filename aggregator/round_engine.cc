@@ -316,6 +316,7 @@ void RoundEngine::HandleFitResult(const std::string& from, const wire::Message& 
   out.push_back(UpdateAccepted{round_, from, weight, r.train_loss,
                                options_.report_update_params ? *params : std::vector<float>{},
                                claimed_examples});
+  nodes_[from].Trained();
   accepted_.emplace(from, Accepted{ClientUpdate{from, weight, std::move(*params)},
                                    r.train_loss, r.update.bytes.size(), r.record_privacy});
   nodes_[from].task_round = 0;  // buffered: idle until the buffer closes
@@ -352,8 +353,22 @@ void RoundEngine::TryOpenRound(std::vector<Output>& out) {
     return;
   }
   std::vector<std::string> candidates;
+  size_t backing_off = 0;
   for (const auto& [id, node] : nodes_) {
-    if (node.connected) candidates.push_back(id);  // sorted: std::map order
+    if (!node.connected) continue;
+    // Sorted: std::map order. Busy buffered nodes keep their place.
+    if (node.backoff_until_round > round_ && node.task_round == 0) {
+      ++backing_off;
+      continue;
+    }
+    candidates.push_back(id);
+  }
+  if (backing_off > 0 && candidates.size() < static_cast<size_t>(needed)) {
+    // Too few without them: nodes that failed lately are selected rather than none.
+    candidates.clear();
+    for (const auto& [id, node] : nodes_) {
+      if (node.connected) candidates.push_back(id);
+    }
   }
   // Partial Fisher-Yates: the first k positions become a uniform sample without
   // replacement. Candidates are sorted first, so the draw depends only on the rng state and

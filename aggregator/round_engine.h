@@ -108,6 +108,14 @@ struct RoundEngineOptions {
   // selection nobody can predict or steer. The aggregator sets it whenever [dp] is on; a
   // simulation leaves it off to stay reproducible. Default: false.
   bool secure_selection = false;
+  // A node that failed its FitTask (TASK_FAILED: its trainer failed, or the task does not fit
+  // it) f times in a row is left out of the next min(2^(f-1), this) rounds' selections, so
+  // its slot goes to a node that can train; it is selected anyway when fewer than a round
+  // needs (max(min_clients, min_available_clients)) would be left, and an accepted update
+  // clears its count. Not applied with secure_selection (differential privacy): leaving
+  // nodes out would change the sampling the accountant assumes. 0 = never left out.
+  // Default: 8. Must be >= 0.
+  int failure_backoff_max_rounds = 8;
   // A graph model's architecture, sent in every FitTask (FitTask::model_sha256 and
   // model_graph) so sites need no model file. Default: empty (a built-in model).
   std::string model_sha256;
@@ -340,6 +348,9 @@ class RoundEngine {
     std::string node_id;
     std::string reason;
     bool evaluation = false;  // an evaluation task, not a FitTask
+    // A failed FitTask: the first round the node may be selected again (its back-off,
+    // RoundEngineOptions::failure_backoff_max_rounds); 0 when it is not left out.
+    uint64_t next_round = 0;
   };
   using Output = std::variant<Send, SetTimer, RoundOpened, UpdateAccepted, UpdateRejected,
                               RoundClosed, RoundRetried, Finished, EvalClosed, StatsClosed,
@@ -474,6 +485,13 @@ class RoundEngine {
     bool connected = false;
     // kBuffered: the round of the FitTask the node is training on; 0 when idle.
     uint64_t task_round = 0;
+    // FitTasks failed in a row, and the first round it may be selected again after them.
+    uint32_t failures_in_a_row = 0;
+    uint64_t backoff_until_round = 0;
+    void Trained() {  // its update (or masked input) was taken: no longer failing
+      failures_in_a_row = 0;
+      backoff_until_round = 0;
+    }
   };
   struct Accepted {
     ClientUpdate update;
@@ -496,6 +514,9 @@ class RoundEngine {
   void CloseRound(std::vector<Output>& out);
   void RetryOrGiveUp(std::vector<Output>& out, std::string why = {});
   void HandleSecAgg(const std::string& from, const wire::Message& m, std::vector<Output>& out);
+  // Counts a failed FitTask of `node_id` and sets its back-off; returns the first round it
+  // may be selected again (0: not left out).
+  uint64_t BackOff(const std::string& node_id);
   void HandleTaskFailed(const std::string& from, const wire::Message& m, const wire::Reject& r,
                         std::vector<Output>& out);
   // The open (synchronous, not secure) round stops waiting for selected node `node_id`

@@ -46,6 +46,7 @@ Status Validate(const RoundEngineOptions& o) {
                                    std::string(rule));
   };
   if (o.total_rounds < 1) return bad("total_rounds", o.total_rounds, ">= 1");
+  if (o.failure_backoff_max_rounds < 0) return bad("failure_backoff_max_rounds", o.failure_backoff_max_rounds, ">= 0");
   if (o.rounds_on_demand) {
     auto refuse = [](std::string_view what) {
       return Status::InvalidArgument("rounds_on_demand (a regional aggregator) " + std::string(what));
@@ -242,7 +243,7 @@ Result<RoundEngine> RoundEngine::Restore(RoundEngineOptions options, Env* env,
                  ToText(i));
     }
     std::string id = u.node_id;
-    if (!accepted.emplace(id, Accepted{std::move(u), restored.train_loss}).second) {
+    if (!accepted.emplace(id, Accepted{std::move(u), restored.train_loss, 0, std::nullopt}).second) {
       return bad("node " + id + " has two accepted updates");
     }
   }

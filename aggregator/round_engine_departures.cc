@@ -66,9 +66,9 @@ void RoundEngine::HandleTaskFailed(const std::string& from, const wire::Message&
                                    const wire::Reject& r, std::vector<Output>& out) {
   if (!connected(from)) return;
   const uint64_t round = m.header.round;
-  auto report = [&](bool evaluation) {
+  auto report = [&](bool evaluation, uint64_t next_round = 0) {
     ++tasks_failed_;
-    out.push_back(TaskFailed{round, from, r.text, evaluation});
+    out.push_back(TaskFailed{round, from, r.text, evaluation, next_round});
   };
   if (eval_ && eval_->round() == round) {
     report(/*evaluation=*/true);
@@ -79,7 +79,7 @@ void RoundEngine::HandleTaskFailed(const std::string& from, const wire::Message&
   // Only the node's own open task: a stale or repeated report changes nothing.
   if (phase_ != Phase::kRoundOpen || round != round_ || !IsSelected(from) || accepted_.contains(from))
     return;
-  report(/*evaluation=*/false);
+  report(/*evaluation=*/false, BackOff(from));
   if (secagg_) {
     // Before it advertised keys it simply leaves the round; later, SecAgg+ treats it as a
     // dropout at the stage's deadline.
@@ -87,6 +87,16 @@ void RoundEngine::HandleTaskFailed(const std::string& from, const wire::Message&
     return;
   }
   StopWaitingFor(from, "failed its task (" + r.text + ")", out);
+}
+
+uint64_t RoundEngine::BackOff(const std::string& node_id) {
+  NodeInfo& node = nodes_[node_id];
+  ++node.failures_in_a_row;
+  if (options_.failure_backoff_max_rounds <= 0 || options_.secure_selection) return 0;
+  const uint64_t cap = static_cast<uint64_t>(options_.failure_backoff_max_rounds);
+  const uint64_t skip = node.failures_in_a_row > 20 ? cap : std::min<uint64_t>(cap, uint64_t{1} << (node.failures_in_a_row - 1));
+  node.backoff_until_round = round_ + 1 + skip;
+  return node.backoff_until_round;
 }
 
 }  // namespace fedmesh

@@ -74,13 +74,14 @@ void RoundEngine::AdvanceSecAgg(bool at_deadline, std::vector<Output>& out) {
   for (const std::string& id : r.contributors) {
     const auto it = nodes_.find(id);
     examples += it != nodes_.end() && it->second.num_examples > 0 ? it->second.num_examples : 1;
+    if (it != nodes_.end()) it->second.Trained();
   }
   ClientUpdate mean{"secure-aggregate", std::max<uint64_t>(examples, 1), global_};
   for (size_t i = 0; i < mean.params.size(); ++i) {
     mean.params[i] = static_cast<float>(global_[i] + static_cast<double>(r.decoded_sum[i]) / n);
   }
   accepted_.clear();
-  accepted_.emplace(mean.node_id, Accepted{std::move(mean), std::nan(""), 0});
+  accepted_.emplace(mean.node_id, Accepted{std::move(mean), std::nan(""), 0, std::nullopt});
   secagg_contributors_ = static_cast<uint32_t>(r.contributors.size());
   CloseRound(out);
 }

@@ -112,7 +112,9 @@ struct FakeNode {
     r.update = wire::FloatPayload(delta);  // the change to the global model
     r.bytes_before_codec = delta.size() * 4;
     r.bytes_after_codec = r.update.bytes.size();
-    if (sign) ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r).ok());
+    if (sign) {
+      ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r).ok());
+    }
     wire::Message m{{kFed, name, task_msg.header.round, task_msg.header.model_version, next_id++},
                     std::move(r)};
     ASSERT_TRUE(client->Send(m).ok());

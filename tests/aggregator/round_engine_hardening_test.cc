@@ -153,6 +153,80 @@ TEST(RoundEngineTest, TaskFailedNodeIsNotWaitedFor) {
   EXPECT_TRUE(h.engine->connected("c"));
 }
 
+// A node that keeps failing its task is left out of the following rounds, 1, 2, then 4
+// rounds (capped at failure_backoff_max_rounds), so its slot goes to nodes that train; an
+// accepted update clears the count.
+TEST(RoundEngineTest, ANodeThatKeepsFailingIsLeftOutForLongerEachTime) {
+  RoundEngineOptions o = TestOptions();  // min_clients 2: round 1 opens with a and b
+  o.clients_per_round = 5;
+  o.total_rounds = 20;
+  o.failure_backoff_max_rounds = 4;
+  Harness h(o);
+  for (const char* id : {"a", "b", "c", "d", "e"}) h.Register(id, 10, 1.0f);
+  const auto selects_e = [&] {
+    const auto& s = h.engine->selected();
+    return std::find(s.begin(), s.end(), "e") != s.end();
+  };
+  // The rounds e is selected in, and the back-off each failure reports.
+  std::vector<uint64_t> with_e, next_rounds;
+  for (int r = 1; r <= 18; ++r) {
+    ASSERT_EQ(h.engine->round(), static_cast<uint64_t>(r));
+    const bool e = selects_e();
+    if (e) with_e.push_back(h.engine->round());
+    if (r > 1) EXPECT_EQ(h.engine->selected().size(), e ? 5u : 4u) << "round " << r;
+    for (const std::string& id : std::vector<std::string>(h.engine->selected())) {
+      if (id == "e" && r < 17) {  // e fails every task before round 17, then trains
+        auto failed = Filter<RoundEngine::TaskFailed>(h.Deliver("e", TaskFailedMessage(h, "e", h.engine->round(), "no GPU")));
+        ASSERT_EQ(failed.size(), 1u);
+        next_rounds.push_back(failed[0].next_round);
+      } else {
+        h.Answer(id);
+      }
+    }
+  }
+  // Failures in rounds 2, 4, 7 and 12: left out for 1, 2, 4 and 4 (the cap) rounds; it trains
+  // in round 17 and is selected again in round 18.
+  EXPECT_THAT(with_e, ElementsAre(2u, 4u, 7u, 12u, 17u, 18u));
+  EXPECT_THAT(next_rounds, ElementsAre(4u, 7u, 12u, 17u));
+  EXPECT_EQ(h.engine->tasks_failed(), 4u);
+}
+
+// Left out only while enough nodes remain: with min_clients 3 of 3 the failing node is
+// selected again at once (the retry); and never under DP's secure selection.
+TEST(RoundEngineTest, BackOffNeverStarvesARoundAndIsOffUnderSecureSelection) {
+  for (const bool dp : {false, true}) {
+    SCOPED_TRACE(dp ? "secure selection" : "too few nodes");
+    RoundEngineOptions o = WaitFor(dp ? 4 : 3);
+    o.min_clients = dp ? 2 : 3;
+    o.clients_per_round = dp ? 4 : 3;
+    o.secure_selection = dp;
+    Harness h(o);
+    for (const char* id : {"a", "b", "c", "d"}) {
+      if (dp || std::string(id) != "d") h.Register(id, 10, 1.0f);
+    }
+    ASSERT_THAT(h.engine->selected(), ::testing::Contains("c"));
+    if (!dp) {
+      h.Answer("a");
+      h.Answer("b");
+    }
+    auto outs = h.Deliver("c", TaskFailedMessage(h, "c", 1, "no GPU"));
+    auto failed = Filter<RoundEngine::TaskFailed>(outs);
+    ASSERT_EQ(failed.size(), 1u);
+    if (dp) {
+      EXPECT_EQ(failed[0].next_round, 0u);  // not left out
+      for (const std::string& id : std::vector<std::string>(h.engine->selected())) {
+        if (id != "c") h.Answer(id);
+      }
+      ASSERT_EQ(h.engine->round(), 2u);
+    } else {
+      EXPECT_EQ(failed[0].next_round, 3u);
+      ASSERT_EQ(Filter<RoundEngine::RoundRetried>(outs).size(), 1u);  // 2 answers < min_clients 3
+      EXPECT_EQ(h.engine->round(), 1u);
+    }
+    EXPECT_THAT(h.engine->selected(), ::testing::Contains("c"));
+  }
+}
+
 // A stale report (another round), one from a node that already answered, or from a node
 // that was not selected changes nothing; below quorum the round is retried at once.
 TEST(RoundEngineTest, TaskFailedOnlyCountsForTheNodesOpenTask) {
