@@ -113,8 +113,8 @@ struct RoundEngineOptions {
   // its slot goes to a node that can train; it is selected anyway when fewer than a round
   // needs (max(min_clients, min_available_clients)) would be left, and an accepted update
   // clears its count. Not applied with secure_selection (differential privacy): leaving
-  // nodes out would change the sampling the accountant assumes. 0 = never left out.
-  // Default: 8. Must be >= 0.
+  // nodes out would change the sampling the accountant assumes. Not kept across a restart
+  // of the aggregator. 0 = never left out. Default: 8. Must be >= 0.
   int failure_backoff_max_rounds = 8;
   // A graph model's architecture, sent in every FitTask (FitTask::model_sha256 and
   // model_graph) so sites need no model file. Default: empty (a built-in model).
