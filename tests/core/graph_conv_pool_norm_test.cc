@@ -162,7 +162,9 @@ void CheckGradients(KernelRun& run, const std::vector<Floats>& r, const std::vec
   const std::vector<Floats> grad_over =
       run.Backward(r, want, std::nanf(""), training, overwrite);
   for (size_t i : want) {
-    if (overwrite[i]) EXPECT_EQ(grad_over[i], grad[i]) << "input " << i << " overwritten";
+    if (overwrite[i]) {
+      EXPECT_EQ(grad_over[i], grad[i]) << "input " << i << " overwritten";
+    }
     int bad = 0;
     for (size_t j = 0; j < run.in[i].size(); ++j) {
       // Accumulation: din prefilled with 1 gets 1 + grad.
@@ -294,6 +296,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         //        name            n  c  h  w  m kh kw sh sw dh dw pt pl pb pr
         ConvCase{"Pad1", 2, 3, 5, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+        // Rows as wide out as in (Im2Col's block copy) with padding on one side only and
+        // dilated rows.
+        ConvCase{"SameWidthOneSidedPadsDilatedRows", 1, 2, 7, 6, 2, 3, 3, 1, 1, 2, 1, 2, 0, 2, 2},
         ConvCase{"Stride2AsymPads", 2, 2, 7, 5, 3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 1},
         ConvCase{"Dilation2", 1, 2, 7, 8, 3, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
         ConvCase{"Groups2NoBias", 2, 4, 5, 5, 6, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 2, false},

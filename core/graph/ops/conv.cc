@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/graph/ops/lane_sums.h"
 #include "core/graph/ops/ops.h"
 
 namespace fedmesh::graph::ops {
@@ -78,6 +79,10 @@ void ValidSpan(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* lo
 void Im2Col(const float* x, const Geo& g, float* cols) {
   const Axis& H = g.h;
   const Axis& W = g.w;
+  // A "same" convolution (stride 1, undilated rows as wide out as in): one kernel offset
+  // reads a contiguous run of the plane, copied as one block (not a call per row of a few
+  // dozen floats); the columns that ran into the next row are zeroed after.
+  const bool rows_line_up = H.stride == 1 && W.stride == 1 && W.dil == 1 && W.in == W.out;
   float* row = cols;
   for (int64_t ci = 0; ci < g.cg(); ++ci) {
     const float* plane = x + ci * g.in_pix();
@@ -86,6 +91,26 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
         const int64_t off = kw * W.dil - W.pad0;
         int64_t lo, hi;
         ValidSpan(off, W.stride, W.in, W.out, &lo, &hi);
+        if (rows_line_up && hi > lo) {
+          // Output rows whose input row exists: ih = oh - pad0 + kh * dil in [0, H.in).
+          const int64_t shift = kh * H.dil - H.pad0;
+          const int64_t oh0 = std::clamp<int64_t>(-shift, 0, H.out);
+          const int64_t oh1 = std::clamp<int64_t>(H.in - shift, oh0, H.out);
+          std::fill(row, row + oh0 * W.out, 0.0f);
+          std::fill(row + oh1 * W.out, row + H.out * W.out, 0.0f);
+          if (oh1 > oh0) {
+            float* dst = row + oh0 * W.out;
+            const int64_t first = (oh0 + shift) * W.in + off + lo;  // >= 0: lo skips the padding
+            std::memcpy(dst + lo, plane + first, static_cast<size_t>((oh1 - oh0 - 1) * W.out + hi - lo) * sizeof(float));
+            // Column by column (a pad or two wide): strided stores, not a memset per row.
+            for (int64_t j = 0; j < lo; ++j)
+              for (int64_t r = 0; r < oh1 - oh0; ++r) dst[r * W.out + j] = 0.0f;
+            for (int64_t j = hi; j < W.out; ++j)
+              for (int64_t r = 0; r < oh1 - oh0; ++r) dst[r * W.out + j] = 0.0f;
+          }
+          row += g.pix();
+          continue;
+        }
         for (int64_t oh = 0; oh < H.out; ++oh) {
           const int64_t ih = oh * H.stride - H.pad0 + kh * H.dil;
           float* dst = row + oh * W.out;
@@ -237,10 +262,7 @@ class Conv final : public OpKernel {
         }
         if (db)
           for (int64_t o = 0; o < mg; ++o) {
-            const float* row = dyg + o * pix;
-            float s = 0.0f;
-            for (int64_t p = 0; p < pix; ++p) s += row[p];
-            my_dw[nw + gr * mg + o] += s;
+            my_dw[nw + gr * mg + o] += LaneSum(dyg + o * pix, pix);
           }
         if (dx) {  // dcols = W_g^T dY_g, scattered back into dX
           float* dxg = dx + (n * g.c + gr * g.cg()) * g.in_pix();

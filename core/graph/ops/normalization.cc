@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/graph/ops/lane_sums.h"
 #include "core/graph/ops/ops.h"
 
 namespace fedmesh::graph::ops {
@@ -74,23 +75,13 @@ class BatchNorm final : public OpKernel {
     for (int64_t ch = 0; ch < C; ++ch) {
       double m, v;
       if (c.training) {
-        // Float sums over one plane (they vectorise), double across planes.
+        // Float sums over one plane (in lanes: they vectorise), double across planes.
         double s = 0.0;
-        for (int64_t n = 0; n < N; ++n) {
-          const float* p = x + (n * C + ch) * S;
-          float acc = 0.0f;
-          for (int64_t i = 0; i < S; ++i) acc += p[i];
-          s += acc;
-        }
+        for (int64_t n = 0; n < N; ++n) s += LaneSum(x + (n * C + ch) * S, S);
         m = s / static_cast<double>(count);
         const float mf = static_cast<float>(m);
         double q = 0.0;
-        for (int64_t n = 0; n < N; ++n) {
-          const float* p = x + (n * C + ch) * S;
-          float acc = 0.0f;
-          for (int64_t i = 0; i < S; ++i) acc += (p[i] - mf) * (p[i] - mf);
-          q += acc;
-        }
+        for (int64_t n = 0; n < N; ++n) q += LaneSumSquaredDeviation(x + (n * C + ch) * S, S, mf);
         v = q / static_cast<double>(count);  // biased: what the batch is normalised with
         const double unbiased = q / static_cast<double>(count - 1);
         run_mean[ch] = static_cast<float>(momentum_ * run_mean[ch] + (1.0 - momentum_) * m);
@@ -143,10 +134,7 @@ class BatchNorm final : public OpKernel {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
         float a = 0.0f, b = 0.0f;
-        for (int64_t i = 0; i < S; ++i) {
-          a += g[i];
-          b += g[i] * (p[i] - mf);
-        }
+        LaneSumAndDot(g, p, S, mf, &a, &b);
         sg += a;
         sgx += b * inv;
       }
