@@ -299,6 +299,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Rows as wide out as in (Im2Col's block copy) with padding on one side only and
         // dilated rows.
         ConvCase{"SameWidthOneSidedPadsDilatedRows", 1, 2, 7, 6, 2, 3, 3, 1, 1, 2, 1, 2, 0, 2, 2},
+        // Stride 1 without padding and a 3 x 2 kernel: dX as a convolution of dY with the
+        // flipped kernel, padded by its reach.
+        ConvCase{"ValidStride1NonSquareKernel", 2, 3, 6, 7, 2, 3, 2, 1, 1, 1, 1, 0, 0, 0, 0},
         ConvCase{"Stride2AsymPads", 2, 2, 7, 5, 3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 1},
         ConvCase{"Dilation2", 1, 2, 7, 8, 3, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},
         ConvCase{"Groups2NoBias", 2, 4, 5, 5, 6, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 2, false},

@@ -58,12 +58,40 @@ struct Geo {
     return h.k == 1 && w.k == 1 && h.stride == 1 && w.stride == 1 && h.pad0 == 0 && h.pad1 == 0 &&
            w.pad0 == 0 && w.pad1 == 0;
   }
+  // dX computed as a convolution of dY with the flipped, transposed kernel (stride 1, the
+  // padding at most the dilated kernel's reach): a GEMM with inner dimension mg*kH*kW over
+  // dY's columns, instead of W^T dY (inner dimension mg, often 16) and a scatter back.
+  bool transposed_dx() const {
+    return !direct() && h.stride == 1 && w.stride == 1 && h.pad0 <= (h.k - 1) * h.dil &&
+           h.pad1 <= (h.k - 1) * h.dil && w.pad0 <= (w.k - 1) * w.dil && w.pad1 <= (w.k - 1) * w.dil &&
+           mg() * h.k * w.k * in_pix() <= INT_MAX;
+  }
+  // That convolution's geometry: dY [N, M, OH, OW] in, dX [N, C, H, W] out.
+  Geo Transposed() const {
+    Geo t = *this;
+    t.c = m;
+    t.m = c;
+    for (Axis* a : {&t.h, &t.w}) {
+      std::swap(a->in, a->out);
+      const int64_t reach = (a->k - 1) * a->dil;
+      a->pad0 = reach - a->pad0;
+      a->pad1 = reach - a->pad1;
+    }
+    return t;
+  }
+  static size_t Round16(size_t n) { return (n + 15) / 16 * 16; }
   size_t cols_floats() const {
-    return direct() ? 0 : (static_cast<size_t>(kdim()) * pix() + 15) / 16 * 16;
+    if (direct()) return 0;
+    size_t n = static_cast<size_t>(kdim()) * pix();
+    if (transposed_dx()) n = std::max(n, static_cast<size_t>(mg() * h.k * w.k) * in_pix());
+    return Round16(n);
   }
   // dW then dB, per thread.
-  size_t grad_floats() const { return (static_cast<size_t>(m) * (kdim() + 1) + 15) / 16 * 16; }
+  size_t grad_floats() const { return Round16(static_cast<size_t>(m) * (kdim() + 1)); }
   size_t thread_floats() const { return cols_floats() + grad_floats(); }
+  // Shared by the threads, before their slices: the transposed kernel for transposed_dx.
+  size_t shared_floats() const { return transposed_dx() ? Round16(static_cast<size_t>(m) * kdim()) : 0; }
+  float* ThreadSlice(float* workspace, int t) const { return workspace + shared_floats() + thread_floats() * t; }
 };
 
 // The output columns [lo, hi) whose input column ow*stride + off lies inside [0, in):
@@ -186,7 +214,7 @@ class Conv final : public OpKernel {
     // may change between plans, and a call does not learn its workspace size.
     const int t = std::max(1, omp_get_max_threads());
     slots_ = slots_ == 0 ? t : std::min(slots_, t);
-    return g.thread_floats() * t;
+    return g.shared_floats() + g.thread_floats() * t;
   }
 
   Status Forward(const KernelCall& c) override {
@@ -199,7 +227,7 @@ class Conv final : public OpKernel {
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
 #pragma omp parallel num_threads(Teams(c, items))
     {
-      float* cols = c.workspace + g.thread_floats() * omp_get_thread_num();
+      float* cols = g.ThreadSlice(c.workspace, omp_get_thread_num());
 #pragma omp for schedule(static)
       for (int64_t it = 0; it < items; ++it) {
         const int64_t n = it / g.group, gr = it % g.group;
@@ -237,12 +265,26 @@ class Conv final : public OpKernel {
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
     const size_t nw = static_cast<size_t>(g.m) * kd;
+    // transposed_dx: Wt[gr][ci][m] = W[gr*mg + m][ci] flipped in both axes, made once.
+    const bool tdx = dx != nullptr && g.transposed_dx();
+    const Geo gt = g.Transposed();
+    const int64_t kk = g.h.k * g.w.k, tkd = mg * kk;  // the transposed GEMM's inner dimension
+    float* wflip = c.workspace;
+    if (tdx) {
+      for (int64_t gr = 0; gr < g.group; ++gr)
+        for (int64_t ci = 0; ci < g.cg(); ++ci)
+          for (int64_t mo = 0; mo < mg; ++mo) {
+            const float* kernel = wt + ((gr * mg + mo) * g.cg() + ci) * kk;
+            float* flipped = wflip + ((gr * g.cg() + ci) * mg + mo) * kk;
+            for (int64_t j = 0; j < kk; ++j) flipped[j] = kernel[kk - 1 - j];
+          }
+    }
     int team = 1;  // the team actually formed (1 when called inside another region)
 #pragma omp parallel num_threads(Teams(c, items))
     {
 #pragma omp single
       team = omp_get_num_threads();
-      float* cols = c.workspace + g.thread_floats() * omp_get_thread_num();
+      float* cols = g.ThreadSlice(c.workspace, omp_get_thread_num());
       float* my_dw = cols + g.cols_floats();  // [M, kd] then [M] bias
       if (dw || db) std::fill(my_dw, my_dw + nw + g.m, 0.0f);
 #pragma omp for schedule(static)
@@ -269,6 +311,11 @@ class Conv final : public OpKernel {
           if (g.direct()) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(kd), int(pix), int(mg), 1.0f,
                         wg, int(kd), dyg, int(pix), 1.0f, dxg, int(pix));
+          } else if (tdx) {  // dX_g += Wt_g cols(dY_g)
+            Im2Col(dyg, gt, cols);
+            const int in_pix = static_cast<int>(g.in_pix());
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g.cg()), in_pix, int(tkd), 1.0f,
+                        wflip + gr * g.cg() * tkd, int(tkd), cols, in_pix, 1.0f, dxg, in_pix);
           } else {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(kd), int(pix), int(mg), 1.0f,
                         wg, int(kd), dyg, int(pix), 0.0f, cols, int(pix));
@@ -282,7 +329,7 @@ class Conv final : public OpKernel {
     // An overwritten W or B (KernelCall::overwrite_input) keeps nothing of its old value.
     const KernelCall::GradWrite ww = c.Write(1), wb = c.Write(2);
     for (int t = 0; t < team; ++t) {
-      const float* part = c.workspace + g.thread_floats() * t + g.cols_floats();
+      const float* part = g.ThreadSlice(c.workspace, t) + g.cols_floats();
       // Assigned, not scaled by zero: the old value may be anything, NaN included.
       const bool set_w = t == 0 && ww.keep == 0.0f, set_b = t == 0 && wb.keep == 0.0f;
       if (dw)
@@ -366,7 +413,7 @@ class Conv final : public OpKernel {
     if (has_bias_) in.push_back(*c.in_dims[2]);
     Result<Geo> g = Geometry(in);
     FM_CHECK(g.ok());
-    FM_CHECK(c.workspace != nullptr || g->thread_floats() == 0);
+    FM_CHECK(c.workspace != nullptr || g->thread_floats() + g->shared_floats() == 0);
     return *g;
   }
 
