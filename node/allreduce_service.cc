@@ -68,6 +68,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
       hooks.apply = [self](std::span<const float> average) {
         // What the trainer does with an all-reduced gradient: the optimizer step.
         std::copy(average.begin(), average.end(), self->site_.model->grads());
+        self->StateFromAverage(std::span<float>(self->site_.model->grads(), average.size()));
         self->trainer_->optimizer().Step();
         return Status::OK();
       };
@@ -77,16 +78,25 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
     hooks.log = s->log_;
     s->elastic_ = std::make_unique<collective::ElasticSteps>(s->elastic_ring_.get(), std::move(hooks));
     if (k == 1) {
-      topt.gradient_hook = [self](std::span<float> grads) { return self->elastic_->Step(grads); };
+      topt.gradient_hook = [self](std::span<float> grads) {
+        self->StateIntoGrads(grads);
+        FM_RETURN_IF_ERROR(self->elastic_->Step(grads));
+        self->StateFromAverage(grads);
+        return Status::OK();
+      };
     } else {
       topt.step_hook = [self, k](int64_t steps) { return steps % k == 0 ? self->AllreduceParams() : Status::OK(); };
     }
   } else if (k == 1) {
     topt.gradient_hook = [self](std::span<float> grads) {
-      return self->comm_->Allreduce(grads, collective::ReduceOp::kAverage);
+      self->StateIntoGrads(grads);
+      FM_RETURN_IF_ERROR(self->comm_->Allreduce(grads, collective::ReduceOp::kAverage));
+      self->StateFromAverage(grads);
+      return Status::OK();
     };
   } else {
-    topt.step_hook = [self, k](int64_t steps) { return steps % k == 0 ? self->AllreduceParams() : Status::OK(); };
+    // Counted over the epoch, not the call: an epoch may take two passes (RunEpochs).
+    topt.step_hook = [self, k](int64_t) { return ++self->epoch_steps_ % k == 0 ? self->AllreduceParams() : Status::OK(); };
   }
   if (!elastic) {
     FM_ASSIGN_OR_RETURN(s->comm_, collective::Communicator::Create(co, s->transport_.get()));
@@ -100,6 +110,17 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
           ", " + config.collective.compression + " on the wire" +
           (elastic ? ", elastic" : "") + ")");
   return s;
+}
+
+void AllreduceService::StateIntoGrads(std::span<float> grads) const {
+  const Model& m = *site_.model;
+  std::copy(m.params() + m.num_trainable(), m.params() + m.num_params(), grads.begin() + m.num_trainable());
+}
+
+void AllreduceService::StateFromAverage(std::span<float> grads) {
+  Model& m = *site_.model;
+  std::copy(grads.begin() + m.num_trainable(), grads.end(), m.params() + m.num_trainable());
+  std::fill(grads.begin() + m.num_trainable(), grads.end(), 0.0f);
 }
 
 Status AllreduceService::AllreduceParams() {
@@ -181,10 +202,21 @@ Result<AllreduceRunStats> AllreduceService::RunEpochs(const std::atomic<bool>* s
   const int64_t k = config_.collective.sync_every;
   for (int e = 1; e <= config_.training.epochs; ++e) {
     if (stop != nullptr && stop->load()) return Status::Unavailable("stopped by a signal before epoch " + std::to_string(e));
-    FM_ASSIGN_OR_RETURN(EpochStats ep, trainer_->TrainSteps(site_.train, steps_per_epoch));
-    if (k > 1 && ep.steps % k != 0) FM_RETURN_IF_ERROR(AllreduceParams());  // end every epoch in step
-    stats.steps += ep.steps;
-    FM_RETURN_IF_ERROR(EndEpoch(e, ep.steps, ep.mean_loss, comm_->rank(), comm_->size(), start, &stats));
+    // Exactly the agreed steps, so that every rank makes the same collective calls: a pass
+    // can take fewer (a BatchNorm model leaves out a last batch of one), then another pass
+    // makes them up.
+    epoch_steps_ = 0;
+    int64_t taken = 0;
+    double loss_sum = 0;
+    while (taken < steps_per_epoch) {
+      FM_ASSIGN_OR_RETURN(EpochStats ep, trainer_->TrainSteps(site_.train, steps_per_epoch - taken));
+      if (ep.steps == 0) return Status::Internal("a training pass took no step");
+      taken += ep.steps;
+      loss_sum += ep.mean_loss * static_cast<double>(ep.steps);
+    }
+    if (k > 1 && steps_per_epoch % k != 0) FM_RETURN_IF_ERROR(AllreduceParams());  // end every epoch in step
+    stats.steps += taken;
+    FM_RETURN_IF_ERROR(EndEpoch(e, taken, loss_sum / static_cast<double>(taken), comm_->rank(), comm_->size(), start, &stats));
   }
   FM_RETURN_IF_ERROR(SaveFinalModel(stats.model_sha256));
   // Nobody leaves while a neighbour may still need its chunks.

@@ -71,6 +71,12 @@ class AllreduceService {
   Status RestoreState(std::span<const float> state);
   AllreduceService() = default;
   Status AllreduceParams();
+  // Gradient all-reduce: a model's non-trainable state (BatchNorm running statistics, which
+  // each rank's forward updates from its own batch) rides in the state positions of the
+  // gradient buffer, whose gradient is zero, and comes back averaged, so that every rank
+  // keeps the same model (DDP keeps buffers in step by broadcasting them).
+  void StateIntoGrads(std::span<float> grads) const;
+  void StateFromAverage(std::span<float> grads);
   Status SaveFinalModel(const std::string& sha_hex);
 
   NodeConfig config_;
@@ -85,6 +91,7 @@ class AllreduceService {
   std::unique_ptr<collective::ElasticRing> elastic_ring_;     // elastic
   std::unique_ptr<collective::ElasticSteps> elastic_;
   int64_t steps_per_epoch_ = 0;
+  int64_t epoch_steps_ = 0;  // not elastic, local SGD: training steps so far in this epoch
   std::vector<float> params_;  // scratch for model averaging
 };
 

@@ -145,7 +145,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
       FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));  // model: the aggregator's
     }
   } else {
-    FM_ASSIGN_OR_RETURN(site, LoadSiteModel(t, /*with_test=*/true, /*impute_locally=*/false));
+    FM_ASSIGN_OR_RETURN(site, LoadSiteModel(t, /*with_test=*/true, /*impute_locally=*/false, /*own_loss=*/false));
   }
   c->train_ = std::move(site.train);
   c->test_ = std::move(site.test);

@@ -11,7 +11,7 @@
 namespace fedmesh {
 
 Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
-                                bool impute_locally) {
+                                bool impute_locally, bool own_loss) {
   SiteModel site;
   // The held-out rows of a source without a test split are never trained on, whether or
   // not this mode evaluates on them.
@@ -47,6 +47,7 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
   FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));
   FM_ASSIGN_OR_RETURN(site.model, BuildModel(spec, site.backend.get()));
   site.model->InitParams(t.seed);
+  if (own_loss) FM_RETURN_IF_ERROR(site.model->SetLoss(t.trainer.loss));
   FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.train));
   if (site.test.size() > 0) FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.test));
   return site;

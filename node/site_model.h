@@ -29,9 +29,11 @@ struct SiteModel {
 // partition. Missing cells ([data] missing = "impute_mean") are replaced by this
 // partition's training means when `impute_locally` (gossip: there are no federation
 // statistics), and left NaN otherwise (a federation's node imputes with the means the
-// aggregator sends, FederatedClient).
+// aggregator sends, FederatedClient). With `own_loss` the model takes t.trainer.loss
+// before its data is checked against it (a one-logit model needs bce_with_logits); a
+// federation's node leaves it to each task's loss.
 Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
-                                bool impute_locally = true);
+                                bool impute_locally = true, bool own_loss = true);
 
 // The model alone, for a site whose data an external trainer holds ([train] external):
 // t.model must be an ONNX file (its initializers are the initial weights); train and test

@@ -221,7 +221,9 @@ TEST_F(HierarchyTest, ARegionWhoseRoundFailsRefusesTheTaskAndServesTheNext) {
   Write("top.toml", AggregatorToml("hier", "top", "top", "allow-top", 2, "[eval]\ndataset = \"\"\n"));
   ChildProcess* top = nullptr;
   const std::string top_ep =
-      StartAggregatorWith("top", "top.toml", &top, {"rounds.total=2", "rounds.min_clients=1"});
+      // No back-off at the top: region a is to be asked again in round 2 after failing round 1.
+      StartAggregatorWith("top", "top.toml", &top,
+                          {"rounds.total=2", "rounds.min_clients=1", "rounds.failure_backoff_max_rounds=0"});
   ASSERT_FALSE(top_ep.empty());
   std::map<std::string, std::string> ep;
   ChildProcess* region_a = nullptr;

@@ -217,6 +217,25 @@ TEST_F(SplitJobTest, MicroBatchesChangeTheScheduleNotTheResult) {
   }
 }
 
+// A part goes back only through a training forward its slot still holds: not an untouched
+// slot, not an evaluation forward, not the same forward twice; a slot past the most a step
+// may have is refused at the forward. Another slot's forward in between changes nothing.
+TEST(SplitPartSlots, BackwardOnlyThroughTheSlotsOwnTrainingForward) {
+  SplitPartOptions o;
+  o.lr = 0.1f;
+  std::unique_ptr<SplitPart> part = Part(4, 8, 3, 11, o);
+  const std::vector<float> x0(2 * 4, 0.5f), x1(2 * 4, -1.0f), dout(2 * 3, 1.0f);
+  EXPECT_EQ(part->BackwardSlot(0, dout.data()).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(part->Forward(x0.data(), 2, /*training=*/false, 1, 0).ok());
+  EXPECT_EQ(part->BackwardSlot(0, dout.data()).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(part->Forward(x0.data(), 2, true, 1, 0).ok());
+  ASSERT_TRUE(part->Forward(x1.data(), 2, true, 1, 1).ok());
+  EXPECT_TRUE(part->BackwardSlot(0, dout.data()).ok());
+  EXPECT_EQ(part->BackwardSlot(0, dout.data()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(part->BackwardSlot(1, dout.data()).ok());
+  EXPECT_EQ(part->Forward(x0.data(), 2, true, 1, SplitPart::kMaxSlots).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(SplitJobTest, OutOfProtocolMessagesAreErrors) {
   Pair p = MakePair(all_, 50);
   std::vector<uint64_t> rows = {1, 2, 3, 4};
