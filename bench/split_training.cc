@@ -6,8 +6,9 @@
 //                     an uncut mlp trained centrally on the same rows (same held-out rows).
 //   --mode pipeline   steps over a link with --delay-ms one-way latency added to every
 //                     message (collective/delayed_transport.h: this kernel has no sch_netem),
-//                     timed with 1 micro-batch per step and with --microbatches; reports the
-//                     step-time ratio and the label party's idle fraction.
+//                     timed with 1 micro-batch per step, with --microbatches, and with
+//                     those and staleness 1; reports the step-time ratios and the label
+//                     party's idle fraction.
 //   --party label|feature --peers LABEL_HOST:PORT,FEATURE_HOST:PORT
 //                     the pipeline mode with one party in this process and the other in
 //                     another (e.g. another network namespace, bench/netns/split_pipeline.sh),
@@ -151,6 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", epochs, "accuracy: epochs (default 5)");
   app.add_option("--batch", batch, "rows per step (default 64)");
   app.add_option("--microbatches", microbatches, "micro-batches per step (default 4)");
+  uint32_t staleness = 0;
+  app.add_option("--staleness", staleness, "accuracy: 0 (exact steps, default) or 1");
   app.add_option("--steps", steps, "pipeline: timed steps per setting (default 20)");
   app.add_option("--delay-ms", delay_ms, "pipeline: one-way latency per message (default 20)");
   app.add_option("--rows", rows, "rows of Fashion-MNIST used (train then test images; default all 70000)");
@@ -186,6 +189,7 @@ int main(int argc, char** argv) {
   if (mode == "accuracy") {
     o.epochs = epochs;
     o.microbatches = static_cast<uint32_t>(microbatches);
+    o.staleness = staleness;
     o.log = [](const std::string& l) { std::printf("  %s\n", l.c_str()); };
     auto r = RunJob(all, s, o, 0);
     if (!r.ok()) {
@@ -215,9 +219,9 @@ int main(int argc, char** argv) {
     for (int e = 0; e < epochs; ++e) (void)trainer.TrainEpoch(tr);
     auto c = trainer.Evaluate(te);
     std::printf(
-        "accuracy: split (left | right halves, %d epochs, batch %d, %d micro-batches) %.4f on %llu held-out rows; "
+        "accuracy: split (left | right halves, %d epochs, batch %d, %d micro-batches, staleness %u) %.4f on %llu held-out rows; "
         "central uncut mlp 784-%d-%d-10 %.4f on the same rows; difference %+.2f points\n",
-        epochs, batch, microbatches, r->test_metrics.at("accuracy"), static_cast<unsigned long long>(r->test_rows),
+        epochs, batch, microbatches, staleness, r->test_metrics.at("accuracy"), static_cast<unsigned long long>(r->test_rows),
         s.hidden + s.label_hidden, s.top_hidden, c->accuracy, 100 * (r->test_metrics.at("accuracy") - c->accuracy));
     return 0;
   }
@@ -226,18 +230,23 @@ int main(int argc, char** argv) {
   o.psi.batch = 65536;
   // Sequential (no pipelining: 1 micro-batch, the label party's own work in line), then
   // 1 micro-batch with the label party's own work overlapped, then --microbatches.
+  // Last, --microbatches with staleness 1 (the next step's forwards before this step's
+  // gradients are back).
   struct Setting {
     uint32_t micro;
     bool overlap;
+    uint32_t staleness;
     const char* name;
   };
-  const Setting settings[3] = {{1, false, "sequential (no pipelining)"},
-                               {1, true, "1 micro-batch, own work overlapped"},
-                               {static_cast<uint32_t>(microbatches), true, "micro-batches, own work overlapped"}};
-  double ms[3];
-  for (int k = 0; k < 3; ++k) {
+  const Setting settings[4] = {{1, false, 0, "sequential (no pipelining)"},
+                               {1, true, 0, "1 micro-batch, own work overlapped"},
+                               {static_cast<uint32_t>(microbatches), true, 0, "micro-batches, own work overlapped"},
+                               {static_cast<uint32_t>(microbatches), true, 1, "micro-batches, staleness 1"}};
+  double ms[4];
+  for (int k = 0; k < 4; ++k) {
     o.microbatches = settings[k].micro;
     o.overlap = settings[k].overlap;
+    o.staleness = settings[k].staleness;
     auto r = party.empty() ? RunJob(all, s, o, static_cast<int>(delay_ms * 1000))
                            : RunParty(all, s, o, party == "label", peers, k);
     if (!r.ok()) {
@@ -255,5 +264,7 @@ int main(int argc, char** argv) {
   if (party == "feature") return 0;
   std::printf("pipeline: %d micro-batches take %.2fx the sequential step time (%.2fx that of 1 micro-batch with overlap)\n",
               microbatches, ms[2] / ms[0], ms[2] / ms[1]);
+  std::printf("pipeline: %d micro-batches with staleness 1 take %.2fx the sequential step time\n", microbatches,
+              ms[3] / ms[0]);
   return 0;
 }

@@ -106,6 +106,12 @@ const ConfigSchema& NodeConfigSchema() {
                "while another's result is in flight")
             .Min(1)
             .Max(4096),
+        IntKey("split", "staleness", 0,
+               "split mode, label party: 0 = exact synchronous steps; 1 = the next step's forwards start "
+               "before this step's gradients are back (hides the link's round trip; the feature parties' "
+               "bottoms then learn from weights one step old, with exact gradients for those weights)")
+            .Min(0)
+            .Max(1),
         FloatKey("split", "noise", 0.0,
                  "split mode: standard deviation of Gaussian noise this party adds to what it "
                  "sends over the cut (activations, or the label party's gradients); 0 = none")
@@ -518,6 +524,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.bottom = v.GetString("split", "bottom");
   k.top = v.GetString("split", "top");
   k.microbatches = v.GetInt("split", "microbatches");
+  k.staleness = v.GetInt("split", "staleness");
   k.noise = v.GetFloat("split", "noise");
   k.compression = v.GetString("split", "compression");
   k.timeout_ms = v.GetInt("split", "timeout_ms");
@@ -550,6 +557,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   } else {
     if (!k.assemble.empty()) return bad("is for the label party only", "split", "assemble");
     if (!k.top.empty()) return bad("is for the label party only", "split", "top");
+    if (k.staleness != 0) return bad("is for the label party only: it decides when steps begin", "split", "staleness");
     if (!c.training.data.label_column.empty()) {
       return bad("is for the label party only: a feature party holds no label", "data", "label_column");
     }

@@ -69,6 +69,7 @@ struct SplitConfig {
   std::string bottom;                 // this party's bottom model (.onnx)
   std::string top;                    // label party: the top model (.onnx)
   int64_t microbatches = 1;           // per step, pipelined
+  int64_t staleness = 0;              // label party: steps begun before the last is done (0 or 1)
   double noise = 0.0;                 // std of Gaussian noise on what this party sends over the cut
   std::string compression = "none";   // none | fp16 | bf16
   int64_t timeout_ms = 60000;         // a silent party fails the job after this

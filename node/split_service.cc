@@ -130,6 +130,7 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
   o.epochs = config_.training.epochs;
   o.batch = config_.training.trainer.batch_size;
   o.microbatches = static_cast<uint32_t>(config_.split.microbatches);
+  o.staleness = static_cast<uint32_t>(config_.split.staleness);
   o.test_fraction = config_.training.data.test_fraction;
   o.seed = config_.training.data.split_seed;
   o.timeout_ms = static_cast<int>(config_.split.timeout_ms);

@@ -41,7 +41,6 @@ Status FeatureParty::Restore(uint64_t step, const std::vector<float>& params, co
   FM_RETURN_IF_ERROR(bottom_->Restore(params, velocity));
   steps_completed_ = step;
   pending_.clear();
-  gradients_started_ = false;
   done_ = false;
   return Status::OK();
 }
@@ -87,32 +86,39 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
       if (!aligned_) return Status::Corruption("a forward before the align message");
       if (m.indices.empty()) return Status::Corruption("a forward of no rows");
       if (m.training) {
-        if (!pending_.empty() && (m.step != pending_step_ || gradients_started_)) {
-          return Status::Corruption("a training forward for step " + std::to_string(m.step) + " while step " +
-                                    std::to_string(pending_step_) + " waits for gradients");
-        }
-        if (m.step != steps_completed_) {
+        // Another micro-batch of the newest pending step, or the first of the next step.
+        const bool same = !pending_.empty() && m.step == pending_.back().step && !pending_.back().gradients_started;
+        const uint64_t next = steps_completed_ + pending_.size();
+        if (!same && (m.step != next || pending_.size() >= kMaxStepsInFlight)) {
+          if (!pending_.empty()) {
+            return Status::Corruption("a training forward for step " + std::to_string(m.step) + " while step " +
+                                      std::to_string(pending_.front().step) + " waits for gradients" +
+                                      (pending_.size() > 1 ? " and step " + std::to_string(pending_.back().step) +
+                                                                 " too (at most " +
+                                                                 std::to_string(kMaxStepsInFlight) + " steps wait)"
+                                                           : std::string()));
+          }
           return Status::Corruption("a training forward for step " + std::to_string(m.step) + ", expected step " +
                                     std::to_string(steps_completed_));
         }
-        if (pending_.count(m.micro) > 0) {
+        if (same && pending_.back().micro.count(m.micro) > 0) {
           return Status::Corruption("micro-batch " + std::to_string(m.micro) + " of step " + std::to_string(m.step) +
                                     " asked twice");
         }
-        if (m.micro >= SplitPart::kMaxSlots) {
+        if (m.micro >= SplitPart::kMaxMicroBatches) {
           return Status::Corruption("micro-batch " + std::to_string(m.micro) + " of step " + std::to_string(m.step) +
-                                    ": a step has at most " + std::to_string(SplitPart::kMaxSlots));
+                                    ": a step has at most " + std::to_string(SplitPart::kMaxMicroBatches));
         }
       } else if (!pending_.empty()) {
         // Its forward would take the place of activations a backward still needs.
-        return Status::Corruption("an evaluation forward while step " + std::to_string(pending_step_) +
+        return Status::Corruption("an evaluation forward while step " + std::to_string(pending_.front().step) +
                                   " waits for gradients");
       }
       FM_RETURN_IF_ERROR(Gather(m.indices, "forward", m.step));
       const auto rows = static_cast<int64_t>(m.indices.size());
       // A training micro-batch keeps its activations in its own slot until its gradients come.
       FM_RETURN_IF_ERROR(
-          bottom_->Forward(input_.data(), rows, m.training, Seed(m.step, m.micro), m.training ? m.micro : 0));
+          bottom_->Forward(input_.data(), rows, m.training, Seed(m.step, m.micro), m.training ? Slot(m.step, m.micro) : 0));
       SplitMessage a;
       a.type = SplitMessageType::kActivations;
       a.training = m.training;
@@ -126,30 +132,35 @@ Status FeatureParty::Handle(const SplitMessage& m, std::vector<SplitMessage>* ou
         for (float& v : a.values) v += static_cast<float>(noise_rng_.Normal(0.0, options_.noise));
       }
       if (m.training) {
-        pending_step_ = m.step;
-        pending_[m.micro] = m.indices;
+        if (pending_.empty() || pending_.back().step != m.step) pending_.push_back(PendingStep{m.step, {}, false});
+        pending_.back().micro[m.micro] = m.indices;
       }
       out->push_back(std::move(a));
       return Status::OK();
     }
     case SplitMessageType::kGradients: {
-      auto it = pending_.find(m.micro);
-      if (it == pending_.end() || m.step != pending_step_) {
+      // Gradients come for the oldest pending step first (the label party finishes a step
+      // before it starts on the next).
+      PendingStep* ps = pending_.empty() || m.step != pending_.front().step ? nullptr : &pending_.front();
+      auto it = ps ? ps->micro.find(m.micro) : std::map<uint32_t, std::vector<uint64_t>>::iterator();
+      if (ps == nullptr || it == ps->micro.end()) {
         return Status::Corruption("gradients for step " + std::to_string(m.step) + " micro-batch " +
-                                  std::to_string(m.micro) + ", which this party was not asked to compute");
+                                  std::to_string(m.micro) + ", which this party was not asked to compute" +
+                                  (pending_.empty() ? std::string()
+                                                    : " (step " + std::to_string(pending_.front().step) + " waits)"));
       }
       if (m.rows != it->second.size() || m.cols != bottom_->out_cols()) {
         return Status::Corruption("gradients of " + std::to_string(m.rows) + " x " + std::to_string(m.cols) +
                                   " for activations of " + std::to_string(it->second.size()) + " x " +
                                   std::to_string(bottom_->out_cols()));
       }
-      gradients_started_ = true;
-      FM_RETURN_IF_ERROR(bottom_->BackwardSlot(m.micro, m.values.data()));
-      pending_.erase(it);
-      if (pending_.empty()) {
+      ps->gradients_started = true;
+      FM_RETURN_IF_ERROR(bottom_->BackwardSlot(Slot(m.step, m.micro), m.values.data()));
+      ps->micro.erase(it);
+      if (ps->micro.empty()) {
         bottom_->Step();
         ++steps_completed_;
-        gradients_started_ = false;
+        pending_.pop_front();
       }
       return Status::OK();
     }

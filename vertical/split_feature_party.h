@@ -4,11 +4,16 @@
 // and returns the activations (plus Gaussian noise of std `noise` on training forwards, a
 // fresh secret draw); a training forward's activations stay in its micro-batch's slot of
 // the bottom model (vertical/split_part.h) and its gradients run backward from them as soon
-// as they come; the step's SGD update runs once every micro-batch of it has its gradient. Sans-IO: Handle() takes a message and gives
-// the replies. Thread-safety: one thread.
+// as they come; the step's SGD update runs once every micro-batch of it has its gradient.
+// The next step's training forwards may come before this step's gradients are all in (the
+// label party's `staleness` 1): they run on the weights of now, and their backward later on
+// those same weights (weight stashing, vertical/split_part.h); at most two steps wait for
+// gradients at once, and gradients come for the older one first. Sans-IO: Handle() takes a
+// message and gives the replies. Thread-safety: one thread.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -46,6 +51,9 @@ class FeatureParty {
   // Back to the state after `step` steps (a resume): parameters and velocity as saved,
   // nothing pending.
   Status Restore(uint64_t step, const std::vector<float>& params, const std::vector<float>& velocity);
+  // Steps whose forwards may run before the oldest one's gradients are all in.
+  static constexpr size_t kMaxStepsInFlight = 2;
+
   // Between steps (nothing waits for gradients): where a checkpoint may be taken.
   bool between_steps() const { return pending_.empty(); }
   // The align message's positions (into this party's PSI rows), in the job's order.
@@ -68,9 +76,17 @@ class FeatureParty {
   Rng noise_rng_;
   bool aligned_ = false, done_ = false;
   uint64_t steps_completed_ = 0;
-  std::map<uint32_t, std::vector<uint64_t>> pending_;  // training micro-batches awaiting gradients
-  uint64_t pending_step_ = 0;
-  bool gradients_started_ = false;  // the pending step's first gradient came: no more forwards for it
+  // A step whose training micro-batches await gradients.
+  struct PendingStep {
+    uint64_t step = 0;
+    std::map<uint32_t, std::vector<uint64_t>> micro;  // micro-batch -> its rows
+    bool gradients_started = false;  // its first gradient came: no more forwards for it
+  };
+  std::deque<PendingStep> pending_;  // oldest first, at most kMaxStepsInFlight
+  // A micro-batch's slot in the bottom: steps alternate between two ranges of slots.
+  static uint32_t Slot(uint64_t step, uint32_t micro) {
+    return micro + static_cast<uint32_t>(step & 1) * SplitPart::kMaxMicroBatches;
+  }
   std::vector<float> input_;
   std::vector<uint32_t> positions_;
 };

@@ -98,13 +98,12 @@ Status Restarted(const std::pair<int, SplitMessage>& hello) {
                              std::to_string(hello.second.step) + ")");
 }
 
-// Runs one pass (a step or an evaluation) to its end.
-Status RunPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, uint32_t micro, bool training,
-               bool overlap) {
-  FM_ASSIGN_OR_RETURN(std::vector<Outgoing> out, party.Begin(rows, micro, training));
-  FM_RETURN_IF_ERROR(link.SendAll(out));
-  while (!party.pass_done()) {
-    // What has arrived first (the critical path), then own-bottom work, then wait.
+// Takes activations and sends what they produce until `done`: what has arrived first (the
+// critical path), then own-bottom work, then wait.
+template <typename Done>
+Status Pump(LabelParty& party, Link& link, bool overlap, Done done) {
+  std::vector<Outgoing> out;
+  while (!done()) {
     FM_ASSIGN_OR_RETURN(auto got, link.Poll(0));
     if (!got && overlap) {
       FM_ASSIGN_OR_RETURN(bool worked, party.DoIdleWork());
@@ -119,6 +118,28 @@ Status RunPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, ui
   }
   if (!overlap) FM_RETURN_IF_ERROR(party.Flush());  // the whole step before the next one starts
   return Status::OK();
+}
+
+Status BeginPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, uint32_t micro, bool training) {
+  FM_ASSIGN_OR_RETURN(std::vector<Outgoing> out, party.Begin(rows, micro, training));
+  return link.SendAll(out);
+}
+
+// Runs one evaluation pass to its end.
+Status RunPass(LabelParty& party, Link& link, std::span<const uint64_t> rows, uint32_t micro, bool overlap) {
+  FM_RETURN_IF_ERROR(BeginPass(party, link, rows, micro, false));
+  return Pump(party, link, overlap, [&] { return party.pass_done(); });
+}
+
+// Runs the training step numbered steps_completed() (over `rows`) to its end. `next`: the
+// following step's rows, begun before this one waits (staleness 1), or empty. A step begun
+// that way by the call before is not begun again.
+Status RunStep(LabelParty& party, Link& link, std::span<const uint64_t> rows, std::span<const uint64_t> next,
+               uint32_t micro, bool overlap) {
+  const uint64_t step = party.steps_completed();
+  if (party.passes_in_flight() == 0) FM_RETURN_IF_ERROR(BeginPass(party, link, rows, micro, true));
+  if (!next.empty() && party.passes_in_flight() == 1) FM_RETURN_IF_ERROR(BeginPass(party, link, next, micro, true));
+  return Pump(party, link, overlap, [&] { return party.steps_completed() > step; });
 }
 
 // The digest both ends of a link compute for its alignment: the PSI digest and the
@@ -198,6 +219,7 @@ class LabelRun {
                   " rows shared by every party: " + std::to_string(train_.size()) + " to train, " +
                   std::to_string(test_.size()) + " held out");
     }
+    job_.party.staleness = o_.staleness;
     FM_ASSIGN_OR_RETURN(party_, LabelParty::Create(std::move(job_.bottom), std::move(job_.top), std::move(data),
                                                    job_.feature_ranks, job_.party));
     if (resume) {
@@ -278,9 +300,18 @@ class LabelRun {
       }
       if (k == 0) loss_sum = 0.0, loss_rows = 0;
       const uint64_t b = k * batch, e = k + 1 == per_epoch ? order.size() : b + batch;
+      // Staleness 1: the next step begins now, unless this one ends a segment (an epoch, a
+      // checkpoint, max_steps), after which the parties must be between steps.
+      const uint64_t n = step + 1;
+      const bool pipelined = o_.staleness > 0 && k + 1 < per_epoch &&
+                             !(o_.checkpoints != nullptr && o_.checkpoint_every > 0 && n % o_.checkpoint_every == 0) &&
+                             !(o_.max_steps > 0 && n >= o_.max_steps);
+      const uint64_t nb = e, ne = k + 2 == per_epoch ? order.size() : nb + batch;
+      const std::span<const uint64_t> next =
+          pipelined ? std::span<const uint64_t>(order).subspan(nb, ne - nb) : std::span<const uint64_t>();
       const auto t0 = Clock::now();
       const double waited0 = link_.waited_s();
-      Status st = RunPass(*party_, link_, std::span<const uint64_t>(order).subspan(b, e - b), o_.microbatches, true,
+      Status st = RunStep(*party_, link_, std::span<const uint64_t>(order).subspan(b, e - b), next, o_.microbatches,
                           o_.overlap);
       if (!st.ok()) {
         FM_RETURN_IF_ERROR(Recover(st));
@@ -315,7 +346,7 @@ class LabelRun {
     double test_loss = 0.0;
     if (!test_.empty()) {
       // One pass over every test row keeps the metrics exact (AUC is not a mean of batches).
-      FM_RETURN_IF_ERROR(RunPass(*party_, link_, test_, o_.microbatches, false, o_.overlap));
+      FM_RETURN_IF_ERROR(RunPass(*party_, link_, test_, o_.microbatches, o_.overlap));
       test_loss = party_->pass_loss();
       metrics = party_->pass_metrics();
     }
@@ -326,6 +357,7 @@ class LabelRun {
     line.Add("train_loss", train_loss).Add("test_loss", test_loss);
     for (const auto& [k, v] : metrics) line.Add("test_" + k, v);
     line.Add("rows", static_cast<int64_t>(report_.aligned_rows)).Add("microbatches", static_cast<int64_t>(o_.microbatches));
+    line.Add("staleness", static_cast<int64_t>(o_.staleness));
     line.Add("idle_fraction", report_.idle_fraction).Add("step_ms", report_.step_ms);
     line.Add("bytes_sent", static_cast<int64_t>(report_.bytes_sent))
         .Add("bytes_received", static_cast<int64_t>(report_.bytes_received));
@@ -460,6 +492,12 @@ Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, L
   if (options.epochs < 1 || options.batch < 1 || options.microbatches < 1 || options.test_fraction < 0 ||
       options.test_fraction >= 1) {
     return Status::InvalidArgument("split job: epochs, batch and microbatches must be >= 1, test_fraction in [0, 1)");
+  }
+  if (options.staleness > 1) {
+    return Status::InvalidArgument("split job: staleness is 0 or 1, not " + std::to_string(options.staleness));
+  }
+  if (options.microbatches > SplitPart::kMaxMicroBatches) {
+    return Status::InvalidArgument("split job: microbatches is at most " + std::to_string(SplitPart::kMaxMicroBatches));
   }
   SplitJobReport report;
   Link link(transport, options, report);

@@ -37,6 +37,11 @@ struct SplitJobOptions {
   // (LabelParty::DoIdleWork). false: in line, the sequential schedule of split learning
   // without pipelining, for benchmarks. Default true.
   bool overlap = true;
+  // Training steps begun before the one in flight is done: 0 (exact synchronous SGD, the
+  // default) or 1 (the next step's forwards run while this step's gradients travel; the
+  // feature parties' bottoms then learn from weights one step old, docs/vertical.md). The
+  // parties drain at every epoch's end, checkpoint and max_steps.
+  uint32_t staleness = 0;
   // Where this party keeps its checkpoints. null: none, and a party lost fails the job.
   // Set: the parties checkpoint (two-phase, docs/vertical.md) every `checkpoint_every`
   // steps and at every epoch's end; a lost feature party stalls the job until it comes

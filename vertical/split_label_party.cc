@@ -41,44 +41,46 @@ Result<std::unique_ptr<LabelParty>> LabelParty::Create(std::unique_ptr<SplitPart
 }
 
 Result<std::vector<Outgoing>> LabelParty::Begin(std::span<const uint64_t> rows, uint32_t micro, bool training) {
-  if (remaining_ != 0) return Status::FailedPrecondition("a pass is still running");
+  if (!passes_.empty() &&
+      (!training || !passes_.back().training || passes_.size() >= size_t{1} + options_.staleness)) {
+    return Status::FailedPrecondition(passes_.size() >= size_t{1} + options_.staleness || !training
+                                          ? "a pass is still running"
+                                          : "a training step cannot begin while an evaluation runs");
+  }
   if (rows.empty() || micro == 0) return Status::InvalidArgument("a pass needs rows and at least one micro-batch");
   micro = static_cast<uint32_t>(std::min<size_t>(micro, rows.size()));
-  training_ = training;
-  micro_rows_.assign(micro, {});
+  Pass p;
+  p.id = ++passes_begun_;
+  p.step = steps_completed_ + (training ? passes_.size() : 0);
+  p.training = training;
+  p.micro_rows.assign(micro, {});
   for (uint32_t m = 0; m < micro; ++m) {  // as even as possible, in order
     const size_t b = rows.size() * m / micro, e = rows.size() * (m + 1) / micro;
-    micro_rows_[m].assign(rows.begin() + static_cast<ptrdiff_t>(b), rows.begin() + static_cast<ptrdiff_t>(e));
-    for (uint64_t r : micro_rows_[m]) {
+    p.micro_rows[m].assign(rows.begin() + static_cast<ptrdiff_t>(b), rows.begin() + static_cast<ptrdiff_t>(e));
+    for (uint64_t r : p.micro_rows[m]) {
       if (r >= data_.size()) return Status::InvalidArgument("row " + std::to_string(r) + " is past the data");
     }
   }
-  ++pass_;
-  pass_step_ = steps_completed_;
-  own_out_.assign(micro, std::nullopt);
-  got_.assign(micro, std::vector<std::optional<std::vector<float>>>(peers_.size()));
-  missing_.assign(micro, peers_.size());
-  processed_.assign(micro, false);
-  remaining_ = micro;
-  rows_in_pass_ = rows.size();
-  loss_sum_ = 0.0;
-  if (training) {
-    metrics_.reset();
-  } else {
-    metrics_.emplace(TaskOf(options_.loss.kind), static_cast<int>(top_->out_cols()));
-  }
+  p.own_out.assign(micro, std::nullopt);
+  p.got.assign(micro, std::vector<std::optional<std::vector<float>>>(peers_.size()));
+  p.missing.assign(micro, peers_.size());
+  p.processed.assign(micro, false);
+  p.remaining = micro;
+  p.rows = rows.size();
+  if (!training) p.metrics.emplace(TaskOf(options_.loss.kind), static_cast<int>(top_->out_cols()));
   std::vector<Outgoing> out;
   for (int peer : peers_) {
     for (uint32_t m = 0; m < micro; ++m) {
       SplitMessage f;
       f.type = SplitMessageType::kForward;
       f.training = training;
-      f.step = steps_completed_;
+      f.step = p.step;
       f.micro = m;
-      f.indices = micro_rows_[m];
+      f.indices = p.micro_rows[m];
       out.emplace_back(peer, std::move(f));
     }
   }
+  passes_.push_back(std::move(p));
   return out;
 }
 
@@ -90,19 +92,27 @@ Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Ou
   if (m.type != SplitMessageType::kActivations) {
     return Status::Corruption(from + "a " + std::string(SplitMessageTypeName(m.type)) + " message sent to the label party");
   }
-  if (remaining_ == 0 || m.training != training_ || m.step != steps_completed_ || m.micro >= micro_rows_.size()) {
+  Pass* pass = nullptr;
+  for (Pass& q : passes_) {
+    if (q.training == m.training && q.step == m.step) pass = &q;
+  }
+  if (pass == nullptr || m.micro >= pass->micro_rows.size()) {
+    std::string now = "over";
+    if (!passes_.empty()) {
+      now = std::string(passes_.front().training ? "training" : "evaluation") + " step " +
+            std::to_string(passes_.front().step);
+      if (passes_.size() > 1) now += " and " + std::to_string(passes_.back().step);
+    }
     return Status::Corruption(from + "activations for " + (m.training ? "training" : "evaluation") + " step " +
                               std::to_string(m.step) + " micro-batch " + std::to_string(m.micro) + ", but the pass is " +
-                              (remaining_ == 0 ? std::string("over") : (training_ ? "training" : "evaluation") +
-                                                                           std::string(" step ") +
-                                                                           std::to_string(steps_completed_)));
+                              now);
   }
-  if (processed_[m.micro] || got_[m.micro][p].has_value()) {
+  if (pass->processed[m.micro] || pass->got[m.micro][p].has_value()) {
     return Status::Corruption(from + "activations for micro-batch " + std::to_string(m.micro) + " came twice");
   }
-  if (m.rows != micro_rows_[m.micro].size() || (peer_cols_[p] >= 0 && m.cols != peer_cols_[p]) || m.cols == 0) {
+  if (m.rows != pass->micro_rows[m.micro].size() || (peer_cols_[p] >= 0 && m.cols != peer_cols_[p]) || m.cols == 0) {
     return Status::Corruption(from + "activations of " + std::to_string(m.rows) + " x " + std::to_string(m.cols) +
-                              ", expected " + std::to_string(micro_rows_[m.micro].size()) + " rows" +
+                              ", expected " + std::to_string(pass->micro_rows[m.micro].size()) + " rows" +
                               (peer_cols_[p] >= 0 ? " x " + std::to_string(peer_cols_[p]) : ""));
   }
   if (peer_cols_[p] < 0) {
@@ -120,8 +130,23 @@ Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Ou
                                      " inputs, the bottom models give " + parts + " = " + std::to_string(sum));
     }
   }
-  got_[m.micro][p] = m.values;
-  if (--missing_[m.micro] == 0) return Process(m.micro, out);
+  pass->got[m.micro][p] = m.values;
+  --pass->missing[m.micro];
+  return ProcessReady(out);
+}
+
+Status LabelParty::ProcessReady(std::vector<Outgoing>* out) {
+  while (!passes_.empty()) {
+    Pass& front = passes_.front();
+    for (uint32_t m = 0; m < front.micro_rows.size() && front.remaining > 0; ++m) {
+      if (!front.processed[m] && front.missing[m] == 0) FM_RETURN_IF_ERROR(Process(m, out));
+    }
+    if (front.remaining > 0) return Status::OK();
+    // The pass is done: its results stay readable, the next pass's ready work goes on.
+    last_loss_ = front.rows ? front.loss_sum / static_cast<double>(front.rows) : 0.0;
+    last_metrics_ = front.metrics ? front.metrics->Finish() : std::map<std::string, double>{};
+    passes_.pop_front();
+  }
   return Status::OK();
 }
 
@@ -143,7 +168,8 @@ Status LabelParty::RunDeferred() {
 }
 
 Status LabelParty::FlushEarlierPasses() {
-  while (!deferred_.empty() && deferred_.front().pass < pass_) FM_RETURN_IF_ERROR(RunDeferred());
+  const uint64_t oldest = passes_.empty() ? passes_begun_ + 1 : passes_.front().id;
+  while (!deferred_.empty() && deferred_.front().pass < oldest) FM_RETURN_IF_ERROR(RunDeferred());
   return Status::OK();
 }
 
@@ -159,24 +185,20 @@ Status LabelParty::Restore(uint64_t step, const std::vector<std::vector<float>>&
   FM_RETURN_IF_ERROR(top_->Restore(params[1], velocity[1]));
   steps_completed_ = step;
   deferred_.clear();
-  remaining_ = 0;
-  micro_rows_.clear();
-  got_.clear();
-  own_out_.clear();
-  processed_.clear();
-  missing_.clear();
+  passes_.clear();
   return Status::OK();
 }
 
 Status LabelParty::EnsureOwnForward(uint32_t m) {
-  if (own_out_[m]) return Status::OK();
+  Pass& pass = passes_.front();
+  if (pass.own_out[m]) return Status::OK();
   FM_RETURN_IF_ERROR(FlushEarlierPasses());
-  const std::vector<uint64_t>& rows = micro_rows_[m];
+  const std::vector<uint64_t>& rows = pass.micro_rows[m];
   FM_RETURN_IF_ERROR(GatherOwn(rows));
   const auto n = static_cast<int64_t>(rows.size());
   // A training micro-batch's activations stay in its slot for the deferred backward.
-  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, training_, Seed(pass_step_, m), training_ ? m : 0));
-  own_out_[m].emplace(bottom_->output(), bottom_->output() + n * bottom_->out_cols());
+  FM_RETURN_IF_ERROR(bottom_->Forward(input_.data(), n, pass.training, Seed(pass.step, m), pass.training ? m : 0));
+  pass.own_out[m].emplace(bottom_->output(), bottom_->output() + n * bottom_->out_cols());
   return Status::OK();
 }
 
@@ -185,8 +207,10 @@ Result<bool> LabelParty::DoIdleWork() {
     FM_RETURN_IF_ERROR(RunDeferred());
     return true;
   }
-  for (uint32_t m = 0; m < own_out_.size(); ++m) {
-    if (!processed_[m] && !own_out_[m]) {
+  if (passes_.empty()) return false;
+  const Pass& pass = passes_.front();
+  for (uint32_t m = 0; m < pass.own_out.size(); ++m) {
+    if (!pass.processed[m] && !pass.own_out[m]) {
       FM_RETURN_IF_ERROR(EnsureOwnForward(m));
       return true;
     }
@@ -195,7 +219,8 @@ Result<bool> LabelParty::DoIdleWork() {
 }
 
 Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
-  const std::vector<uint64_t>& rows = micro_rows_[m];
+  Pass& pass = passes_.front();
+  const std::vector<uint64_t>& rows = pass.micro_rows[m];
   const auto n = static_cast<int64_t>(rows.size());
   labels_.resize(rows.size());
   const bool regression = data_.target_dim > 0;
@@ -204,9 +229,9 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     labels_[i] = data_.labels[rows[i]];
     if (regression) std::memcpy(&targets_[i * data_.target_dim], data_.target(rows[i]), data_.target_dim * sizeof(float));
   }
-  const uint64_t seed = Seed(pass_step_, m);
+  const uint64_t seed = Seed(pass.step, m);
   FM_RETURN_IF_ERROR(EnsureOwnForward(m));
-  const std::vector<float>& own_out = *own_out_[m];
+  const std::vector<float>& own_out = *pass.own_out[m];
   // The top's input: [own | peer 1 | peer 2 ...] per row.
   const int64_t total = top_->in_cols();
   top_input_.resize(static_cast<size_t>(n * total));
@@ -215,22 +240,22 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     std::memcpy(dst, own_out.data() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
     int64_t at = bottom_->out_cols();
     for (size_t p = 0; p < peers_.size(); ++p) {
-      std::memcpy(dst + at, got_[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
+      std::memcpy(dst + at, pass.got[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
       at += peer_cols_[p];
     }
   }
-  FM_RETURN_IF_ERROR(top_->Forward(top_input_.data(), n, training_, seed + 1));
+  FM_RETURN_IF_ERROR(top_->Forward(top_input_.data(), n, pass.training, seed + 1));
   const int cols = static_cast<int>(top_->out_cols());
   const int32_t* labels = regression ? nullptr : labels_.data();
   const float* targets = regression ? targets_.data() : nullptr;
-  if (!training_) {
-    loss_sum_ += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, nullptr).loss_sum;
-    metrics_->Add(top_->output(), static_cast<int>(n), labels, targets);
+  if (!pass.training) {
+    pass.loss_sum += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, nullptr).loss_sum;
+    pass.metrics->Add(top_->output(), static_cast<int>(n), labels, targets);
   } else {
     dout_.resize(static_cast<size_t>(n * cols));
-    loss_sum_ += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, dout_.data()).loss_sum;
+    pass.loss_sum += ComputeLoss(options_.loss, top_->output(), static_cast<int>(n), cols, labels, targets, dout_.data()).loss_sum;
     // d(micro-batch mean)/d out, scaled to d(step batch mean)/d out.
-    const float share = static_cast<float>(n) / static_cast<float>(rows_in_pass_);
+    const float share = static_cast<float>(n) / static_cast<float>(pass.rows);
     float* g = top_->output_grad();
     for (size_t i = 0; i < dout_.size(); ++i) g[i] = dout_[i] * share;
     top_->Backward();
@@ -241,7 +266,7 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
       g2.type = SplitMessageType::kGradients;
       g2.training = true;
       g2.wire = options_.wire;
-      g2.step = steps_completed_;
+      g2.step = pass.step;
       g2.micro = m;
       g2.rows = static_cast<uint32_t>(n);
       g2.cols = static_cast<uint32_t>(peer_cols_[p]);
@@ -259,7 +284,7 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     // The own bottom's backward waits for idle time: the gradients above are what the
     // feature parties are waiting for.
     Deferred d;
-    d.pass = pass_;
+    d.pass = pass.id;
     d.micro = m;
     d.dout.resize(static_cast<size_t>(n * bottom_->out_cols()));
     for (int64_t r = 0; r < n; ++r) {
@@ -268,13 +293,13 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     }
     deferred_.push_back(std::move(d));
   }
-  got_[m].assign(peers_.size(), std::nullopt);
-  own_out_[m].reset();
-  processed_[m] = true;
-  if (--remaining_ == 0 && training_) {
+  pass.got[m].assign(peers_.size(), std::nullopt);
+  pass.own_out[m].reset();
+  pass.processed[m] = true;
+  if (--pass.remaining == 0 && pass.training) {
     top_->Step();
     Deferred step;
-    step.pass = pass_;
+    step.pass = pass.id;
     step.step = true;
     deferred_.push_back(std::move(step));
     ++steps_completed_;

@@ -46,15 +46,26 @@ Result<std::unique_ptr<SplitPart>> SplitPart::FromBuiltin(const ModelSpec& spec,
 
 Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint64_t seed, uint32_t slot) {
   if (slot >= kMaxSlots) {
-    return Status::InvalidArgument("micro-batch " + std::to_string(slot) + ": a step has at most " +
+    return Status::InvalidArgument("slot " + std::to_string(slot) + ": a part keeps at most " +
                                    std::to_string(kMaxSlots));
   }
+  LoadCurrent();
   slot_rows_.erase(slot);
   FM_RETURN_IF_ERROR(model_->Plan(rows, slot));
   std::memcpy(model_->input(0, rows, slot), input, static_cast<size_t>(rows * in_cols_) * sizeof(float));
   FM_RETURN_IF_ERROR(model_->Forward(rows, training, seed, slot));
-  if (training) slot_rows_[slot] = rows;
+  if (training) slot_rows_[slot] = Pending{rows, version_};
   return Status::OK();
+}
+
+void SplitPart::Load(uint64_t version) {
+  if (version == loaded_) return;
+  float* w = model_->params();
+  const size_t n = model_->num_flat();
+  if (loaded_ == version_) current_.assign(w, w + n);
+  const std::vector<float>& from = version == version_ ? current_ : stash_.at(version);
+  std::copy(from.begin(), from.end(), w);
+  loaded_ = version;
 }
 
 void SplitPart::Backward() {
@@ -68,10 +79,21 @@ Status SplitPart::BackwardSlot(uint32_t slot, const float* dout) {
   if (it == slot_rows_.end()) {
     return Status::FailedPrecondition("micro-batch " + std::to_string(slot) + " has no training forward to go back through");
   }
-  FM_RETURN_IF_ERROR(model_->Select(it->second, slot));
-  std::memcpy(model_->output_grad(0), dout, static_cast<size_t>(it->second * out_cols_) * sizeof(float));
+  const Pending pending = it->second;
+  // The backward runs on the weights its forward used (weight stashing).
+  Load(pending.version);
+  FM_RETURN_IF_ERROR(model_->Select(pending.rows, slot));
+  std::memcpy(model_->output_grad(0), dout, static_cast<size_t>(pending.rows * out_cols_) * sizeof(float));
   slot_rows_.erase(it);
   Backward();
+  if (pending.version != version_) {
+    bool needed = false;
+    for (const auto& [s, p] : slot_rows_) needed = needed || p.version == pending.version;
+    if (!needed) {  // the last backward on those weights: the current ones go back in
+      LoadCurrent();
+      stash_.erase(pending.version);
+    }
+  }
   return Status::OK();
 }
 
@@ -84,10 +106,18 @@ Status SplitPart::Restore(const std::vector<float>& params, const std::vector<fl
   velocity_ = velocity;
   std::fill(grad_sum_.begin(), grad_sum_.end(), 0.0f);
   slot_rows_.clear();
+  stash_.clear();
+  loaded_ = ++version_;
   return Status::OK();
 }
 
 void SplitPart::Step() {
+  LoadCurrent();
+  bool needed = false;
+  for (const auto& [s, pending] : slot_rows_) needed = needed || pending.version == version_;
+  if (needed) stash_[version_].assign(model_->params(), model_->params() + model_->num_flat());
+  ++version_;
+  loaded_ = version_;
   SgdStepParams p;
   p.lr = options_.lr;
   p.momentum = options_.momentum;

@@ -5,6 +5,12 @@
 // Each micro-batch of a step runs its forward in its own slot, whose activations stay until
 // its backward (activation stashing, not GPipe's rematerialisation: no second forward, at
 // the memory of one whole batch's activations, as unpipelined training holds).
+// Weight stashing (PipeDream): a training forward remembers the weights it ran on. When a
+// Step changes them before that forward's backward (split training with `staleness` 1:
+// the next step's forwards run before this step's gradients are in), the Step keeps a copy
+// of the old weights and the backward runs on it, so every micro-batch's gradient is the
+// exact gradient at the weights its forward used; the Step still updates the current ones.
+// At most one copy is kept per weight version some pending forward still needs.
 // Thread-safety: one thread drives a part.
 #pragma once
 
@@ -45,8 +51,10 @@ class SplitPart {
   graph::GraphModel& model() { return *model_; }
   const graph::GraphModel& model() const { return *model_; }
 
-  // The most slots (micro-batches of one step) a part keeps activations for.
-  static constexpr uint32_t kMaxSlots = 4096;
+  // The most slots a part keeps activations for: two steps' micro-batches (kMaxMicroBatches
+  // each) while one step's forwards run before the last step's gradients are in.
+  static constexpr uint32_t kMaxSlots = 8192;
+  static constexpr uint32_t kMaxMicroBatches = kMaxSlots / 2;
 
   // Runs `rows` rows of `input` (rows x in_cols, row-major) in `slot` (a micro-batch's
   // index in its step; < kMaxSlots), whose activations then stay until the slot's next
@@ -63,8 +71,11 @@ class SplitPart {
   Status BackwardSlot(uint32_t slot, const float* dout);
   // d loss / d input of the last Backward (options.input_gradients).
   const float* input_grad() const { return model_->input_grad(0); }
-  // One SGD step on the summed gradients, which it then clears.
+  // One SGD step on the summed gradients, which it then clears. Keeps the weights aside
+  // first when a pending training forward ran on them (weight stashing).
   void Step();
+  // Weight copies kept for pending forwards (0 or 1 in split training), for tests.
+  size_t stashed() const { return stash_.size(); }
   // The optimizer's velocity (checkpoints keep it with the parameters).
   std::vector<float>& velocity() { return velocity_; }
   // Parameters (flat, with state) and velocity as saved; InvalidArgument for other sizes.
@@ -77,7 +88,19 @@ class SplitPart {
   SplitPartOptions options_;
   int64_t in_cols_ = 0, out_cols_ = 0;
   std::vector<float> grad_sum_, velocity_;
-  std::map<uint32_t, int64_t> slot_rows_;  // slots holding a training forward: its rows
+  // Puts the weights of `version` into the model (the current ones kept in current_).
+  void Load(uint64_t version);
+  void LoadCurrent() { Load(version_); }
+
+  struct Pending {
+    int64_t rows = 0;
+    uint64_t version = 0;  // the weights its forward ran on
+  };
+  std::map<uint32_t, Pending> slot_rows_;  // slots holding a training forward
+  uint64_t version_ = 0;                   // Steps taken (and Restores)
+  uint64_t loaded_ = 0;                    // the version whose weights are in the model
+  std::map<uint64_t, std::vector<float>> stash_;  // older versions pending forwards need
+  std::vector<float> current_;                    // the current weights while an old one is loaded
 };
 
 }  // namespace fedmesh::vertical

@@ -37,11 +37,11 @@ for size in "--hidden 1024 --label-hidden 1024 --batch 1024" "--hidden 4096 --la
   echo "== $size"
   # shellcheck disable=SC2086
   ip netns exec fmsplit-feature env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    "$bin" --mode pipeline --party feature --peers "$peers" --rows 30000 --steps 8 --microbatches 4 $size &
+    "$bin" --mode pipeline --party feature --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size &
   feature=$!
   # shellcheck disable=SC2086
   ip netns exec fmsplit-label env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    "$bin" --mode pipeline --party label --peers "$peers" --rows 30000 --steps 8 --microbatches 4 $size
+    "$bin" --mode pipeline --party label --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size
   wait "$feature"
 done
 [[ -n $LINKEM_PID ]] && netns_stop_emulator "$log"

@@ -173,7 +173,9 @@ TEST(RoundEngineTest, ANodeThatKeepsFailingIsLeftOutForLongerEachTime) {
     ASSERT_EQ(h.engine->round(), static_cast<uint64_t>(r));
     const bool e = selects_e();
     if (e) with_e.push_back(h.engine->round());
-    if (r > 1) EXPECT_EQ(h.engine->selected().size(), e ? 5u : 4u) << "round " << r;
+    if (r > 1) {
+      EXPECT_EQ(h.engine->selected().size(), e ? 5u : 4u) << "round " << r;
+    }
     for (const std::string& id : std::vector<std::string>(h.engine->selected())) {
       if (id == "e" && r < 17) {  // e fails every task before round 17, then trains
         auto failed = Filter<RoundEngine::TaskFailed>(h.Deliver("e", TaskFailedMessage(h, "e", h.engine->round(), "no GPU")));

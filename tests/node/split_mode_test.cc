@@ -91,6 +91,23 @@ TEST_F(SplitModeTest, HospitalAndLabTrainTheCutModelAndExportTheirParts) {
   EXPECT_NE(ReadWholeFile(dir_ / "export.log").find("holds no top model"), std::string::npos);
 }
 
+// Staleness 1 with real processes: the hospital begins each step before the last one's
+// gradients are back (draining at every checkpoint and epoch end), and the job learns as well.
+TEST_F(SplitModeTest, StalenessOneRunsAheadAndStillLearns) {
+  ChildProcess* lab = Spawn("lab", Node("lab"));
+  ChildProcess* hospital =
+      Spawn("hospital", Node("hospital", {"train.epochs=15", "split.staleness=1", "split.checkpoint_every=7"}));
+  ASSERT_EQ(hospital->WaitExit(seconds(180)), 0) << hospital->Log();
+  ASSERT_EQ(lab->WaitExit(seconds(30)), 0) << lab->Log();
+  const auto lines = SplitLines(ReadWholeFile(dir_ / "run" / "hospital-metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 15u);
+  const double auc = std::stod(lines.back().substr(lines.back().find("\"test_auc\":") + 11));
+  const double acc = std::stod(lines.back().substr(lines.back().find("\"test_accuracy\":") + 16));
+  EXPECT_GE(auc, 0.95) << lines.back();
+  EXPECT_GE(acc, 0.88) << lines.back();
+  EXPECT_NE(lines.back().find("\"staleness\":1"), std::string::npos) << lines.back();
+}
+
 TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
   struct Case {
     std::string who;
@@ -110,6 +127,8 @@ TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
       {"hospital", {"split.bottom=lab_bottom.onnx"}, "takes 20 features per row; data/hospital.csv gives 10"},
       {"hospital", {"split.share_part=true"}, "[split] share_part: is for feature parties"},
       {"lab", {"split.assemble=whole.onnx"}, "[split] assemble: is for the label party only"},
+      {"lab", {"split.staleness=1"}, "[split] staleness: is for the label party only"},
+      {"hospital", {"split.staleness=2"}, "[split] staleness"},
       {"hospital", {"split.peers=hospital@tcp://127.0.0.1:1,stranger@tcp://127.0.0.1:2"},
        "member stranger has no public key in keys/allow"},
   };

@@ -52,7 +52,7 @@ std::vector<std::string> IdsOf(const std::vector<uint32_t>& rows) {
 }
 
 // One job and its central baseline: (split test accuracy, central test accuracy).
-std::pair<double, double> SplitAndCentral(const Dataset& all_) {
+std::pair<double, double> SplitAndCentral(const Dataset& all_, uint32_t staleness = 0, uint32_t microbatches = 2) {
   const auto hospital_rows = Holds(all_.size(), 0.85, 1), lab_rows = Holds(all_.size(), 0.85, 2);
   // The label party: 4 columns of noise and the label. The lab: the 30 measurements.
   Dataset hospital;
@@ -82,7 +82,8 @@ std::pair<double, double> SplitAndCentral(const Dataset& all_) {
   SplitJobOptions o;
   o.epochs = 8;
   o.batch = 32;
-  o.microbatches = 2;
+  o.microbatches = microbatches;
+  o.staleness = staleness;
   o.seed = 3;
   std::vector<std::string> lines;
   o.metrics = [&](const std::string& l) { lines.push_back(l); };
@@ -146,13 +147,27 @@ TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
   EXPECT_GE(split, central - 0.02);
 }
 
+// Staleness 1 (the next step's forwards before this step's gradients are in) learns as
+// well: the same five jobs with 4 micro-batches, held to the same bars as exact steps.
+TEST_F(SplitJobTest, StalenessOneLearnsAsWellAsCentralTraining) {
+  double split = 0, central = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto [s, c] = SplitAndCentral(all_, /*staleness=*/1, /*microbatches=*/4);
+    EXPECT_GE(s, 0.88);
+    split += s / 5;
+    central += c / 5;
+  }
+  std::cout << "staleness 1: mean split accuracy " << split << ", central " << central << "\n";
+  EXPECT_GE(split, central - 0.02);
+}
+
 // Drives a label party and one feature party by hand, message by message.
 struct Pair {
   std::unique_ptr<LabelParty> label;
   std::unique_ptr<FeatureParty> feature;
 };
 
-Pair MakePair(const Dataset& all, int n) {
+Pair MakePair(const Dataset& all, int n, const LabelPartyOptions& lo = {}) {
   std::vector<uint32_t> rows;
   for (int r = 0; r < n; ++r) rows.push_back(static_cast<uint32_t>(r));
   SplitPartOptions po;
@@ -162,7 +177,7 @@ Pair MakePair(const Dataset& all, int n) {
   top_o.input_gradients = true;
   Pair p;
   p.label = std::move(LabelParty::Create(Part(10, 8, 4, 1, po), Part(4 + 6, 0, 2, 2, top_o), Columns(all, 0, 10, rows),
-                                         {1}, {}))
+                                         {1}, lo))
                 .value();
   p.feature = std::move(FeatureParty::Create(Part(20, 8, 6, 3, po), Columns(all, 10, 30, rows), {})).value();
   SplitMessage align;
@@ -234,6 +249,92 @@ TEST(SplitPartSlots, BackwardOnlyThroughTheSlotsOwnTrainingForward) {
   EXPECT_EQ(part->BackwardSlot(0, dout.data()).code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(part->BackwardSlot(1, dout.data()).ok());
   EXPECT_EQ(part->Forward(x0.data(), 2, true, 1, SplitPart::kMaxSlots).code(), StatusCode::kInvalidArgument);
+}
+
+// A stale forward's backward runs on the weights the forward used, not on the ones a
+// Step has made since: the update equals a reference part's, computed at the old weights.
+TEST(SplitPartSlots, AStaleForwardGoesBackThroughTheWeightsItRanOn) {
+  SplitPartOptions o;
+  o.lr = 0.5f;
+  std::unique_ptr<SplitPart> part = Part(4, 8, 3, 11, o), ref = Part(4, 8, 3, 11, o);
+  const std::vector<float> x0(2 * 4, 0.5f), x1 = {1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f}, dout = {1, -1, 2, 0.5f, -3, 1};
+  const size_t n = part->model().num_flat();
+  const std::vector<float> w0(part->model().params(), part->model().params() + n);
+  // The reference: the gradient of micro-batch 1 at w0 is (w0 - its update) / lr.
+  ASSERT_TRUE(ref->Forward(x1.data(), 2, true, 1, 1).ok());
+  ASSERT_TRUE(ref->BackwardSlot(1, dout.data()).ok());
+  ref->Step();
+  // The part: both forwards at w0, then step 0's backward and update, then step 1's.
+  ASSERT_TRUE(part->Forward(x0.data(), 2, true, 1, 0).ok());
+  ASSERT_TRUE(part->Forward(x1.data(), 2, true, 1, 1).ok());
+  ASSERT_TRUE(part->BackwardSlot(0, dout.data()).ok());
+  part->Step();
+  EXPECT_EQ(part->stashed(), 1u);  // w0, for slot 1
+  const std::vector<float> w1(part->model().params(), part->model().params() + n);
+  ASSERT_TRUE(part->BackwardSlot(1, dout.data()).ok());
+  EXPECT_EQ(part->stashed(), 0u);
+  // Between the backward and the Step the model holds the current weights again.
+  EXPECT_EQ(std::vector<float>(part->model().params(), part->model().params() + n), w1);
+  part->Step();
+  double worst = 0, moved = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double expect = w1[i] + (ref->model().params()[i] - w0[i]);
+    worst = std::max(worst, std::fabs(part->model().params()[i] - expect));
+    moved = std::max(moved, std::fabs(static_cast<double>(w1[i] - w0[i])));
+  }
+  EXPECT_GT(moved, 1e-3);   // the first step changed the weights the second backward must not use
+  EXPECT_LT(worst, 1e-6);
+}
+
+// Staleness 1 by hand: two training steps in flight at most (a third Begin, an evaluation,
+// a feature party asked for a third step: refused); activations of the second step that come
+// first wait for the first; gradients go back step by step and the feature party keeps the
+// old weights for the second step's backward until it ran.
+TEST_F(SplitJobTest, StalenessOneKeepsTwoStepsInFlightAndNoMore) {
+  LabelPartyOptions lo;
+  lo.staleness = 1;
+  Pair p = MakePair(all_, 40, lo);
+  const std::vector<uint64_t> s0 = {0, 1, 2, 3}, s1 = {4, 5, 6, 7}, s2 = {8, 9, 10, 11};
+  auto out0 = p.label->Begin(s0, 2, true);
+  auto out1 = p.label->Begin(s1, 2, true);
+  ASSERT_TRUE(out0.ok() && out1.ok());
+  EXPECT_EQ(out1->at(0).second.step, 1u);
+  EXPECT_EQ(p.label->passes_in_flight(), 2u);
+  EXPECT_THAT(p.label->Begin(s2, 2, true).status().message(), HasSubstr("a pass is still running"));
+  EXPECT_EQ(p.label->Begin(s2, 2, false).status().code(), StatusCode::kFailedPrecondition);
+  std::vector<SplitMessage> acts0, acts1;
+  for (auto& [to, m] : *out0) ASSERT_TRUE(p.feature->Handle(m, &acts0).ok());
+  for (auto& [to, m] : *out1) ASSERT_TRUE(p.feature->Handle(m, &acts1).ok());
+  SplitMessage third = out1->at(0).second;
+  third.step = 2;
+  std::vector<SplitMessage> none;
+  EXPECT_THAT(p.feature->Handle(third, &none).message(), HasSubstr("at most 2 steps wait"));
+  // Step 1's activations first: nothing can be processed before step 0's.
+  std::vector<Outgoing> grads;
+  for (auto& a : acts1) ASSERT_TRUE(p.label->OnActivations(1, a, &grads).ok());
+  EXPECT_TRUE(grads.empty());
+  for (auto& a : acts0) ASSERT_TRUE(p.label->OnActivations(1, a, &grads).ok());
+  ASSERT_EQ(grads.size(), 4u);
+  EXPECT_EQ(grads[0].second.step, 0u);
+  EXPECT_EQ(grads[3].second.step, 1u);
+  EXPECT_EQ(p.label->steps_completed(), 2u);
+  EXPECT_TRUE(p.label->pass_done());
+  // Step 1's gradients before step 0's are all in: refused.
+  EXPECT_THAT(p.feature->Handle(grads[2].second, &none).message(), HasSubstr("(step 0 waits)"));
+  ASSERT_TRUE(p.feature->Handle(grads[0].second, &none).ok());
+  ASSERT_TRUE(p.feature->Handle(grads[1].second, &none).ok());
+  EXPECT_EQ(p.feature->steps_completed(), 1u);
+  EXPECT_EQ(p.feature->bottom().stashed(), 1u);
+  EXPECT_FALSE(p.feature->between_steps());
+  ASSERT_TRUE(p.feature->Handle(grads[2].second, &none).ok());
+  ASSERT_TRUE(p.feature->Handle(grads[3].second, &none).ok());
+  EXPECT_EQ(p.feature->steps_completed(), 2u);
+  EXPECT_EQ(p.feature->bottom().stashed(), 0u);
+  EXPECT_TRUE(p.feature->between_steps());
+  // Exact steps (staleness 0) refuse the second Begin.
+  Pair exact = MakePair(all_, 40);
+  ASSERT_TRUE(exact.label->Begin(s0, 2, true).ok());
+  EXPECT_EQ(exact.label->Begin(s1, 2, true).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SplitJobTest, OutOfProtocolMessagesAreErrors) {
