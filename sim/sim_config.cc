@@ -156,6 +156,11 @@ const ConfigSchema& SimConfigSchema() {
         IntKey("split", "microbatches", 1, "split mode: micro-batches per step, pipelined (GPipe)")
             .Min(1)
             .Max(1024),
+        IntKey("split", "staleness", 0,
+               "split mode: 0 = exact steps; 1 = the next step's forwards start before this step's gradients "
+               "are back (weights one step old on the feature parties), drained at each round's end")
+            .Min(0)
+            .Max(1),
         IntKey("split", "hidden", 128, "split mode: hidden units of each bottom mlp; 0 = one Gemm")
             .Min(0)
             .Max(65536),
@@ -242,6 +247,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
   o.partition = v.GetString("sim", "partition");
   o.split.parties = static_cast<uint32_t>(v.GetInt("split", "parties"));
   o.split.microbatches = static_cast<uint32_t>(v.GetInt("split", "microbatches"));
+  o.split.staleness = static_cast<uint32_t>(v.GetInt("split", "staleness"));
   o.split.hidden = static_cast<uint32_t>(v.GetInt("split", "hidden"));
   o.split.cut = static_cast<uint32_t>(v.GetInt("split", "cut"));
   o.split.steps_per_round = u64("split", "steps_per_round");
@@ -345,6 +351,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"epsilon_budget must", "privacy", "epsilon_budget"},
       {"split parties", "split", "parties"},
       {"split microbatches", "split", "microbatches"},
+      {"split staleness", "split", "staleness"},
       {"", "sim", "mode"},
   };
   FM_RETURN_IF_ERROR(AttributeToKey(Validate(o), v, kFields));

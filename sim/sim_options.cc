@@ -136,6 +136,7 @@ Status Validate(const SimOptions& o) {
       return bad("split microbatches must be in [1, 1024], got " + std::to_string(sp.microbatches));
     }
     if (sp.cut < 1) return bad("split cut must be >= 1");
+    if (sp.staleness > 1) return bad("split staleness must be 0 or 1, got " + std::to_string(sp.staleness));
     if (static_cast<int64_t>(sp.microbatches) > o.trainer.batch_size) {
       return bad("split microbatches (" + std::to_string(sp.microbatches) + ") must not exceed the batch (" +
                  std::to_string(o.trainer.batch_size) + "): every micro-batch needs a row");

@@ -58,6 +58,9 @@ struct SplitSimOptions {
   uint32_t cut = 64;
   // Steps per round (0: one pass over the training rows). Default 0.
   uint64_t steps_per_round = 0;
+  // 0: exact steps; 1: the next step begins before this one is done (vertical/split_label_party.h),
+  // drained at each round's end. Default 0.
+  uint32_t staleness = 0;
 };
 
 struct SimOptions {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <numeric>
 #include <queue>
+#include <tuple>
 #include <utility>
 
 #include "core/rng.h"
@@ -138,6 +139,9 @@ struct SplitRun {
   std::vector<double> bottom_params;                     // per party
   double top_params = 0;
   double own_debt_s = 0;  // the label party's deferred own-bottom backward, not yet run
+  // Per (training, step, micro-batch): feature parties' activations in. Kept across passes:
+  // with staleness 1 the next step's come while this one runs.
+  std::map<std::tuple<bool, uint64_t, uint32_t>, int> arrived;
 };
 
 // Feature party ev.to handles ev.m when it is free; its replies leave when it is done.
@@ -158,15 +162,23 @@ Status DeliverToFeatureParty(SplitRun& run, SplitNetwork& net, const SplitNetwor
 }
 
 // Runs one pass from virtual time `t0` to the label party's end of it; returns that time.
-Result<double> RunPass(SplitRun& run, SplitNetwork& net, std::span<const uint64_t> rows, uint32_t micro,
-                       bool training, double t0) {
+// A training pass may have been begun by the call before (staleness 1); `next`, when not
+// empty, is the following step's rows, begun now too.
+Result<double> RunPass(SplitRun& run, SplitNetwork& net, std::span<const uint64_t> rows,
+                       std::span<const uint64_t> next, uint32_t micro, bool training, double t0) {
   const int feature_parties = static_cast<int>(run.features.size());
-  FM_ASSIGN_OR_RETURN(std::vector<vertical::Outgoing> out, run.label->Begin(rows, micro, training));
   SplitNetwork::Party& label = net.party(0);
   const double begin = std::max(t0, label.busy_until);
-  for (auto& [to, m] : out) FM_RETURN_IF_ERROR(net.Send(0, to, m, begin));
-  std::map<uint32_t, int> arrived;  // per micro-batch: feature parties' activations in
-  while (!run.label->pass_done()) {
+  const auto begin_pass = [&](std::span<const uint64_t> r) -> Status {
+    FM_ASSIGN_OR_RETURN(std::vector<vertical::Outgoing> out, run.label->Begin(r, micro, training));
+    for (auto& [to, m] : out) FM_RETURN_IF_ERROR(net.Send(0, to, m, begin));
+    return Status::OK();
+  };
+  const uint64_t step = run.label->steps_completed();
+  if (run.label->passes_in_flight() == 0) FM_RETURN_IF_ERROR(begin_pass(rows));
+  if (!next.empty() && run.label->passes_in_flight() == 1) FM_RETURN_IF_ERROR(begin_pass(next));
+  const auto done = [&] { return training ? run.label->steps_completed() > step : run.label->pass_done(); };
+  while (!done()) {
     if (net.empty()) return Status::Internal("split mode: the parties went quiet before the pass ended");
     SplitNetwork::Event ev = net.Pop();
     const double rows_in = static_cast<double>(ev.m.rows);
@@ -182,7 +194,9 @@ Result<double> RunPass(SplitRun& run, SplitNetwork& net, std::span<const uint64_
       std::vector<vertical::Outgoing> replies;
       FM_RETURN_IF_ERROR(run.label->OnActivations(ev.from, ev.m, &replies));
       double cost = 0;
-      if (++arrived[ev.m.micro] == feature_parties) {  // the micro-batch is processed
+      const auto key = std::make_tuple(ev.m.training, ev.m.step, ev.m.micro);
+      if (++run.arrived[key] == feature_parties) {  // the micro-batch is processed
+        run.arrived.erase(key);
         const double top = training ? 6 * run.top_params : 2 * run.top_params;
         cost = (2 * run.bottom_params[0] + top) * rows_in / label.flops_per_s;
         if (training) run.own_debt_s += 4 * run.bottom_params[0] * rows_in / label.flops_per_s;
@@ -259,6 +273,7 @@ Result<std::vector<float>> RunSplitMode(SimContext& ctx) {
   std::iota(peers.begin(), peers.end(), 1);
   vertical::LabelPartyOptions lo;
   lo.loss = o.trainer.loss;
+  lo.staleness = sp.staleness;
   lo.wire = wire;
   FM_ASSIGN_OR_RETURN(run.label, LabelParty::Create(std::move(own_bottom), std::move(top),
                                                     std::move(label_block), peers, lo));
@@ -295,9 +310,13 @@ Result<std::vector<float>> RunSplitMode(SimContext& ctx) {
     const double busy_before = net.party(0).busy_s;
     const uint64_t up_before = net.bytes_from_features(), down_before = net.bytes_from_label();
     double t = t_start;
+    std::vector<uint64_t> rows = next_batch(), ahead;
     for (uint64_t s = 0; s < steps; ++s) {
-      const std::vector<uint64_t> rows = next_batch();
-      FM_ASSIGN_OR_RETURN(t, RunPass(run, net, rows, sp.microbatches, true, t));
+      // Staleness 1: the next step's rows too (the label party begins it now), but not past
+      // the round's end, where the parties drain.
+      ahead = sp.staleness > 0 && s + 1 < steps ? next_batch() : std::vector<uint64_t>();
+      FM_ASSIGN_OR_RETURN(t, RunPass(run, net, rows, ahead, sp.microbatches, true, t));
+      rows = s + 1 < steps && ahead.empty() ? next_batch() : std::move(ahead);
     }
     ctx.client_updates += steps;
     SimRoundMetrics m;
@@ -306,7 +325,7 @@ Result<std::vector<float>> RunSplitMode(SimContext& ctx) {
     m.step_s = (t - t_start) / static_cast<double>(steps);
     m.idle_fraction = std::clamp(1.0 - (net.party(0).busy_s - busy_before) / std::max(t - t_start, 1e-12), 0.0, 1.0);
     if (IsEvalRound(ctx, round) && !test_rows.empty()) {
-      FM_ASSIGN_OR_RETURN(t, RunPass(run, net, test_rows, sp.microbatches, false, t));
+      FM_ASSIGN_OR_RETURN(t, RunPass(run, net, test_rows, {}, sp.microbatches, false, t));
       const auto metrics = run.label->pass_metrics();
       if (auto it = metrics.find("accuracy"); it != metrics.end()) m.test_accuracy = it->second;
       m.test_loss = run.label->pass_loss();

@@ -90,6 +90,37 @@ TEST(SplitSim, MicroBatchesHideTransfersButNotLatency) {
   EXPECT_GT(t4, t1 * 0.9);
 }
 
+// Staleness 1 hides the round trip that exact steps cannot: the next step's forwards
+// travel while this step's gradients do, so a latency-bound step takes about half as long.
+TEST(SplitSim, StalenessOneHidesTheRoundTrip) {
+  REQUIRE_DATA();
+  SimOptions exact = SplitSim(4);
+  exact.latency_ms = 200;
+  exact.up_mbps = 100000;
+  exact.compute_speed = 1e7;
+  SimOptions stale = exact;
+  stale.split.staleness = 1;
+  auto e = RunSimulation(exact), s = RunSimulation(stale);
+  ASSERT_TRUE(e.ok() && s.ok()) << s.status().ToString();
+  const double te = *e->rounds.back().step_s, ts = *s->rounds.back().step_s;
+  std::printf("latency-bound step, 4 micro-batches: %.5f s exact, %.5f s with staleness 1 (%.2fx); accuracy %.4f / %.4f\n",
+              te, ts, ts / te, *e->rounds.back().test_accuracy, *s->rounds.back().test_accuracy);
+  EXPECT_LT(ts, 0.6 * te);
+  EXPECT_GE(*s->rounds.back().test_accuracy, *e->rounds.back().test_accuracy - 0.03);
+  // Compute-bound (fast link, no latency): nothing to hide, the step stays as long.
+  SimOptions ce = SplitSim(4), cs = SplitSim(4);
+  cs.split.staleness = 1;
+  for (SimOptions* o : {&ce, &cs}) {
+    o->latency_ms = 0;
+    o->up_mbps = 100000;
+  }
+  auto a = RunSimulation(ce), b = RunSimulation(cs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::printf("compute-bound step: %.5f s exact, %.5f s with staleness 1\n", *a->rounds.back().step_s,
+              *b->rounds.back().step_s);
+  EXPECT_GT(*b->rounds.back().step_s, 0.9 * *a->rounds.back().step_s);
+}
+
 TEST(SplitSim, TheSameSeedGivesTheSameLines) {
   REQUIRE_DATA();
   SimOptions o = SplitSim(2);
@@ -123,6 +154,9 @@ TEST(SplitSim, BadSettingsAreRefusedNamingTheKey) {
   auto c = LoadSimConfig("", {"sim.mode=split", "split.microbatches=64", "train.batch=32"});
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("[split] microbatches"), std::string::npos) << c.status().ToString();
+  auto st = LoadSimConfig("", {"sim.mode=split", "split.staleness=2"});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("[split] staleness"), std::string::npos) << st.status().ToString();
 }
 
 }  // namespace
