@@ -106,6 +106,22 @@ std::function<bool(uint64_t)> DiesAt(InProcessHub& hub, int member, int victim, 
   };
 }
 
+// n members of one group over an in-process hub, each with its result, and a way to run
+// one body per member on threads of their own (joined before it returns).
+struct Group {
+  explicit Group(int n) : hub(n), members(n), result(n) {
+    for (int r = 0; r < n; ++r) members[r].id = r;
+  }
+  void OnThreads(const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < static_cast<int>(members.size()); ++r) threads.emplace_back(body, r);
+    for (auto& t : threads) t.join();
+  }
+  InProcessHub hub;
+  std::vector<Member> members;
+  std::vector<Status> result;
+};
+
 // The training computed directly: at each step the gradients of the members `alive(step)`
 // names are averaged and applied to everyone's model. Returns the model after `steps`.
 std::vector<float> Reference(int n, uint64_t steps, const std::function<std::vector<int>(uint64_t)>& alive) {
@@ -153,23 +169,18 @@ class KillingTransport final : public CollectiveTransport {
 TEST(ElasticSteps, TheSurvivorsOfADeadMemberTrainOnWithIdenticalModels) {
   const int n = 4;
   const uint64_t steps = 30, dies_after = 10;
-  InProcessHub hub(n);
-  std::vector<Member> members(n);
-  std::vector<Status> result(n);
+  Group g(n);
+  auto& [hub, members, result] = g;
   std::vector<uint64_t> reforms(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    members[r].id = r;
-    threads.emplace_back([&, r] {
-      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), DiesAt(hub, r, 2, dies_after + 1), [&, r](ElasticRing& ring, ElasticSteps&) {
-        reforms[r] = ring.reforms();
-        if (r != 2) {
-          EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 3}));
-        }
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
+  g.OnThreads([&](int r) {
+    result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), DiesAt(hub, r, 2, dies_after + 1),
+                     [&, r](ElasticRing& ring, ElasticSteps&) {
+                       reforms[r] = ring.reforms();
+                       if (r != 2) {
+                         EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 3}));
+                       }
+                     });
+  });
   EXPECT_THAT(result[2].message(), HasSubstr("died before step 11"));
   for (int r : {0, 1, 3}) {
     ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
@@ -193,26 +204,20 @@ TEST(ElasticSteps, ADeathAtAnyPointOfAnAverageLeavesTheSurvivorsIdentical) {
   uint64_t total_rollbacks = 0;
   for (int kill_at : {3, 7, 9, 10, 11}) {
     SCOPED_TRACE("member 1 dies after sending " + std::to_string(kill_at) + " chunks of step 6");
-    InProcessHub hub(n);
-    std::vector<Member> members(n);
-    std::vector<Status> result(n);
+    Group g(n);
+    auto& [hub, members, result] = g;
     std::vector<uint64_t> rollbacks(n);
     std::atomic<uint64_t> victim_step{0};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      members[r].id = r;
-      threads.emplace_back([&, r] {
-        int sent = 0;
-        KillingTransport t(&hub, r, [&, r] { return r == 1 && victim_step.load() == 6 && ++sent > kill_at; });
-        const auto count = [&, r](uint64_t step) {
-          if (r == 1) victim_step = step;
-          return true;
-        };
-        result[r] = Live(members[r], &t, n, steps, FastOptions(), count,
-                         [&, r](ElasticRing&, ElasticSteps& e) { rollbacks[r] = e.rollbacks(); });
-      });
-    }
-    for (auto& t : threads) t.join();
+    g.OnThreads([&](int r) {
+      int sent = 0;
+      KillingTransport t(&hub, r, [&, r] { return r == 1 && victim_step.load() == 6 && ++sent > kill_at; });
+      const auto count = [&, r](uint64_t step) {
+        if (r == 1) victim_step = step;
+        return true;
+      };
+      result[r] = Live(members[r], &t, n, steps, FastOptions(), count,
+                       [&, r](ElasticRing&, ElasticSteps& e) { rollbacks[r] = e.rollbacks(); });
+    });
     EXPECT_FALSE(result[1].ok());
     ASSERT_TRUE(result[0].ok()) << result[0].ToString();
     ASSERT_TRUE(result[2].ok()) << result[2].ToString();
@@ -227,36 +232,30 @@ TEST(ElasticSteps, ADeathAtAnyPointOfAnAverageLeavesTheSurvivorsIdentical) {
 TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
   const int n = 3;
   const uint64_t steps = 40;
-  InProcessHub hub(n);
-  std::vector<Member> members(n);
-  std::vector<Status> result(n);
+  Group g(n);
+  auto& [hub, members, result] = g;
   std::vector<uint64_t> joined_at(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    members[r].id = r;
-    threads.emplace_back([&, r] {
-      const auto first_life = [&, r, dies = DiesAt(hub, r, 1, 6)](uint64_t step) {
-        // The survivors slow down a little so that the restarted member finds them running.
-        if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        return dies(step);
-      };
-      result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), first_life);
-      if (r != 1) return;
-      // The restart: a new member 1 with fresh state.
-      std::this_thread::sleep_for(std::chrono::milliseconds(800));
-      hub.Reconnect(1);
-      members[1] = Member();
-      members[1].id = 1;
-      members[1].w.assign(kParams, -3.0f);  // not the ring's: it must take theirs
-      const auto second_life = [&](uint64_t step) {
-        if (joined_at[1] == 0) joined_at[1] = step - 1;
-        return true;
-      };
-      result[1] = Live(members[1], hub.endpoint(1), n, steps, FastOptions(), second_life,
-                       [](ElasticRing& ring, ElasticSteps&) { EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 2})); });
-    });
-  }
-  for (auto& t : threads) t.join();
+  g.OnThreads([&](int r) {
+    const auto first_life = [&, r, dies = DiesAt(hub, r, 1, 6)](uint64_t step) {
+      // The survivors slow down a little so that the restarted member finds them running.
+      if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return dies(step);
+    };
+    result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), first_life);
+    if (r != 1) return;
+    // The restart: a new member 1 with fresh state.
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    hub.Reconnect(1);
+    members[1] = Member();
+    members[1].id = 1;
+    members[1].w.assign(kParams, -3.0f);  // not the ring's: it must take theirs
+    const auto second_life = [&](uint64_t step) {
+      if (joined_at[1] == 0) joined_at[1] = step - 1;
+      return true;
+    };
+    result[1] = Live(members[1], hub.endpoint(1), n, steps, FastOptions(), second_life,
+                     [](ElasticRing& ring, ElasticSteps&) { EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 2})); });
+  });
   for (int r = 0; r < n; ++r) ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
   EXPECT_GT(joined_at[1], 5u);
   EXPECT_LT(joined_at[1], steps);
@@ -267,19 +266,13 @@ TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
 // Fewer members than min_members: the run fails saying so, it does not train alone.
 TEST(ElasticSteps, TooFewMembersFailTheRun) {
   const int n = 2;
-  InProcessHub hub(n);
-  std::vector<Member> members(n);
-  std::vector<Status> result(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    members[r].id = r;
-    threads.emplace_back([&, r] {
-      ElasticOptions o = FastOptions();
-      o.min_members = 2;
-      result[r] = Live(members[r], hub.endpoint(r), n, 10, o, DiesAt(hub, r, 1, 4));
-    });
-  }
-  for (auto& t : threads) t.join();
+  Group g(n);
+  auto& [hub, members, result] = g;
+  g.OnThreads([&](int r) {
+    ElasticOptions o = FastOptions();
+    o.min_members = 2;
+    result[r] = Live(members[r], hub.endpoint(r), n, 10, o, DiesAt(hub, r, 1, 4));
+  });
   EXPECT_THAT(result[0].ToString(), HasSubstr("at least 2 are needed (min_members)"));
 }
 
@@ -288,23 +281,17 @@ TEST(ElasticSteps, TooFewMembersFailTheRun) {
 // own (it did: the models then differed silently), nor re-form for ever. The other goes on.
 TEST(ElasticSteps, AStateOfAnotherSizeFailsTheMemberNotForever) {
   const int n = 2;
-  InProcessHub hub(n);
-  std::vector<Member> members(n);
-  std::vector<Status> result(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    members[r].id = r;
-    threads.emplace_back([&, r] {
-      ElasticHooks hooks = members[r].Hooks();
-      if (r == 1) hooks.save = [] { return std::vector<float>(kParams + 5, 0.0f); };
-      auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
-      ASSERT_TRUE(ring.ok());
-      ElasticSteps e(ring->get(), std::move(hooks));
-      result[r] = e.Start();
-      if (result[r].ok()) result[r] = Train(members[r], e, 5);
-    });
-  }
-  for (auto& t : threads) t.join();
+  Group g(n);
+  auto& [hub, members, result] = g;
+  g.OnThreads([&](int r) {
+    ElasticHooks hooks = members[r].Hooks();
+    if (r == 1) hooks.save = [] { return std::vector<float>(kParams + 5, 0.0f); };
+    auto ring = ElasticRing::Create(FastOptions(), n, r, hub.endpoint(r));
+    ASSERT_TRUE(ring.ok());
+    ElasticSteps e(ring->get(), std::move(hooks));
+    result[r] = e.Start();
+    if (result[r].ok()) result[r] = Train(members[r], e, 5);
+  });
   EXPECT_EQ(result[1].code(), StatusCode::kInvalidArgument) << result[1].ToString();
   EXPECT_TRUE(result[0].ok()) << result[0].ToString();
 }
