@@ -73,8 +73,16 @@ class ElasticRing::ViewTransport final : public CollectiveTransport {
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
-      FM_ASSIGN_OR_RETURN(auto got, ring_->transport_->Receive(MsLeft(deadline)));
-      if (!got) return std::optional<std::pair<int, Chunk>>();
+      FM_ASSIGN_OR_RETURN(auto got, ring_->transport_->Receive(ring_->Slice(MsLeft(deadline))));
+      if (!got) {
+        // Nothing came: what arrived is always taken first (a member that finished and left
+        // may be declared dead while its last chunks still wait here).
+        if (std::optional<int> dead = ring_->DeadInView()) {
+          return Status::Unavailable("member " + std::to_string(*dead) + " was declared dead by the failure detector");
+        }
+        if (Clock::now() < deadline) continue;
+        return std::optional<std::pair<int, Chunk>>();
+      }
       auto& [from, chunk] = *got;
       if (IsControl(chunk)) {
         std::optional<Control> c = Decode(from, chunk, ring_->members_);
@@ -193,6 +201,14 @@ Result<std::optional<ElasticRing::Control>> ElasticRing::NextControl(int timeout
   }
 }
 
+std::optional<int> ElasticRing::DeadInView() const {
+  if (!options_.dead) return std::nullopt;
+  for (int m : view_) {
+    if (m != me_ && options_.dead(m)) return m;
+  }
+  return std::nullopt;
+}
+
 Result<ViewChange> ElasticRing::Join() { return Form(0, /*joining=*/true, options_.start_window_ms); }
 
 Result<ViewChange> ElasticRing::Reform(uint64_t completed, bool joining) {
@@ -216,8 +232,15 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
     std::optional<Control> adopted;
     // Phase 1: collect JOINs until every member answered or the window closed; adopt a
     // VIEW that lists this member.
-    while (!adopted && heard.size() < static_cast<size_t>(members_) && Clock::now() < deadline) {
-      FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(MsLeft(deadline)));
+    // Every member answered, or (with a detector) every member it has not declared dead.
+    const auto all_heard = [&] {
+      for (int m = 0; m < members_; ++m) {
+        if (heard.count(m) == 0 && !(options_.dead && options_.dead(m))) return false;
+      }
+      return true;
+    };
+    while (!adopted && !all_heard() && Clock::now() < deadline) {
+      FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(Slice(MsLeft(deadline))));
       if (!c) continue;
       if (c->type == kJoin) {
         if (c->generation > target) {

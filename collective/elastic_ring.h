@@ -22,8 +22,10 @@
 // Thread-safety: one thread drives an ElasticRing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +53,14 @@ struct ElasticOptions {
   int min_members = 1;
   // Attempts at one re-forming before it fails. Default: 20.
   int max_attempts = 20;
+  // A failure detector beside the ring (SWIM: node/ring_liveness.h): true for a member it
+  // has declared dead. Set, an operation whose view holds a member declared dead stops
+  // within dead_poll_ms instead of waiting comm.timeout_ms for it, and a re-forming closes
+  // its window as soon as every member not declared dead has answered. Called on the ring's
+  // thread while the detector runs on its own: it must be thread-safe. Default: none.
+  std::function<bool(int member)> dead;
+  // How often a wait asks `dead`. Default: 50 ms.
+  int dead_poll_ms = 50;
 };
 
 // What the members agreed when the ring (re)formed, from this member's side.
@@ -104,6 +114,10 @@ class ElasticRing {
   // The next control message (data chunks of later views are kept), waiting up to ms.
   Result<std::optional<Control>> NextControl(int timeout_ms);
   Status SendJoin(uint64_t generation, uint64_t completed, bool joining);
+  // A member of the current view the detector has declared dead, if any.
+  std::optional<int> DeadInView() const;
+  // How long one wait may block before the detector is asked again.
+  int Slice(int ms_left) const { return options_.dead ? std::min(ms_left, options_.dead_poll_ms) : ms_left; }
   void SendControl(int to, uint64_t generation, const std::string& bytes);
   Result<ViewChange> Adopt(const Control& view, uint64_t completed);
   static uint64_t Tag(uint64_t generation, const std::vector<int>& view);

@@ -11,11 +11,43 @@
 #include "core/sha256.h"
 #include "collective/group_members.h"
 #include "collective/wire_floats.h"
+#include "node/ring_liveness.h"
 #include "crypto/key_files.h"
 
 namespace fedmesh {
 
 AllreduceService::~AllreduceService() = default;
+
+Status AllreduceService::StartSwim(const std::vector<collective::RingMember>& members, int rank,
+                                   collective::ElasticOptions& eo) {
+  // SWIM's own transport, one port above the ring's, between the same keys.
+  std::vector<collective::RingMember> swim = members;
+  std::vector<PublicIdentity> group;
+  for (collective::RingMember& m : swim) {
+    FM_ASSIGN_OR_RETURN(m.endpoint, SwimEndpoint(m.endpoint));
+    group.push_back(m.identity);
+  }
+  FM_ASSIGN_OR_RETURN(const std::string listen, SwimEndpoint(config_.collective.listen));
+  collective::ZmqRingTransportOptions to;
+  to.max_chunk_bytes = 1 << 20;  // probes and syncs are small
+  to.linger_ms = 0;
+  FM_ASSIGN_OR_RETURN(swim_transport_, collective::ZmqRingTransport::Create(*identity_, swim, listen, to));
+  RingLivenessOptions lo;
+  lo.group_id = config_.federation_id + "/collective";
+  lo.swim.probe_interval_s = static_cast<double>(config_.collective.swim_probe_ms) / 1000;
+  lo.swim.probe_timeout_s = lo.swim.probe_interval_s * 0.4;
+  lo.swim.suspicion_timeout_s = static_cast<double>(config_.collective.swim_suspicion_ms) / 1000;
+  lo.swim.join_retry_s = lo.swim.probe_interval_s;
+  lo.swim.sync_interval_s = 4 * lo.swim.probe_interval_s;
+  FM_ASSIGN_OR_RETURN(liveness_, RingLiveness::Start(lo, *identity_, std::move(group), rank, swim_transport_.get()));
+  RingLiveness* l = liveness_.get();
+  eo.dead = [l](int member) { return l->Dead(member); };
+  if (log_) {
+    log_("SWIM failure detection on " + listen + " (probe every " + std::to_string(config_.collective.swim_probe_ms) +
+         " ms, suspicion " + std::to_string(config_.collective.swim_suspicion_ms) + " ms)");
+  }
+  return Status::OK();
+}
 
 Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeConfig& config, Env* env,
                                                                    std::function<void(const std::string&)> log) {
@@ -59,6 +91,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
     eo.reform_window_ms = static_cast<int>(config.collective.reform_window_ms);
     eo.start_window_ms = static_cast<int>(config.collective.timeout_ms);
     eo.min_members = static_cast<int>(config.collective.min_members);
+    if (config.collective.swim) FM_RETURN_IF_ERROR(s->StartSwim(members, rank, eo));
     FM_ASSIGN_OR_RETURN(s->elastic_ring_, collective::ElasticRing::Create(eo, static_cast<int>(members.size()), rank,
                                                                           s->transport_.get()));
     collective::ElasticHooks hooks;

@@ -17,8 +17,11 @@
 // dead and the others re-form the ring and go on from the last average they all completed
 // (a step's gradients, or with local SGD the model after a block of sync_every steps;
 // collective/elastic_steps.h); a restarted member rejoins at a boundary with the ring's
-// model, optimizer state and position; min_members bounds how few may go on. Not elastic: a rank that dies stops the others with DeadlineExceeded after
-// timeout_ms. Thread-safety: Run blocks its thread.
+// model, optimizer state and position; min_members bounds how few may go on. With
+// [collective] swim, SWIM (node/ring_liveness.h) declares a dead member dead within about
+// swim_probe_ms + swim_suspicion_ms and the ring goes on without waiting timeout_ms. Not
+// elastic: a rank that dies stops the others with DeadlineExceeded after timeout_ms.
+// Thread-safety: Run blocks its thread.
 #pragma once
 
 #include <atomic>
@@ -35,6 +38,7 @@
 #include "core/trainer.h"
 #include "crypto/identity.h"
 #include "node/node_config.h"
+#include "node/ring_liveness.h"
 #include "node/site_model.h"
 #include "storage/node_store.h"
 
@@ -70,6 +74,9 @@ class AllreduceService {
   std::vector<float> SaveState() const;
   Status RestoreState(std::span<const float> state);
   AllreduceService() = default;
+  // [collective] swim: starts the detector on every member's port + 1 and gives the elastic
+  // ring its verdicts.
+  Status StartSwim(const std::vector<collective::RingMember>& members, int rank, collective::ElasticOptions& eo);
   Status AllreduceParams();
   // Gradient all-reduce: a model's non-trainable state (BatchNorm running statistics, which
   // each rank's forward updates from its own batch) rides in the state positions of the
@@ -86,6 +93,9 @@ class AllreduceService {
   SiteModel site_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<NodeStore> store_;
+  // SWIM ([collective] swim): its transport, and the detector (stopped before the transport).
+  std::unique_ptr<collective::ZmqRingTransport> swim_transport_;
+  std::unique_ptr<RingLiveness> liveness_;
   std::unique_ptr<collective::ZmqRingTransport> transport_;
   std::unique_ptr<collective::Communicator> comm_;             // not elastic
   std::unique_ptr<collective::ElasticRing> elastic_ring_;     // elastic

@@ -1,15 +1,14 @@
 #include "node/node_config.h"
 
-#include <set>
-
-#include <filesystem>
-
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <set>
 
 #include "config/config_loader.h"
 #include "config/data_source_config.h"
 #include "config/loss_config.h"
+#include "node/ring_liveness.h"
 
 namespace fedmesh {
 
@@ -82,6 +81,17 @@ const ConfigSchema& NodeConfigSchema() {
         IntKey("collective", "min_members", 1,
                "Elastic: the run fails when fewer members than this are left")
             .Min(1),
+        BoolKey("collective", "swim", false,
+                "Elastic: SWIM failure detection beside the ring, on each member's port + 1 (listen and "
+                "every group endpoint): a dead member is declared dead within about swim_probe_ms + "
+                "swim_suspicion_ms, and the ring goes on without waiting timeout_ms for it"),
+        IntKey("collective", "swim_probe_ms", 500, "SWIM: probe interval (one member probed per interval)")
+            .Min(20)
+            .Max(60000),
+        IntKey("collective", "swim_suspicion_ms", 1500,
+               "SWIM: how long a suspected member has to refute before it is declared dead")
+            .Min(20)
+            .Max(600000),
         StringKey("split", "role", "",
                   "split mode: label (holds the label and the top model, drives the job) or "
                   "feature (holds columns only)")
@@ -594,6 +604,9 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   k.elastic = v.GetBool("collective", "elastic");
   k.reform_window_ms = v.GetInt("collective", "reform_window_ms");
   k.min_members = v.GetInt("collective", "min_members");
+  k.swim = v.GetBool("collective", "swim");
+  k.swim_probe_ms = v.GetInt("collective", "swim_probe_ms");
+  k.swim_suspicion_ms = v.GetInt("collective", "swim_suspicion_ms");
   if (!k.enabled) return Status::OK();
   auto bad = [&](const std::string& why, const char* section, const char* key) {
     return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});
@@ -605,6 +618,18 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
     return bad("is " + std::to_string(k.min_members) + " but the group has " + std::to_string(k.group.size()) +
                    " members",
                "collective", "min_members");
+  }
+  if (k.swim) {
+    if (!k.elastic) return bad("needs [collective] elastic = true (SWIM tells the elastic ring who died)", "collective", "swim");
+    for (const std::string& e : k.group) {
+      const std::string endpoint = e.substr(e.find('@') + 1);
+      if (!SwimEndpoint(endpoint).ok()) {
+        return bad("needs tcp://host:port endpoints with a free port above (SWIM listens on port + 1); " +
+                       SwimEndpoint(endpoint).status().message(),
+                   "collective", "group");
+      }
+    }
+    if (auto l = SwimEndpoint(k.listen); !l.ok()) return bad(l.status().message(), "collective", "listen");
   }
   if (!c.gossip.listen.empty()) return bad("allreduce mode has no gossip: unset [gossip] listen", "train", "mode");
   if (c.external.enabled()) return bad("allreduce mode trains in process: unset [train] external", "train", "mode");

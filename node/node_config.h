@@ -55,6 +55,9 @@ struct CollectiveConfig {
   bool elastic = true;              // survivors re-form the ring (collective/elastic_steps.h)
   int64_t reform_window_ms = 3000;  // how long re-forming waits for the members' answers
   int64_t min_members = 1;          // fewer live members than this end the run
+  bool swim = false;                // SWIM failure detection on each member's port + 1
+  int64_t swim_probe_ms = 500;
+  int64_t swim_suspicion_ms = 1500;
 };
 
 // [train] mode = "split" with [split]: vertical federated learning, one model cut across

@@ -21,8 +21,9 @@ class AllreduceTest : public FederationTest {
   void WriteGroup(int n, const std::string& train, const std::string& collective = "") {
     std::string group;
     std::vector<int> ports;
+    const bool swim = collective.find("swim = true") != std::string::npos;
     for (int i = 1; i <= n; ++i) {
-      ports.push_back(FreeLoopbackPort());
+      ports.push_back(swim ? FreeLoopbackPortPair() : FreeLoopbackPort());
       group += std::string(i > 1 ? ", " : "") + "\"site-" + std::to_string(i) + "@tcp://127.0.0.1:" +
                std::to_string(ports.back()) + "\"";
     }
@@ -157,6 +158,47 @@ TEST_F(AllreduceTest, ElasticTheSurvivorsGoOnAndARestartedRankRejoins) {
   for (int i = 2; i <= 4; ++i) EXPECT_EQ(Sha(LastLine(i)), sha) << "site-" << i << " ended with another model";
   EXPECT_EQ(JsonNumber(LastLine(4), "epoch").value_or(0), 3);
   EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.8) << LastLine(1);
+}
+
+// SWIM beside the ring: with an operation timeout of 60 s and a re-forming window of 30 s,
+// the two survivors of a SIGKILL go on within seconds (SWIM declares the dead rank dead, the
+// ring stops waiting for it and closes its window once the living answered) and finish with
+// the same model. Without SWIM they would wait 60 s, then 30 s.
+TEST_F(AllreduceTest, SwimLetsTheSurvivorsGoOnLongBeforeTheTimeout) {
+  WriteGroup(3, "epochs = 2\nbatch = 32\nlr = 0.05",
+             "timeout_ms = 60000\nreform_window_ms = 30000\nswim = true\nswim_probe_ms = 200\nswim_suspicion_ms = 600");
+  auto ranks = StartRanks(3);
+  ASSERT_TRUE(WaitForLog(ranks[0], "SWIM failure detection on tcp://127.0.0.1:", seconds(60))) << ranks[0]->Log();
+  ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
+  ranks[2]->Signal(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitForLog(ranks[0], "members [0,1],", seconds(120))) << ranks[0]->Log();
+  const double regrouped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("SWIM: the other two re-formed the ring %.1f s after the SIGKILL (operation timeout 60 s)\n",
+              regrouped_s);
+  EXPECT_LT(regrouped_s, 10.0);
+  EXPECT_NE(ranks[0]->Log().find("declared dead by the failure detector"), std::string::npos) << ranks[0]->Log();
+  for (ChildProcess* r : {ranks[0], ranks[1]}) {
+    auto rc = r->WaitExit(seconds(600));
+    ASSERT_TRUE(rc.has_value()) << r->name() << " still running";
+    ASSERT_EQ(*rc, 0) << r->Log();
+  }
+  const std::string sha = Sha(LastLine(1));
+  ASSERT_EQ(sha.size(), 64u) << LastLine(1);
+  EXPECT_EQ(Sha(LastLine(2)), sha);
+  EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.75) << LastLine(1);
+  // SWIM needs the elastic ring, and tcp endpoints with a port above.
+  for (const auto& [sets, expect] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"collective.elastic=false"}, "[collective] swim: needs [collective] elastic = true"},
+           {{"collective.listen=ipc:///tmp/x"}, "[collective] listen: endpoint 'ipc:///tmp/x' is not tcp://HOST:PORT"},
+           {{"collective.swim_probe_ms=5"}, "[collective] swim_probe_ms"}}) {
+    std::vector<std::string> argv = {kBin + "fedmesh-node", "--config", "site-1.toml"};
+    for (const std::string& set : sets) argv.insert(argv.end(), {"--set", set});
+    auto rc = fedmesh::testing::RunToCompletion(argv, dir_, dir_ / "bad.log", seconds(60));
+    ASSERT_TRUE(rc.has_value());
+    EXPECT_EQ(*rc, 2) << ReadWholeFile(dir_ / "bad.log");
+    EXPECT_NE(ReadWholeFile(dir_ / "bad.log").find(expect), std::string::npos) << ReadWholeFile(dir_ / "bad.log");
+  }
 }
 
 // Elastic local SGD: the ring's steps are the model averages every sync_every local steps

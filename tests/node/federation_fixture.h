@@ -72,6 +72,24 @@ inline int FreeLoopbackPort() {
   return ntohs(a.sin_port);
 }
 
+// A loopback port that was free a moment ago, with the one above it free too (a member
+// whose SWIM listens on its ring port + 1).
+inline int FreeLoopbackPortPair() {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int p = FreeLoopbackPort();
+    if (p >= 65535) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(p + 1));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return p;
+  }
+  return FreeLoopbackPort();
+}
+
 inline bool HaveFashionMnist() {
   static const bool have = LoadFashionMnist(DataSplit::kTest).ok();
   return have;
