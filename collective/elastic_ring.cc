@@ -73,6 +73,11 @@ class ElasticRing::ViewTransport final : public CollectiveTransport {
     }
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
+      // A member whose JOIN was held while it was declared dead, alive again, joins now.
+      if (!ring_->held_.empty() && ring_->ReleaseRevived()) {
+        return Status::Unavailable("member " + std::to_string(ring_->backlog_.back().from) +
+                                   ", alive again, is re-forming the ring");
+      }
       FM_ASSIGN_OR_RETURN(auto got, ring_->transport_->Receive(ring_->Slice(MsLeft(deadline))));
       if (!got) {
         // Nothing came: what arrived is always taken first (a member that finished and left
@@ -90,6 +95,10 @@ class ElasticRing::ViewTransport final : public CollectiveTransport {
         // A member outside the view wants in, or a member re-forms at a later generation.
         const bool outsider = !Contains(ring_->view_, c->from);
         if (c->generation > ring_->generation_ || (outsider && c->type == kJoin)) {
+          if (c->type == kJoin && ring_->DeclaredDead(c->from)) {
+            ring_->held_.push_back(std::move(*c));
+            continue;
+          }
           ring_->backlog_.push_back(std::move(*c));
           return Status::Unavailable("member " + std::to_string(from) + " is re-forming the ring");
         }
@@ -201,6 +210,20 @@ Result<std::optional<ElasticRing::Control>> ElasticRing::NextControl(int timeout
   }
 }
 
+bool ElasticRing::ReleaseRevived() {
+  bool any = false;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (DeclaredDead(it->from)) {
+      ++it;
+      continue;
+    }
+    backlog_.push_back(std::move(*it));
+    it = held_.erase(it);
+    any = true;
+  }
+  return any;
+}
+
 std::optional<int> ElasticRing::DeadInView() const {
   if (!options_.dead) return std::nullopt;
   for (int m : view_) {
@@ -240,8 +263,13 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
       return true;
     };
     while (!adopted && !all_heard() && Clock::now() < deadline) {
+      ReleaseRevived();
       FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(Slice(MsLeft(deadline))));
       if (!c) continue;
+      if (c->type == kJoin && DeclaredDead(c->from)) {
+        held_.push_back(std::move(*c));
+        continue;
+      }
       if (c->type == kJoin) {
         if (c->generation > target) {
           restart(c->generation);
@@ -260,7 +288,10 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
       }
     }
     if (adopted) return Adopt(*adopted, completed);
-    if (heard.begin()->first == me_) {
+    // Members the detector declared dead since they answered are left out.
+    for (auto it = heard.begin(); it != heard.end();) it = DeclaredDead(it->first) ? heard.erase(it) : std::next(it);
+    const int proposer = heard.begin()->first;
+    if (proposer == me_) {
       // The lowest member heard proposes the view.
       Control view;
       view.type = kView;
@@ -303,8 +334,11 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
     deadline = Clock::now() + std::chrono::milliseconds(2 * window_ms);
     bool restarted = false;
     while (!adopted && !restarted && Clock::now() < deadline) {
-      FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(MsLeft(deadline)));
-      if (!c) continue;
+      FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(Slice(MsLeft(deadline))));
+      if (!c) {
+        if (DeclaredDead(proposer)) break;  // it will never propose: the next generation
+        continue;
+      }
       if (c->type == kJoin && c->generation > target) {
         restart(c->generation);
         heard[c->from] = {c->completed, c->joining};

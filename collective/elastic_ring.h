@@ -55,9 +55,11 @@ struct ElasticOptions {
   int max_attempts = 20;
   // A failure detector beside the ring (SWIM: node/ring_liveness.h): true for a member it
   // has declared dead. Set, an operation whose view holds a member declared dead stops
-  // within dead_poll_ms instead of waiting comm.timeout_ms for it, and a re-forming closes
-  // its window as soon as every member not declared dead has answered. Called on the ring's
-  // thread while the detector runs on its own: it must be thread-safe. Default: none.
+  // within dead_poll_ms instead of waiting comm.timeout_ms for it, a re-forming closes its
+  // window as soon as every member not declared dead has answered and leaves such members
+  // out of the view, and their JOINs wait until the detector sees them alive again. Called on
+  // the ring's thread while the detector runs on its own: it must be thread-safe. Default:
+  // none.
   std::function<bool(int member)> dead;
   // How often a wait asks `dead`. Default: 50 ms.
   int dead_poll_ms = 50;
@@ -116,6 +118,10 @@ class ElasticRing {
   Status SendJoin(uint64_t generation, uint64_t completed, bool joining);
   // A member of the current view the detector has declared dead, if any.
   std::optional<int> DeadInView() const;
+  // Whether the detector has declared `member` dead (never this member itself).
+  bool DeclaredDead(int member) const { return options_.dead && member != me_ && options_.dead(member); }
+  // Moves the held JOINs of members no longer declared dead to the backlog; whether any.
+  bool ReleaseRevived();
   // How long one wait may block before the detector is asked again.
   int Slice(int ms_left) const { return options_.dead ? std::min(ms_left, options_.dead_poll_ms) : ms_left; }
   void SendControl(int to, uint64_t generation, const std::string& bytes);
@@ -134,6 +140,9 @@ class ElasticRing {
   uint64_t reforms_ = 0;
   // JOINs and VIEWs that arrived during an operation, for the next re-forming.
   std::deque<Control> backlog_;
+  // JOINs of members the detector declared dead: not obeyed (a member others' SWIM cannot
+  // reach would pull the ring into re-forming for ever) until it sees them alive again.
+  std::deque<Control> held_;
   // Data chunks of views not yet adopted, by tag.
   std::map<uint64_t, std::vector<std::pair<int, Chunk>>> later_;
 };

@@ -621,11 +621,17 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   }
   if (k.swim) {
     if (!k.elastic) return bad("needs [collective] elastic = true (SWIM tells the elastic ring who died)", "collective", "swim");
-    for (const std::string& e : k.group) {
-      const std::string endpoint = e.substr(e.find('@') + 1);
-      if (!SwimEndpoint(endpoint).ok()) {
+    std::set<std::string> ring;
+    for (const std::string& e : k.group) ring.insert(e.substr(e.find('@') + 1));
+    for (const std::string& endpoint : ring) {
+      auto swim = SwimEndpoint(endpoint);
+      if (!swim.ok()) {
         return bad("needs tcp://host:port endpoints with a free port above (SWIM listens on port + 1); " +
-                       SwimEndpoint(endpoint).status().message(),
+                       swim.status().message(),
+                   "collective", "group");
+      }
+      if (ring.count(*swim) > 0) {
+        return bad("SWIM listens on each member's port + 1, but " + *swim + " is another member's ring endpoint",
                    "collective", "group");
       }
     }

@@ -54,7 +54,7 @@ std::optional<std::vector<wire::Frame>> Unpack(std::string_view in) {
 Result<std::string> SwimEndpoint(const std::string& ring_endpoint) {
   const size_t colon = ring_endpoint.rfind(':');
   const std::string bad = "endpoint '" + ring_endpoint + "' is not tcp://HOST:PORT with PORT below 65535";
-  if (ring_endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon < 6) {
+  if (ring_endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon <= 6) {
     return Status::InvalidArgument(bad);
   }
   const std::string port = ring_endpoint.substr(colon + 1);
@@ -88,10 +88,11 @@ Result<std::unique_ptr<RingLiveness>> RingLiveness::Start(const RingLivenessOpti
   // Seeded from the clock: probe order and jitter need no reproducibility across members.
   l->env_ = std::make_unique<SystemEnv>(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
                                         static_cast<uint64_t>(me));
-  // The incarnation grows across restarts (seconds since the epoch), so a restarted member's
-  // record outranks what the others hold about its previous life.
+  // The incarnation grows across restarts (milliseconds since the epoch), so a restarted
+  // member's record outranks what the others hold about its previous life.
   const auto incarnation = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   FM_ASSIGN_OR_RETURN(l->membership_, Membership::Create(options.swim, identity, options.group_id,
                                                          "member-" + std::to_string(me), incarnation, std::move(group),
                                                          std::move(seeds), *l->env_));
@@ -141,9 +142,14 @@ void RingLiveness::Run() {
       (void)transport_->Send(static_cast<int>(to - ids_.begin()), std::move(c));  // a dead peer: SWIM's business
     }
     Publish();
+    // Everything that arrived is read before the timers run: on a busy machine a queued Ack or
+    // refutation must count before a probe or a suspicion times out.
     const double wait_s = std::clamp(membership_->NextTimerAt() - env_->NowSeconds(), 0.0, 0.05);
-    auto got = transport_->Receive(static_cast<int>(wait_s * 1000));
-    if (got.ok() && got->has_value()) {
+    int wait_ms = static_cast<int>(wait_s * 1000);
+    for (int n = 0; n < 1024; ++n) {  // bounded: a flood must not keep the timers from running
+      auto got = transport_->Receive(wait_ms);
+      wait_ms = 0;
+      if (!got.ok() || !got->has_value()) break;
       auto& [from, chunk] = **got;
       if (chunk.kind == collective::OpKind::kMessage && chunk.op == kSwimOp && from >= 0 &&
           from < static_cast<int>(ids_.size())) {

@@ -37,6 +37,9 @@ struct RingLivenessOptions {
     o.suspicion_timeout_s = 1.5;
     o.sync_interval_s = 2.0;
     o.join_retry_s = 0.5;
+    // A dead member stays dead until it is heard from again: the ring asks about it for as
+    // long as the run lasts (the tombstone would otherwise go after 60 s).
+    o.dead_retention_s = 1e9;
     return o;
   }();
   // Names the group in every record it signs. Required.

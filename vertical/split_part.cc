@@ -55,6 +55,7 @@ Status SplitPart::Forward(const float* input, int64_t rows, bool training, uint6
   std::memcpy(model_->input(0, rows, slot), input, static_cast<size_t>(rows * in_cols_) * sizeof(float));
   FM_RETURN_IF_ERROR(model_->Forward(rows, training, seed, slot));
   if (training) slot_rows_[slot] = Pending{rows, version_};
+  last_slot_ = slot;
   return Status::OK();
 }
 
@@ -69,6 +70,13 @@ void SplitPart::Load(uint64_t version) {
 }
 
 void SplitPart::Backward() {
+  // The last forward's activations are used up: its slot no longer waits (nor needs weights
+  // kept for it).
+  slot_rows_.erase(last_slot_);
+  Accumulate();
+}
+
+void SplitPart::Accumulate() {
   model_->Backward();
   const float* g = model_->grads();
   for (size_t i = 0; i < grad_sum_.size(); ++i) grad_sum_[i] += g[i];
@@ -85,7 +93,7 @@ Status SplitPart::BackwardSlot(uint32_t slot, const float* dout) {
   FM_RETURN_IF_ERROR(model_->Select(pending.rows, slot));
   std::memcpy(model_->output_grad(0), dout, static_cast<size_t>(pending.rows * out_cols_) * sizeof(float));
   slot_rows_.erase(it);
-  Backward();
+  Accumulate();
   if (pending.version != version_) {
     bool needed = false;
     for (const auto& [s, p] : slot_rows_) needed = needed || p.version == pending.version;
@@ -116,6 +124,12 @@ void SplitPart::Step() {
   bool needed = false;
   for (const auto& [s, pending] : slot_rows_) needed = needed || pending.version == version_;
   if (needed) stash_[version_].assign(model_->params(), model_->params() + model_->num_flat());
+  // Copies no pending forward needs any more go (a slot whose forward was run again).
+  for (auto it = stash_.begin(); it != stash_.end();) {
+    bool used = false;
+    for (const auto& [s, pending] : slot_rows_) used = used || pending.version == it->first;
+    it = used ? std::next(it) : stash_.erase(it);
+  }
   ++version_;
   loaded_ = version_;
   SgdStepParams p;

@@ -63,7 +63,8 @@ class SplitPart {
   const float* output() const { return model_->output(0); }
   // d loss / d output of the last Forward: write rows x out_cols, then Backward.
   float* output_grad() { return model_->output_grad(0); }
-  // Adds this micro-batch's parameter gradients to the step's sum.
+  // Adds the last Forward's parameter gradients (from output_grad()) to the step's sum; that
+  // forward's slot no longer waits for a backward.
   void Backward();
   // Backward of `slot`'s last Forward (a training one), from `dout` (its rows x out_cols):
   // adds its parameter gradients to the step's sum. FailedPrecondition when the slot holds
@@ -91,12 +92,15 @@ class SplitPart {
   // Puts the weights of `version` into the model (the current ones kept in current_).
   void Load(uint64_t version);
   void LoadCurrent() { Load(version_); }
+  // Runs the model's backward and adds its parameter gradients to the step's sum.
+  void Accumulate();
 
   struct Pending {
     int64_t rows = 0;
     uint64_t version = 0;  // the weights its forward ran on
   };
   std::map<uint32_t, Pending> slot_rows_;  // slots holding a training forward
+  uint32_t last_slot_ = 0;                 // the last Forward's slot
   uint64_t version_ = 0;                   // Steps taken (and Restores)
   uint64_t loaded_ = 0;                    // the version whose weights are in the model
   std::map<uint64_t, std::vector<float>> stash_;  // older versions pending forwards need

@@ -368,6 +368,51 @@ TEST(ElasticRing, MalformedControlMessagesAreDroppedNotObeyed) {
   for (size_t i = 0; i < kParams; ++i) EXPECT_NEAR(members[0].w[i], ref[i], 1e-4) << i;
 }
 
+// A failure detector (ElasticOptions::dead) that declares member 2 dead while it is alive
+// and knocking (its JOINs reach the ring, its detector's messages would not): the ring of
+// 0 and 1 does not let it pull them into re-forming again and again; its JOIN waits, and
+// once the detector sees it alive it joins with the ring's state. Everyone ends equal.
+TEST(ElasticRing, AMemberDeclaredDeadWaitsOutsideUntilSeenAlive) {
+  const int n = 3;
+  const uint64_t steps = 100;
+  Group g(n);
+  auto& [hub, members, result] = g;
+  std::atomic<bool> seen_alive{false};
+  std::vector<uint64_t> reforms(n), generations(n);
+  std::atomic<uint64_t> progress{0};
+  std::thread flip([&] {
+    // Member 2 knocks from the start; the detector sees it alive once the others are at step 30.
+    while (progress.load() < 30) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    seen_alive = true;
+  });
+  g.OnThreads([&](int r) {
+    ElasticOptions o = FastOptions();
+    o.start_window_ms = r == 2 ? 20000 : 500;  // 0 and 1 start without member 2, which waits to be let in
+    if (r != 2) o.dead = [&](int m) { return m == 2 && !seen_alive.load(); };
+    const auto slow = [&, r](uint64_t step) {
+      if (r == 0) progress = step;
+      if (r != 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return true;
+    };
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(700));  // after the others formed
+    result[r] = Live(members[r], hub.endpoint(r), n, steps, o, slow, [&, r](ElasticRing& ring, ElasticSteps&) {
+      reforms[r] = ring.reforms();
+      generations[r] = ring.generation();
+      EXPECT_EQ(ring.view(), (std::vector<int>{0, 1, 2})) << r;
+    });
+  });
+  flip.join();
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(result[r].ok()) << r << ": " << result[r].ToString();
+  EXPECT_EQ(members[1].w, members[0].w);
+  EXPECT_EQ(members[2].w, members[0].w);
+  // Held, not obeyed: 0 and 1 re-formed once, to let member 2 in when it was seen alive (an
+  // obeyed JOIN would have re-formed them, left it out of the view, and again, and again).
+  EXPECT_EQ(reforms[0], 1u);
+  EXPECT_EQ(reforms[1], 1u);
+  EXPECT_EQ(generations[0], generations[2]);
+}
+
 TEST(ElasticRing, RefusesBadOptions) {
   InProcessHub hub(2);
   EXPECT_FALSE(ElasticRing::Create(FastOptions(), 2, 2, hub.endpoint(0)).ok());

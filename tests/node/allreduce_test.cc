@@ -166,7 +166,7 @@ TEST_F(AllreduceTest, ElasticTheSurvivorsGoOnAndARestartedRankRejoins) {
 // the same model. Without SWIM they would wait 60 s, then 30 s.
 TEST_F(AllreduceTest, SwimLetsTheSurvivorsGoOnLongBeforeTheTimeout) {
   WriteGroup(3, "epochs = 2\nbatch = 32\nlr = 0.05",
-             "timeout_ms = 60000\nreform_window_ms = 30000\nswim = true\nswim_probe_ms = 200\nswim_suspicion_ms = 600");
+             "timeout_ms = 60000\nreform_window_ms = 30000\nswim = true\nswim_probe_ms = 300\nswim_suspicion_ms = 1500");
   auto ranks = StartRanks(3);
   ASSERT_TRUE(WaitForLog(ranks[0], "SWIM failure detection on tcp://127.0.0.1:", seconds(60))) << ranks[0]->Log();
   ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
@@ -176,7 +176,7 @@ TEST_F(AllreduceTest, SwimLetsTheSurvivorsGoOnLongBeforeTheTimeout) {
   const double regrouped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   std::printf("SWIM: the other two re-formed the ring %.1f s after the SIGKILL (operation timeout 60 s)\n",
               regrouped_s);
-  EXPECT_LT(regrouped_s, 10.0);
+  EXPECT_LT(regrouped_s, 15.0);  // the timeout alone: 60 s
   EXPECT_NE(ranks[0]->Log().find("declared dead by the failure detector"), std::string::npos) << ranks[0]->Log();
   for (ChildProcess* r : {ranks[0], ranks[1]}) {
     auto rc = r->WaitExit(seconds(600));
@@ -191,7 +191,9 @@ TEST_F(AllreduceTest, SwimLetsTheSurvivorsGoOnLongBeforeTheTimeout) {
   for (const auto& [sets, expect] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"collective.elastic=false"}, "[collective] swim: needs [collective] elastic = true"},
            {{"collective.listen=ipc:///tmp/x"}, "[collective] listen: endpoint 'ipc:///tmp/x' is not tcp://HOST:PORT"},
-           {{"collective.swim_probe_ms=5"}, "[collective] swim_probe_ms"}}) {
+           {{"collective.swim_probe_ms=5"}, "[collective] swim_probe_ms"},
+           {{"collective.group=site-1@tcp://127.0.0.1:7000,site-2@tcp://127.0.0.1:7001", "collective.listen=tcp://127.0.0.1:7000"},
+            "tcp://127.0.0.1:7001 is another member's ring endpoint"}}) {
     std::vector<std::string> argv = {kBin + "fedmesh-node", "--config", "site-1.toml"};
     for (const std::string& set : sets) argv.insert(argv.end(), {"--set", set});
     auto rc = fedmesh::testing::RunToCompletion(argv, dir_, dir_ / "bad.log", seconds(60));

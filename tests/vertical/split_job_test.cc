@@ -331,6 +331,10 @@ TEST_F(SplitJobTest, StalenessOneKeepsTwoStepsInFlightAndNoMore) {
   EXPECT_EQ(p.feature->steps_completed(), 2u);
   EXPECT_EQ(p.feature->bottom().stashed(), 0u);
   EXPECT_TRUE(p.feature->between_steps());
+  // The label party's parts run one step at a time: they never keep old weights.
+  ASSERT_TRUE(p.label->Flush().ok());
+  EXPECT_EQ(p.label->top().stashed(), 0u);
+  EXPECT_EQ(p.label->bottom().stashed(), 0u);
   // Exact steps (staleness 0) refuse the second Begin.
   Pair exact = MakePair(all_, 40);
   ASSERT_TRUE(exact.label->Begin(s0, 2, true).ok());
