@@ -95,10 +95,7 @@ class ElasticRing::ViewTransport final : public CollectiveTransport {
         // A member outside the view wants in, or a member re-forms at a later generation.
         const bool outsider = !Contains(ring_->view_, c->from);
         if (c->generation > ring_->generation_ || (outsider && c->type == kJoin)) {
-          if (c->type == kJoin && ring_->DeclaredDead(c->from)) {
-            ring_->held_.push_back(std::move(*c));
-            continue;
-          }
+          if (ring_->HoldIfDead(*c)) continue;
           ring_->backlog_.push_back(std::move(*c));
           return Status::Unavailable("member " + std::to_string(from) + " is re-forming the ring");
         }
@@ -210,18 +207,27 @@ Result<std::optional<ElasticRing::Control>> ElasticRing::NextControl(int timeout
   }
 }
 
+bool ElasticRing::HoldIfDead(Control& c) {
+  if (!DeclaredDead(c.from)) return false;
+  if (c.type == kJoin) {
+    auto it = held_.find(c.from);
+    if (it == held_.end() || it->second.generation <= c.generation) held_[c.from] = std::move(c);
+  }
+  return true;
+}
+
 bool ElasticRing::ReleaseRevived() {
-  bool any = false;
+  bool reform = false;
   for (auto it = held_.begin(); it != held_.end();) {
-    if (DeclaredDead(it->from)) {
+    if (DeclaredDead(it->first)) {
       ++it;
       continue;
     }
-    backlog_.push_back(std::move(*it));
+    reform = reform || it->second.generation > generation_ || !Contains(view_, it->first);
+    backlog_.push_back(std::move(it->second));
     it = held_.erase(it);
-    any = true;
   }
-  return any;
+  return reform;
 }
 
 std::optional<int> ElasticRing::DeadInView() const {
@@ -265,11 +271,7 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
     while (!adopted && !all_heard() && Clock::now() < deadline) {
       ReleaseRevived();
       FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(Slice(MsLeft(deadline))));
-      if (!c) continue;
-      if (c->type == kJoin && DeclaredDead(c->from)) {
-        held_.push_back(std::move(*c));
-        continue;
-      }
+      if (!c || HoldIfDead(*c)) continue;
       if (c->type == kJoin) {
         if (c->generation > target) {
           restart(c->generation);
@@ -334,11 +336,9 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
     deadline = Clock::now() + std::chrono::milliseconds(2 * window_ms);
     bool restarted = false;
     while (!adopted && !restarted && Clock::now() < deadline) {
+      if (DeclaredDead(proposer)) break;  // it will never propose: the next generation
       FM_ASSIGN_OR_RETURN(std::optional<Control> c, NextControl(Slice(MsLeft(deadline))));
-      if (!c) {
-        if (DeclaredDead(proposer)) break;  // it will never propose: the next generation
-        continue;
-      }
+      if (!c || HoldIfDead(*c)) continue;
       if (c->type == kJoin && c->generation > target) {
         restart(c->generation);
         heard[c->from] = {c->completed, c->joining};
@@ -385,6 +385,7 @@ Result<ViewChange> ElasticRing::Adopt(const Control& view, uint64_t completed) {
   std::erase_if(backlog_, [&](const Control& c) {
     return c.generation <= generation_ && (c.type == kView || Contains(view_, c.from));
   });
+  std::erase_if(held_, [&](const auto& h) { return h.second.generation <= generation_ && Contains(view_, h.first); });
   ViewChange vc;
   vc.generation = generation_;
   vc.members = view_;

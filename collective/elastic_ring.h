@@ -120,7 +120,12 @@ class ElasticRing {
   std::optional<int> DeadInView() const;
   // Whether the detector has declared `member` dead (never this member itself).
   bool DeclaredDead(int member) const { return options_.dead && member != me_ && options_.dead(member); }
-  // Moves the held JOINs of members no longer declared dead to the backlog; whether any.
+  // A control message from a member the detector declared dead: its JOIN is held (the
+  // newest per member) until the detector sees it alive, its VIEW dropped (a member others
+  // see as dead must not make this one adopt its view). Whether it was taken.
+  bool HoldIfDead(Control& c);
+  // Moves the held JOINs of members no longer declared dead to the backlog; whether one of
+  // them asks the current view to re-form (a later generation, or an outsider).
   bool ReleaseRevived();
   // How long one wait may block before the detector is asked again.
   int Slice(int ms_left) const { return options_.dead ? std::min(ms_left, options_.dead_poll_ms) : ms_left; }
@@ -142,7 +147,7 @@ class ElasticRing {
   std::deque<Control> backlog_;
   // JOINs of members the detector declared dead: not obeyed (a member others' SWIM cannot
   // reach would pull the ring into re-forming for ever) until it sees them alive again.
-  std::deque<Control> held_;
+  std::map<int, Control> held_;  // by member
   // Data chunks of views not yet adopted, by tag.
   std::map<uint64_t, std::vector<std::pair<int, Chunk>>> later_;
 };
