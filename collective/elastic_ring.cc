@@ -264,7 +264,7 @@ Result<ViewChange> ElasticRing::Form(uint64_t completed, bool joining, int windo
     // Every member answered, or (with a detector) every member it has not declared dead.
     const auto all_heard = [&] {
       for (int m = 0; m < members_; ++m) {
-        if (heard.count(m) == 0 && !(options_.dead && options_.dead(m))) return false;
+        if (heard.count(m) == 0 && !DeclaredDead(m)) return false;
       }
       return true;
     };

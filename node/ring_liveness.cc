@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <span>
+#include <string_view>
 
 #include "core/wire/wire_codec.h"
+#include "telemetry/host_port.h"
 
 namespace fedmesh {
 namespace {
@@ -12,58 +14,16 @@ namespace {
 // SWIM messages ride the liveness transport as kMessage chunks with this tag.
 constexpr uint32_t kSwimOp = 0x5317D00Du;
 
-void Put32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-bool Get32(std::string_view& in, uint32_t& v) {
-  if (in.size() < 4) return false;
-  v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << (8 * i);
-  in.remove_prefix(4);
-  return true;
-}
-
-// A wire message's frames as one chunk's bytes: a count, then each frame length-prefixed.
-std::string Pack(const std::vector<wire::Frame>& frames) {
-  std::string out;
-  Put32(out, static_cast<uint32_t>(frames.size()));
-  for (const wire::Frame& f : frames) {
-    Put32(out, static_cast<uint32_t>(f.size()));
-    out.append(reinterpret_cast<const char*>(f.data()), f.size());
-  }
-  return out;
-}
-
-std::optional<std::vector<wire::Frame>> Unpack(std::string_view in) {
-  uint32_t count = 0;
-  if (!Get32(in, count) || count == 0 || count > 4) return std::nullopt;  // a membership message is one frame
-  std::vector<wire::Frame> frames(count);
-  for (wire::Frame& f : frames) {
-    uint32_t n = 0;
-    if (!Get32(in, n) || n > in.size()) return std::nullopt;
-    f.assign(in.begin(), in.begin() + n);
-    in.remove_prefix(n);
-  }
-  if (!in.empty()) return std::nullopt;
-  return frames;
-}
-
 }  // namespace
 
 Result<std::string> SwimEndpoint(const std::string& ring_endpoint) {
-  const size_t colon = ring_endpoint.rfind(':');
   const std::string bad = "endpoint '" + ring_endpoint + "' is not tcp://HOST:PORT with PORT below 65535";
-  if (ring_endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon <= 6) {
-    return Status::InvalidArgument(bad);
-  }
-  const std::string port = ring_endpoint.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
-    return Status::InvalidArgument(bad);
-  }
-  const int p = std::stoi(port);
-  if (p < 1 || p >= 65535) return Status::InvalidArgument(bad);
-  return ring_endpoint.substr(0, colon + 1) + std::to_string(p + 1);
+  constexpr std::string_view kTcp = "tcp://";
+  if (ring_endpoint.rfind(kTcp, 0) != 0) return Status::InvalidArgument(bad);
+  const std::string host_port = ring_endpoint.substr(kTcp.size());
+  auto hp = ParseHostPort(host_port, "endpoint");
+  if (!hp.ok() || hp->port < 1 || hp->port >= 65535) return Status::InvalidArgument(bad);
+  return std::string(kTcp) + host_port.substr(0, host_port.rfind(':') + 1) + std::to_string(hp->port + 1);
 }
 
 Result<std::unique_ptr<RingLiveness>> RingLiveness::Start(const RingLivenessOptions& options, const Identity& identity,
@@ -133,12 +93,13 @@ void RingLiveness::Run() {
       m.header.sender_id = ids_[me_];
       m.header.message_id = ++sequence_;
       m.body = std::move(s.message);
+      // A membership message has no payload: it is one frame, the chunk's bytes.
       auto frames = wire::Encode(m);
-      if (!frames.ok()) continue;
+      if (!frames.ok() || frames->size() != 1) continue;
       collective::Chunk c;
       c.kind = collective::OpKind::kMessage;
       c.op = kSwimOp;
-      c.bytes = collective::Payload(Pack(*frames));
+      c.bytes = collective::Payload(std::string(frames->front().begin(), frames->front().end()));
       (void)transport_->Send(static_cast<int>(to - ids_.begin()), std::move(c));  // a dead peer: SWIM's business
     }
     Publish();
@@ -151,16 +112,17 @@ void RingLiveness::Run() {
       wait_ms = 0;
       if (!got.ok() || !got->has_value()) break;
       auto& [from, chunk] = **got;
-      if (chunk.kind == collective::OpKind::kMessage && chunk.op == kSwimOp && from >= 0 &&
-          from < static_cast<int>(ids_.size())) {
-        if (auto frames = Unpack(chunk.bytes.view())) {
-          auto m = wire::Decode(*frames);
-          // The sender is the member the transport authenticated, whatever the header says.
-          if (m.ok() && m->header.federation_id == federation_ && m->header.sender_id == ids_[from]) {
-            if (const auto* body = std::get_if<wire::Membership>(&m->body)) {
-              (void)membership_->OnMessage(ids_[from], *body);  // refusals are counted inside
-            }
-          }
+      if (chunk.kind != collective::OpKind::kMessage || chunk.op != kSwimOp || from < 0 ||
+          from >= static_cast<int>(ids_.size())) {
+        continue;
+      }
+      const std::string_view bytes = chunk.bytes.view();
+      const wire::Frame frame(bytes.begin(), bytes.end());
+      auto m = wire::Decode(std::span<const wire::Frame>(&frame, 1));
+      // The sender is the member the transport authenticated, whatever the header says.
+      if (m.ok() && m->header.federation_id == federation_ && m->header.sender_id == ids_[from]) {
+        if (const auto* body = std::get_if<wire::Membership>(&m->body)) {
+          (void)membership_->OnMessage(ids_[from], *body);  // refusals are counted inside
         }
       }
     }
