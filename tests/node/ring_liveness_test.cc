@@ -1,7 +1,7 @@
 // SWIM failure detection for all-reduce groups (node/ring_liveness.h), members on threads
 // over in-process hubs (one for the ring, one for SWIM):
 //  - a member that stops is declared dead by the others within seconds, the living are not,
-//    and a restarted member is alive again;
+//    and a restarted member is alive again; junk from an enrolled member is dropped;
 //  - an elastic ring with the detector goes on without a dead member long before its
 //    operation timeout (30 s here) would have noticed it: the survivors re-form and finish
 //    with identical models.
@@ -15,6 +15,7 @@
 
 #include "collective/elastic_steps.h"
 #include "collective/in_process_hub.h"
+#include "core/wire/wire_codec.h"
 
 namespace fedmesh {
 namespace {
@@ -85,6 +86,47 @@ TEST(RingLiveness, DeclaresAStoppedMemberDeadTheLivingNotAndARestartAlive) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(Eventually(10, [&] { return !l[0]->Dead(2) && !l[1]->Dead(2); }));
   EXPECT_FALSE((*again)->Dead(0));
+}
+
+// An enrolled member (3) that runs no detector but sends junk on the SWIM transport: empty,
+// random bytes, a truncated frame, another operation's chunk, a well-formed Ping that claims
+// another sender. All dropped: the three detectors keep answering and keep each other alive
+// (member 3, never heard from properly, never enters their view).
+TEST(RingLiveness, JunkFromAnEnrolledMemberIsDropped) {
+  const int n = 4;
+  const std::vector<Identity> ids = Identities(n);
+  collective::InProcessHub hub(n);
+  std::vector<std::unique_ptr<RingLiveness>> l(3);
+  for (int r = 0; r < 3; ++r) l[r] = std::move(RingLiveness::Start(Fast(), ids[r], Publics(ids), r, hub.endpoint(r))).value();
+  wire::Message spoof;
+  spoof.header.federation_id = "ring-test";
+  spoof.header.sender_id = "site-1";  // sent by site-3
+  wire::Membership ping;
+  ping.kind = wire::MembershipKind::kPing;
+  ping.probe_id = 7;
+  spoof.body = ping;
+  const wire::Frame frame = std::move(wire::Encode(spoof)).value().front();
+  const std::string whole(frame.begin(), frame.end());
+  const std::vector<std::pair<uint32_t, std::string>> junk = {
+      {0x5317D00Du, ""}, {0x5317D00Du, std::string(64, '\x7f')}, {0x5317D00Du, whole.substr(0, whole.size() / 2)},
+      {0x5317D00Du, whole}, {0x12345678u, whole}};
+  const auto until = Clock::now() + std::chrono::milliseconds(2500);
+  int sent = 0;
+  while (Clock::now() < until) {
+    for (const auto& [op, bytes] : junk) {
+      for (int to = 0; to < 3; ++to) {
+        collective::Chunk c;
+        c.kind = collective::OpKind::kMessage;
+        c.op = op;
+        c.bytes = collective::Payload(bytes);
+        if (hub.endpoint(3)->Send(to, std::move(c)).ok()) ++sent;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(sent, 500);
+  for (int r = 0; r < 3; ++r)
+    for (int m = 0; m < 3; ++m) EXPECT_FALSE(l[r]->Dead(m)) << r << " thinks " << m << " is dead";
 }
 
 TEST(RingLiveness, RefusesAGroupThatDoesNotListIt) {
