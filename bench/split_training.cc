@@ -4,6 +4,10 @@
 //                     each): the label party holds the left half and the label, the feature
 //                     party the right half. Reports the split model's test accuracy beside
 //                     an uncut mlp trained centrally on the same rows (same held-out rows).
+//                     --compression none|fp16|bf16|int8 and --combine concat|sum choose the
+//                     cut's wire and how the top joins the bottoms; the bytes are reported.
+//   --sign            every message signed and verified (vertical/split_signature.h), as
+//                     fedmesh-node does; without it, unsigned (CurveZMQ only).
 //   --mode pipeline   steps over a link with --delay-ms one-way latency added to every
 //                     message (collective/delayed_transport.h: this kernel has no sch_netem),
 //                     timed with 1 micro-batch per step, with --microbatches, and with
@@ -53,6 +57,9 @@ Dataset Strip(const Dataset& d, int from, int to) {
 struct Setup {
   int hidden = 256, label_hidden = 256, cut = 64, top_hidden = 64;
   float lr = 0.05f, momentum = 0.9f;
+  vertical::CutWire wire = vertical::CutWire::kFloat32;
+  vertical::CutCombine combine = vertical::CutCombine::kConcat;
+  bool sign = false;  // every message signed, as fedmesh-node does
 };
 
 std::unique_ptr<vertical::SplitPart> Part(int in, int hidden, int out, uint64_t seed, const Setup& s, bool top) {
@@ -79,8 +86,10 @@ vertical::LabelJob MakeLabelJob(const Dataset& all, const Setup& s) {
   label.ids = Ids(all);
   label.data = Strip(all, 0, 14);
   label.bottom = Part(392, s.label_hidden, s.cut, 1, s, false);
-  label.top = Part(2 * s.cut, s.top_hidden, 10, 2, s, true);
+  label.top = Part(s.combine == vertical::CutCombine::kSum ? s.cut : 2 * s.cut, s.top_hidden, 10, 2, s, true);
   label.feature_ranks = {1};
+  label.party.wire = s.wire;
+  label.party.combine = s.combine;
   return label;
 }
 
@@ -89,6 +98,7 @@ vertical::FeatureJob MakeFeatureJob(const Dataset& all, const Setup& s) {
   feature.ids = Ids(all);
   feature.data = Strip(all, 14, 28);
   feature.bottom = Part(392, s.hidden, s.cut, 3, s, false);
+  feature.party.wire = s.wire;
   return feature;
 }
 
@@ -113,8 +123,13 @@ Result<vertical::SplitJobReport> RunParty(const Dataset& all, const Setup& s, co
   to.max_chunk_bytes = uint64_t{1} << 30;
   FM_ASSIGN_OR_RETURN(auto t, collective::ZmqRingTransport::Create(ids[static_cast<size_t>(me)], members,
                                                                    "tcp://0.0.0.0:" + mine.substr(mine.rfind(':') + 1), to));
-  if (label) return vertical::RunLabelJob(*t, MakeLabelJob(all, s), o);
-  return vertical::RunFeatureJob(*t, MakeFeatureJob(all, s), o);
+  vertical::SplitJobOptions so = o;
+  if (s.sign) {
+    so.signer = &ids[static_cast<size_t>(me)];
+    so.members = {ids[0].public_identity(), ids[1].public_identity()};
+  }
+  if (label) return vertical::RunLabelJob(*t, MakeLabelJob(all, s), so);
+  return vertical::RunFeatureJob(*t, MakeFeatureJob(all, s), so);
 }
 
 // Runs one job; `delay_us` > 0 wraps both endpoints in a DelayedTransport.
@@ -132,9 +147,16 @@ Result<vertical::SplitJobReport> RunJob(const Dataset& all, const Setup& s, cons
     t0 = d0.get();
     t1 = d1.get();
   }
+  vertical::SplitJobOptions lo = o, fo = o;
+  Identity lk = std::move(Identity::Generate("label")).value(), fk = std::move(Identity::Generate("feature")).value();
+  if (s.sign) {
+    lo.members = fo.members = {lk.public_identity(), fk.public_identity()};
+    lo.signer = &lk;
+    fo.signer = &fk;
+  }
   Result<vertical::SplitJobReport> fr = Status::Internal("");
-  std::thread t([&] { fr = vertical::RunFeatureJob(*t1, std::move(feature), o); });
-  auto lr = vertical::RunLabelJob(*t0, std::move(label), o);
+  std::thread t([&] { fr = vertical::RunFeatureJob(*t1, std::move(feature), fo); });
+  auto lr = vertical::RunLabelJob(*t0, std::move(label), lo);
   t.join();
   if (!fr.ok()) return fr.status();
   return lr;
@@ -154,6 +176,10 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", microbatches, "micro-batches per step (default 4)");
   uint32_t staleness = 0;
   app.add_option("--staleness", staleness, "accuracy: 0 (exact steps, default) or 1");
+  std::string compression = "none", combine = "concat";
+  app.add_option("--compression", compression, "activations and gradients: none (default), fp16, bf16, int8");
+  app.add_option("--combine", combine, "the top's input: concat (default) or sum");
+  app.add_flag("--sign", s.sign, "sign every message and verify it (as fedmesh-node does)");
   app.add_option("--steps", steps, "pipeline: timed steps per setting (default 20)");
   app.add_option("--delay-ms", delay_ms, "pipeline: one-way latency per message (default 20)");
   app.add_option("--rows", rows, "rows of Fashion-MNIST used (train then test images; default all 70000)");
@@ -164,6 +190,14 @@ int main(int argc, char** argv) {
   app.add_option("--party", party, "pipeline over CurveZMQ: this process's party, label or feature");
   app.add_option("--peers", peers, "with --party: LABEL_HOST:PORT,FEATURE_HOST:PORT")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  auto wire = vertical::CutWireOfCompression(compression);
+  auto comb = vertical::CutCombineOf(combine);
+  if (!wire.ok() || !comb.ok()) {
+    std::fprintf(stderr, "%s\n", (wire.ok() ? comb.status() : wire.status()).ToString().c_str());
+    return 2;
+  }
+  s.wire = *wire;
+  s.combine = *comb;
   if (!party.empty() && ((party != "label" && party != "feature") || peers.size() != 2 || mode != "pipeline")) {
     std::fprintf(stderr, "--party label|feature needs --peers LABEL_HOST:PORT,FEATURE_HOST:PORT and --mode pipeline\n");
     return 2;
@@ -219,10 +253,13 @@ int main(int argc, char** argv) {
     for (int e = 0; e < epochs; ++e) (void)trainer.TrainEpoch(tr);
     auto c = trainer.Evaluate(te);
     std::printf(
-        "accuracy: split (left | right halves, %d epochs, batch %d, %d micro-batches, staleness %u) %.4f on %llu held-out rows; "
-        "central uncut mlp 784-%d-%d-10 %.4f on the same rows; difference %+.2f points\n",
-        epochs, batch, microbatches, staleness, r->test_metrics.at("accuracy"), static_cast<unsigned long long>(r->test_rows),
-        s.hidden + s.label_hidden, s.top_hidden, c->accuracy, 100 * (r->test_metrics.at("accuracy") - c->accuracy));
+        "accuracy: split (left | right halves, %d epochs, batch %d, %d micro-batches, staleness %u, %s, %s) %.4f on %llu "
+        "held-out rows; central uncut mlp 784-%d-%d-10 %.4f on the same rows; difference %+.2f points; label party sent "
+        "%.1f MB, received %.1f MB\n",
+        epochs, batch, microbatches, staleness, vertical::CutWireName(s.wire), vertical::CutCombineName(s.combine),
+        r->test_metrics.at("accuracy"), static_cast<unsigned long long>(r->test_rows), s.hidden + s.label_hidden,
+        s.top_hidden, c->accuracy, 100 * (r->test_metrics.at("accuracy") - c->accuracy), r->bytes_sent / 1e6,
+        r->bytes_received / 1e6);
     return 0;
   }
   o.epochs = 1;

@@ -108,8 +108,8 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("split", "bottom", "", "split mode: this party's bottom model (.onnx): its columns in, a vector out")
             .Path(),
         StringKey("split", "top", "",
-                  "split mode, label party: the top model (.onnx) over the concatenated bottom "
-                  "outputs")
+                  "split mode, label party: the top model (.onnx) over the concatenated (or, with "
+                  "combine = sum, summed) bottom outputs")
             .Path(),
         IntKey("split", "microbatches", 1,
                "split mode: micro-batches per [train] batch, pipelined so parties compute one "
@@ -126,8 +126,15 @@ const ConfigSchema& NodeConfigSchema() {
                  "split mode: standard deviation of Gaussian noise this party adds to what it "
                  "sends over the cut (activations, or the label party's gradients); 0 = none")
             .Min(0),
-        StringKey("split", "compression", "none", "split mode: how activations and gradients travel: none (float32), fp16, bf16")
-            .Choices({"none", "fp16", "bf16"}),
+        StringKey("split", "compression", "none",
+                  "split mode: how activations and gradients travel: none (float32), fp16, bf16, or int8 (one "
+                  "float32 scale per 256 values)")
+            .Choices({"none", "fp16", "bf16", "int8"}),
+        StringKey("split", "combine", "concat",
+                  "split mode, label party: how the bottom outputs become the top model's input: concat (side by "
+                  "side, the own first, then [split] peers order) or sum (added; every bottom gives the top's "
+                  "input width)")
+            .Choices({"concat", "sum"}),
         IntKey("split", "timeout_ms", 60000,
                "split mode: a party silent this long is lost (the job then waits for it to come back)")
             .Min(100),
@@ -537,6 +544,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.staleness = v.GetInt("split", "staleness");
   k.noise = v.GetFloat("split", "noise");
   k.compression = v.GetString("split", "compression");
+  k.combine = v.GetString("split", "combine");
   k.timeout_ms = v.GetInt("split", "timeout_ms");
   k.checkpoint_every = v.GetInt("split", "checkpoint_every");
   k.rejoin_timeout_ms = v.GetInt("split", "rejoin_timeout_ms");
@@ -568,6 +576,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
     if (!k.assemble.empty()) return bad("is for the label party only", "split", "assemble");
     if (!k.top.empty()) return bad("is for the label party only", "split", "top");
     if (k.staleness != 0) return bad("is for the label party only: it decides when steps begin", "split", "staleness");
+    if (k.combine != "concat") return bad("is for the label party only: it joins the bottom outputs", "split", "combine");
     if (!c.training.data.label_column.empty()) {
       return bad("is for the label party only: a feature party holds no label", "data", "label_column");
     }

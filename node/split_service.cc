@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "collective/group_members.h"
-#include "collective/wire_floats.h"
 #include "core/data/csv_table.h"
 #include "core/data/data_source.h"
 #include "core/data/impute.h"
@@ -46,6 +45,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
   s->identity_ = std::make_unique<Identity>(std::move(identity));
   FM_ASSIGN_OR_RETURN(collective::ResolvedGroup group,
                       collective::ResolveGroup(k.peers, k.allow_dir, *s->identity_, "[split] peers"));
+  for (const collective::RingMember& m : group.members) s->members_.push_back(m.identity);
 
   // The table: ids from the id column, features from every other column (or [data]
   // features), the label party's label.
@@ -106,9 +106,15 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     vertical::SplitPartOptions top_o = po;
     top_o.input_gradients = true;
     FM_ASSIGN_OR_RETURN(j.top, LoadPart(k.top, "top", top_o));
+    if (k.combine == "sum" && j.top->in_cols() != j.bottom->out_cols()) {
+      return Status::InvalidArgument("[split] combine = sum adds bottom outputs of one width: the top model (" + k.top +
+                                     ") takes " + std::to_string(j.top->in_cols()) + " inputs, the own bottom model gives " +
+                                     std::to_string(j.bottom->out_cols()));
+    }
     j.party.loss = config.training.trainer.loss;
     j.party.noise = k.noise;
-    j.party.wire = collective::WireTypeOfCompression(k.compression).value();
+    j.party.wire = vertical::CutWireOfCompression(k.compression).value();
+    j.party.combine = vertical::CutCombineOf(k.combine).value();
     for (int r = 1; r < static_cast<int>(group.members.size()); ++r) j.feature_ranks.push_back(r);
     j.collect_parts = !k.assemble.empty();
   } else {
@@ -118,7 +124,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
     j.data = std::move(data);
     j.bottom = std::move(bottom);
     j.party.noise = k.noise;
-    j.party.wire = collective::WireTypeOfCompression(k.compression).value();
+    j.party.wire = vertical::CutWireOfCompression(k.compression).value();
     j.label_rank = 0;
     j.share_part = k.share_part;
   }
@@ -139,6 +145,8 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
   o.checkpoints = checkpoints_.get();
   o.checkpoint_every = static_cast<uint64_t>(config_.split.checkpoint_every);
   o.rejoin_timeout_ms = static_cast<int>(config_.split.rejoin_timeout_ms);
+  o.signer = identity_.get();
+  o.members = members_;
   Status metrics_error;
   if (!config_.training.metrics_path.empty()) {
     o.metrics = [&](const std::string& line) {
@@ -189,7 +197,8 @@ Status SplitService::Assemble(vertical::LabelParty& party, const std::vector<std
     if (!g.ok()) return g.status().WithContext("the part " + config_.split.peers[k + 1] + " sent");
     bottoms.push_back(std::move(*g));
   }
-  FM_ASSIGN_OR_RETURN(graph::Graph whole, vertical::AssembleSplitModel(bottoms, graph::InferenceGraph(party.top().model())));
+  FM_ASSIGN_OR_RETURN(graph::Graph whole, vertical::AssembleSplitModel(bottoms, graph::InferenceGraph(party.top().model()),
+                                                                             vertical::CutCombineOf(config_.split.combine).value()));
   FM_RETURN_IF_ERROR(onnx::WriteOnnxFile(whole, config_.split.assemble));
   log_("wrote the whole model to " + config_.split.assemble + " (input: " + std::to_string(whole.inputs[0].dims[1]) +
        " columns, this party's first, then each feature party's in [split] peers order)");

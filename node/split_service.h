@@ -41,6 +41,7 @@ class SplitService {
   NodeConfig config_;
   std::function<void(const std::string&)> log_;
   std::unique_ptr<Identity> identity_;
+  std::vector<PublicIdentity> members_;  // by rank: whose signatures the job checks
   std::unique_ptr<collective::ZmqRingTransport> transport_;
   std::unique_ptr<vertical::LabelJob> label_;
   std::unique_ptr<vertical::FeatureJob> feature_;

@@ -3,7 +3,7 @@
 // time over given links. The real sans-IO parties (vertical::LabelParty, FeatureParty)
 // train on the simulator's data cut by columns (party p: the p-th contiguous block; party
 // 0 holds the labels; every party holds every row, as after PSI); their messages are
-// encoded as on the wire (fp16/bf16 with [sim] codec) and delivered by a discrete-event
+// encoded as on the wire (fp16/bf16/int8 with [sim] codec) and delivered by a discrete-event
 // loop:
 //  - a message from party p leaves on p's uplink ([clients] up_mbps, latency_ms of client
 //    p), one at a time in the order sent: it arrives after its bytes / up rate + latency;
@@ -70,12 +70,13 @@ Result<std::unique_ptr<SplitPart>> Part(int in, uint32_t hidden, int out, uint64
   return SplitPart::FromBuiltin(spec, seed, o);
 }
 
-Result<collective::WireType> WireOf(const std::string& codec) {
-  if (codec == "none") return collective::WireType::kFloat32;
-  if (codec == "fp16") return collective::WireType::kFloat16;
-  if (codec == "bf16") return collective::WireType::kBFloat16;
-  return Status::InvalidArgument("split mode sends activations and gradients as none, fp16 or bf16; [sim] codec is \"" +
-                                 codec + "\"");
+Result<vertical::CutWire> WireOf(const std::string& codec) {
+  auto w = vertical::CutWireOfCompression(codec);
+  if (!w.ok()) {
+    return Status::InvalidArgument("split mode sends activations and gradients as none, fp16, bf16 or int8; [sim] codec is \"" +
+                                   codec + "\"");
+  }
+  return *w;
 }
 
 // The discrete-event network and the parties' clocks.
@@ -230,7 +231,7 @@ Result<std::vector<float>> RunSplitMode(SimContext& ctx) {
                                    std::to_string(parties) + " parties ([split] parties)");
   }
   if (train.size() < 2) return Status::InvalidArgument("split mode needs at least 2 training rows");
-  FM_ASSIGN_OR_RETURN(collective::WireType wire, WireOf(o.codec));
+  FM_ASSIGN_OR_RETURN(vertical::CutWire wire, WireOf(o.codec));
   const int classes = train.target_dim > 0 ? train.target_dim : train.num_classes;
 
   // Parts: a bottom per party over its columns, the top over their concatenated outputs.

@@ -36,7 +36,8 @@ Status Inline(const graph::Graph& part, const std::string& prefix, const std::st
 
 }  // namespace
 
-Result<graph::Graph> AssembleSplitModel(const std::vector<graph::Graph>& bottoms, const graph::Graph& top) {
+Result<graph::Graph> AssembleSplitModel(const std::vector<graph::Graph>& bottoms, const graph::Graph& top,
+                                        CutCombine combine) {
   if (bottoms.empty()) return Status::InvalidArgument("no bottom models to assemble");
   graph::Graph g;
   g.name = "split_model";
@@ -71,13 +72,55 @@ Result<graph::Graph> AssembleSplitModel(const std::vector<graph::Graph>& bottoms
     outs.push_back(p + "out");
     total += width;
   }
-  graph::Node concat;
-  concat.name = "concat_cut";
-  concat.op_type = "Concat";
-  concat.inputs = outs;
-  concat.outputs = {"cut"};
-  concat.attrs["axis"] = graph::Attribute::OfInt(1);
-  g.nodes.push_back(concat);
+  // The cut's width against the top's input, where the parts declare them.
+  if (top.inputs.size() == 1 && top.inputs[0].dims.size() == 2 && top.inputs[0].dims[1] > 0) {
+    const int64_t want = top.inputs[0].dims[1];
+    int64_t cut = 0;
+    std::string widths;
+    for (const graph::Graph& b : bottoms) {
+      const graph::Dims& d = b.outputs[0].dims;
+      if (d.size() != 2 || d[1] <= 0) {
+        cut = -1;
+        break;
+      }
+      widths += (widths.empty() ? "" : combine == CutCombine::kSum ? ", " : " + ") + std::to_string(d[1]);
+      if (combine == CutCombine::kSum && d[1] != want) cut = -2;
+      if (combine == CutCombine::kConcat) cut += d[1];
+    }
+    if ((combine == CutCombine::kConcat && cut >= 0 && cut != want) || cut == -2) {
+      return Status::InvalidArgument("the top model takes " + std::to_string(want) + " inputs; the bottoms give " +
+                                     widths + (combine == CutCombine::kSum ? " (summed: each must be the top's width)"
+                                                                           : " = " + std::to_string(cut)));
+    }
+  }
+  if (combine == CutCombine::kConcat) {
+    graph::Node concat;
+    concat.name = "concat_cut";
+    concat.op_type = "Concat";
+    concat.inputs = outs;
+    concat.outputs = {"cut"};
+    concat.attrs["axis"] = graph::Attribute::OfInt(1);
+    g.nodes.push_back(concat);
+  } else {
+    std::string acc = outs[0];
+    for (size_t k = 1; k < outs.size(); ++k) {
+      graph::Node add;
+      add.name = "add_cut" + std::to_string(k);
+      add.op_type = "Add";
+      add.inputs = {acc, outs[k]};
+      acc = k + 1 == outs.size() ? "cut" : "cut_partial" + std::to_string(k);
+      add.outputs = {acc};
+      g.nodes.push_back(add);
+    }
+    if (outs.size() == 1) {
+      graph::Node id;
+      id.name = "identity_cut";
+      id.op_type = "Identity";
+      id.inputs = {outs[0]};
+      id.outputs = {"cut"};
+      g.nodes.push_back(id);
+    }
+  }
   if (top.outputs.size() != 1) return Status::InvalidArgument("the top model has other than one output");
   const std::string out_name = top.outputs[0].name;
   FM_RETURN_IF_ERROR(Inline(top, "top/", "cut", out_name, &g));

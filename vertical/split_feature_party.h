@@ -30,7 +30,7 @@ struct FeaturePartyOptions {
   // forwards. Default 0 (none).
   double noise = 0.0;
   // How activations travel. Default float32.
-  collective::WireType wire = collective::WireType::kFloat32;
+  CutWire wire = CutWire::kFloat32;
 };
 
 class FeatureParty {

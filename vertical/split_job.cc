@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/sha256.h"
 #include "vertical/psi_exchange.h"
+#include "vertical/split_signature.h"
 
 namespace fedmesh::vertical {
 namespace {
@@ -26,6 +27,9 @@ class Link {
 
   Status Send(int to, const SplitMessage& m) {
     FM_ASSIGN_OR_RETURN(std::string bytes, EncodeSplitMessage(m));
+    if (o_.signer != nullptr) {
+      FM_ASSIGN_OR_RETURN(bytes, SignSplitMessage(*o_.signer, o_.members[static_cast<size_t>(to)].name, std::move(bytes)));
+    }
     r_.bytes_sent += bytes.size();
     collective::Chunk c;
     c.kind = collective::OpKind::kMessage;
@@ -61,6 +65,11 @@ class Link {
       return Status::Corruption(who + "a PSI message: that party started a new job (its store keeps no checkpoint of "
                                       "this one)");
     }
+    if (o_.signer != nullptr) {
+      if (from < 0 || static_cast<size_t>(from) >= o_.members.size()) return Status::Corruption(who + "not a member");
+      Status v = VerifySplitMessage(o_.members[static_cast<size_t>(from)], o_.signer->name(), chunk.bytes.view());
+      if (!v.ok()) return Status::PermissionDenied(who + v.message());
+    }
     auto m = DecodeSplitMessage(chunk.bytes.view());
     if (!m.ok()) return Status::Corruption(who + m.status().message());
     if (m->type == SplitMessageType::kError) return Status::Unavailable(who + "stopped: " + m->text);
@@ -82,6 +91,24 @@ class Link {
   uint64_t seq_ = 0;
   double waited_s_ = 0.0;
 };
+
+// Signing needs a key for every rank this party talks to (`ranks`), and its own among them.
+Status CheckSigning(const SplitJobOptions& o, const std::vector<int>& ranks) {
+  if (o.signer == nullptr) {
+    if (!o.members.empty()) return Status::InvalidArgument("split job: members' keys without a signer");
+    return Status::OK();
+  }
+  for (int r : ranks) {
+    if (r < 0 || static_cast<size_t>(r) >= o.members.size()) {
+      return Status::InvalidArgument("split job: signing needs every party's public key; rank " + std::to_string(r) +
+                                     " has none (" + std::to_string(o.members.size()) + " given)");
+    }
+  }
+  for (const PublicIdentity& m : o.members) {
+    if (m.name == o.signer->name()) return Status::OK();
+  }
+  return Status::InvalidArgument("split job: the signer " + o.signer->name() + " is not among the members");
+}
 
 void Log(const SplitJobOptions& o, const std::string& line) {
   if (o.log) o.log(line);
@@ -499,6 +526,11 @@ Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, L
   if (options.microbatches > SplitPart::kMaxMicroBatches) {
     return Status::InvalidArgument("split job: microbatches is at most " + std::to_string(SplitPart::kMaxMicroBatches));
   }
+  {
+    std::vector<int> ranks = job.feature_ranks;
+    ranks.push_back(0);
+    FM_RETURN_IF_ERROR(CheckSigning(options, ranks));
+  }
   SplitJobReport report;
   Link link(transport, options, report);
   const std::vector<int> ranks = job.feature_ranks;
@@ -513,6 +545,7 @@ Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, L
 
 Result<SplitJobReport> RunFeatureJob(collective::CollectiveTransport& transport, FeatureJob job,
                                      const SplitJobOptions& options, std::unique_ptr<FeatureParty>* party_out) {
+  FM_RETURN_IF_ERROR(CheckSigning(options, {job.label_rank}));
   SplitJobReport report;
   SplitJobOptions o = options;
   // While the label party waits for another party to come back, this one waits too.

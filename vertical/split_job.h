@@ -18,6 +18,7 @@
 
 #include "collective/collective_transport.h"
 #include "core/data/dataset.h"
+#include "crypto/identity.h"
 #include "crypto/psi/ecdh_psi.h"
 #include "vertical/split_checkpoint.h"
 #include "vertical/split_feature_party.h"
@@ -51,6 +52,13 @@ struct SplitJobOptions {
   uint64_t checkpoint_every = 0;     // 0: at epochs' ends only
   int rejoin_timeout_ms = 300000;    // 5 minutes
   psi::PsiOptions psi;
+  // Per-message signatures (vertical/split_signature.h): this party's identity and every
+  // party's public identity by rank. Set: every split message sent is signed, and one
+  // received counts only with its sender's valid signature for this party (PermissionDenied
+  // otherwise). null and empty (the default): unsigned, for in-process tests; fedmesh-node
+  // always signs. Not owned; outlives the job.
+  const Identity* signer = nullptr;
+  std::vector<PublicIdentity> members;
   std::function<void(const std::string&)> log;      // progress lines; may be empty
   std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty
   const std::atomic<bool>* stop = nullptr;           // set: stop between steps (Unavailable)

@@ -25,6 +25,11 @@ Result<std::unique_ptr<LabelParty>> LabelParty::Create(std::unique_ptr<SplitPart
                                    std::to_string(data.num_classes) + " classes");
   }
   if (peers.empty()) return Status::InvalidArgument("split training needs at least one feature party");
+  if (options.combine == CutCombine::kSum && top->in_cols() != bottom->out_cols()) {
+    return Status::InvalidArgument("combine sum adds bottom outputs of one width: the top model takes " +
+                                   std::to_string(top->in_cols()) + " inputs, the own bottom model gives " +
+                                   std::to_string(bottom->out_cols()));
+  }
   std::unique_ptr<LabelParty> p(new LabelParty());
   p->bottom_ = std::move(bottom);
   p->top_ = std::move(top);
@@ -116,6 +121,11 @@ Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Ou
                               (peer_cols_[p] >= 0 ? " x " + std::to_string(peer_cols_[p]) : ""));
   }
   if (peer_cols_[p] < 0) {
+    if (options_.combine == CutCombine::kSum && m.cols != top_->in_cols()) {
+      return Status::InvalidArgument("combine sum adds bottom outputs of one width: the top model takes " +
+                                     std::to_string(top_->in_cols()) + " inputs, rank " + std::to_string(rank) +
+                                     "'s bottom model gives " + std::to_string(m.cols));
+    }
     peer_cols_[p] = m.cols;
     bool all = true;
     int64_t sum = bottom_->out_cols();
@@ -123,7 +133,7 @@ Status LabelParty::OnActivations(int rank, const SplitMessage& m, std::vector<Ou
       all = all && c >= 0;
       sum += c;
     }
-    if (all && sum != top_->in_cols()) {
+    if (options_.combine == CutCombine::kConcat && all && sum != top_->in_cols()) {
       std::string parts = std::to_string(bottom_->out_cols());
       for (int64_t c : peer_cols_) parts += " + " + std::to_string(c);
       return Status::InvalidArgument("the top model takes " + std::to_string(top_->in_cols()) +
@@ -232,16 +242,25 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
   const uint64_t seed = Seed(pass.step, m);
   FM_RETURN_IF_ERROR(EnsureOwnForward(m));
   const std::vector<float>& own_out = *pass.own_out[m];
-  // The top's input: [own | peer 1 | peer 2 ...] per row.
+  // The top's input: [own | peer 1 | peer 2 ...] per row, or own + peer 1 + peer 2 ...
   const int64_t total = top_->in_cols();
+  const bool sum = options_.combine == CutCombine::kSum;
   top_input_.resize(static_cast<size_t>(n * total));
-  for (int64_t r = 0; r < n; ++r) {
-    float* dst = &top_input_[static_cast<size_t>(r * total)];
-    std::memcpy(dst, own_out.data() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
-    int64_t at = bottom_->out_cols();
+  if (sum) {
+    std::memcpy(top_input_.data(), own_out.data(), top_input_.size() * sizeof(float));
     for (size_t p = 0; p < peers_.size(); ++p) {
-      std::memcpy(dst + at, pass.got[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
-      at += peer_cols_[p];
+      const float* src = pass.got[m][p]->data();
+      for (size_t i = 0; i < top_input_.size(); ++i) top_input_[i] += src[i];
+    }
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      float* dst = &top_input_[static_cast<size_t>(r * total)];
+      std::memcpy(dst, own_out.data() + r * bottom_->out_cols(), bottom_->out_cols() * sizeof(float));
+      int64_t at = bottom_->out_cols();
+      for (size_t p = 0; p < peers_.size(); ++p) {
+        std::memcpy(dst + at, pass.got[m][p]->data() + r * peer_cols_[p], peer_cols_[p] * sizeof(float));
+        at += peer_cols_[p];
+      }
     }
   }
   FM_RETURN_IF_ERROR(top_->Forward(top_input_.data(), n, pass.training, seed + 1));
@@ -260,7 +279,8 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
     for (size_t i = 0; i < dout_.size(); ++i) g[i] = dout_[i] * share;
     top_->Backward();
     const float* gin = top_->input_grad();
-    int64_t at = bottom_->out_cols();
+    // Each party's columns of d loss / d top input (sum: all of it, for every party).
+    int64_t at = sum ? 0 : bottom_->out_cols();
     for (size_t p = 0; p < peers_.size(); ++p) {
       SplitMessage g2;
       g2.type = SplitMessageType::kGradients;
@@ -278,7 +298,7 @@ Status LabelParty::Process(uint32_t m, std::vector<Outgoing>* out) {
       if (options_.noise > 0) {
         for (float& v : g2.values) v += static_cast<float>(noise_rng_.Normal(0.0, options_.noise));
       }
-      at += peer_cols_[p];
+      if (!sum) at += peer_cols_[p];
       out->emplace_back(peers_[p], std::move(g2));
     }
     // The own bottom's backward waits for idle time: the gradients above are what the

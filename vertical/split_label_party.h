@@ -2,8 +2,9 @@
 // It drives the job: each pass over a batch of rows (a training step, or an evaluation)
 // asks every feature party for its bottom model's activations of each micro-batch at once,
 // and as soon as one micro-batch's activations are all in it runs its own bottom model, the
-// top model over [own | peer 1 | peer 2 ...] (columns concatenated in that order), the loss,
-// and backward, sending each feature party the gradient of its own columns (plus Gaussian
+// top model over [own | peer 1 | peer 2 ...] (columns concatenated in that order, or with
+// `combine` sum, own + peer 1 + peer 2 ...), the loss, and backward, sending each feature
+// party the gradient of its own columns (with sum: of the whole, the same for all; plus Gaussian
 // noise of std `noise`, a fresh secret draw). While it works on micro-batch m the feature
 // parties compute m + 1 (GPipe pipelining). Gradients are summed over the step's
 // micro-batches (each scaled by its share of the batch, so the step is one batch's mean
@@ -28,6 +29,7 @@
 #include "core/loss.h"
 #include "core/metrics.h"
 #include "core/rng.h"
+#include "vertical/cut_combine.h"
 #include "vertical/split_messages.h"
 #include "vertical/split_part.h"
 
@@ -39,11 +41,13 @@ struct LabelPartyOptions {
   // Default 0 (none).
   double noise = 0.0;
   // How gradients travel. Default float32.
-  collective::WireType wire = collective::WireType::kFloat32;
+  CutWire wire = CutWire::kFloat32;
   // Training steps that may begin before the oldest one in flight is done: 0 (exact
   // synchronous SGD) or 1 (the feature parties' forwards of step s + 1 run before step s's
   // update). Default 0.
   uint32_t staleness = 0;
+  // How the bottom outputs become the top's input (vertical/cut_combine.h). Default concat.
+  CutCombine combine = CutCombine::kConcat;
 };
 
 // A message and the rank it goes to.
@@ -53,7 +57,8 @@ class LabelParty {
  public:
   // `data`: the label party's aligned rows (features and labels), `peers`: the feature
   // parties' ranks in column order. InvalidArgument when the own bottom's width is not the
-  // data's or the top's output does not fit the loss.
+  // data's, the top's output does not fit the loss, or (sum) the top's input is not the own
+  // bottom's width.
   static Result<std::unique_ptr<LabelParty>> Create(std::unique_ptr<SplitPart> bottom, std::unique_ptr<SplitPart> top,
                                                     Dataset data, std::vector<int> peers,
                                                     const LabelPartyOptions& options);

@@ -3,14 +3,17 @@
 #include <cmath>
 #include <cstring>
 
-#include "collective/wire_floats.h"
+#include "crypto/identity.h"
+
 
 namespace fedmesh::vertical {
 namespace {
 
 constexpr char kMagic[4] = {'F', 'M', 'S', 'P'};
 constexpr uint8_t kVersion = 1;
-constexpr size_t kHeader = 48;
+constexpr size_t kHeader = kSplitHeaderBytes;
+constexpr uint8_t kTrainingFlag = 1, kSignedFlag = kSplitSignedFlag;
+constexpr size_t kSignatureBytes = kSignatureSize;
 
 template <typename T>
 void Put(std::string& s, size_t at, T v) {
@@ -61,12 +64,12 @@ Result<std::string> EncodeSplitMessage(const SplitMessage& m) {
   }
   const uint64_t count = HasText(m.type) ? m.text.size() : HasIndices(m.type) ? m.indices.size() : 0;
   std::string values;
-  if (HasValues(m.type)) FM_RETURN_IF_ERROR(collective::EncodeWireFloats(m.wire, m.values, values));
+  if (HasValues(m.type)) FM_RETURN_IF_ERROR(EncodeCutValues(m.wire, m.values, values));
   std::string out(kHeader, '\0');
   std::memcpy(out.data(), kMagic, 4);
   out[4] = static_cast<char>(kVersion);
   out[5] = static_cast<char>(m.type);
-  out[6] = static_cast<char>(m.training ? 1 : 0);
+  out[kSplitFlagsOffset] = static_cast<char>(m.training ? kTrainingFlag : 0);
   out[7] = static_cast<char>(m.wire);
   Put<uint64_t>(out, 8, m.step);
   Put<uint32_t>(out, 16, m.micro);
@@ -91,14 +94,17 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
   if (static_cast<uint8_t>(b[4]) != kVersion) return bad("version " + std::to_string(static_cast<uint8_t>(b[4])));
   const auto type = static_cast<uint8_t>(b[5]);
   if (type < 1 || type > 12) return bad("unknown type " + std::to_string(type));
-  const auto flags = static_cast<uint8_t>(b[6]);
+  const auto flags = static_cast<uint8_t>(b[kSplitFlagsOffset]);
   const auto wire = static_cast<uint8_t>(b[7]);
-  if (flags > 1 || wire > static_cast<uint8_t>(collective::WireType::kBFloat16)) return bad("unknown flags or wire type");
+  if (flags > (kTrainingFlag | kSignedFlag) || wire > static_cast<uint8_t>(kLastCutWire)) {
+    return bad("unknown flags or wire type");
+  }
   if (Get<uint32_t>(b, 28) != 0 || Get<uint64_t>(b, 40) != 0) return bad("reserved bytes are not zero");
   SplitMessage m;
   m.type = static_cast<SplitMessageType>(type);
-  m.training = flags == 1;
-  m.wire = static_cast<collective::WireType>(wire);
+  m.training = (flags & kTrainingFlag) != 0;
+  m.signed_by_sender = (flags & kSignedFlag) != 0;
+  m.wire = static_cast<CutWire>(wire);
   m.step = Get<uint64_t>(b, 8);
   m.micro = Get<uint32_t>(b, 16);
   m.rows = Get<uint32_t>(b, 20);
@@ -116,10 +122,12 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
   }
   const uint64_t body = HasText(m.type) ? count
                         : HasIndices(m.type)              ? 8 * count
-                        : HasValues(m.type)               ? values * collective::WireBytes(m.wire)
+                        : HasValues(m.type)               ? CutWireBytes(m.wire, values)
                                                           : 0;
-  if ((!HasIndices(m.type) && !HasText(m.type) && count != 0) || b.size() - kHeader != body) {
-    return bad(what + " message of " + std::to_string(b.size()) + " bytes, expected " + std::to_string(kHeader + body));
+  const uint64_t trailer = m.signed_by_sender ? kSignatureBytes : 0;
+  if ((!HasIndices(m.type) && !HasText(m.type) && count != 0) || b.size() - kHeader != body + trailer) {
+    return bad(what + " message of " + std::to_string(b.size()) + " bytes, expected " +
+               std::to_string(kHeader + body + trailer));
   }
   if (HasText(m.type)) {
     const uint64_t limit = m.type == SplitMessageType::kPart ? limits.max_part_bytes : 4096;
@@ -130,7 +138,8 @@ Result<SplitMessage> DecodeSplitMessage(std::string_view b, const SplitMessageLi
     for (uint64_t i = 0; i < count; ++i) m.indices[i] = Get<uint64_t>(b, kHeader + 8 * i);
   } else if (HasValues(m.type)) {
     m.values.resize(values);
-    FM_RETURN_IF_ERROR(collective::DecodeWireFloats(m.wire, b.substr(kHeader), m.values));
+    Status v = DecodeCutValues(m.wire, b.substr(kHeader, body), m.values);
+    if (!v.ok()) return bad(what + " for step " + std::to_string(m.step) + ": " + v.message());
     for (size_t i = 0; i < m.values.size(); ++i) {
       if (!std::isfinite(m.values[i])) {
         return bad(what + " for step " + std::to_string(m.step) + " holds a non-finite value at row " +

@@ -3,6 +3,7 @@
   hospital_bottom.onnx  the hospital's 10 *_mean measurements -> 8 values
   lab_bottom.onnx       the lab's 20 *_se / *_worst measurements -> 8 values
   top.onnx              the 16 concatenated values (hospital's first) -> one logit
+  top_sum.onnx          the 8 summed values ([split] combine = "sum") -> one logit
 Each bottom model opens with a BatchNorm, so each party's raw measurements (areas in the
 thousands, smoothness near 0.1) are standardised inside its own part with statistics that
 never leave it. Exported for training (TrainingMode.TRAINING, no constant folding), as
@@ -36,6 +37,7 @@ def main():
     export(bottom(10), 10, os.path.join(args.out_dir, "hospital_bottom.onnx"), "x", "h")
     export(bottom(20), 20, os.path.join(args.out_dir, "lab_bottom.onnx"), "x", "h")
     export(nn.Linear(16, 1), 16, os.path.join(args.out_dir, "top.onnx"), "h", "logit")
+    export(nn.Linear(8, 1), 8, os.path.join(args.out_dir, "top_sum.onnx"), "h", "logit")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ class SplitModeTest : public FederationTest {
       ASSERT_TRUE(GenKey(who));
       fs::copy_file(dir_ / "keys" / (std::string(who) + ".pub"), dir_ / "keys" / "allow" / (std::string(who) + ".pub"));
     }
-    for (const char* f : {"hospital.toml", "lab.toml", "hospital_bottom.onnx", "lab_bottom.onnx", "top.onnx"}) {
+    for (const char* f :
+         {"hospital.toml", "lab.toml", "hospital_bottom.onnx", "lab_bottom.onnx", "top.onnx", "top_sum.onnx"}) {
       fs::copy_file(kVertical / f, dir_ / f);
     }
     auto rc = fedmesh::testing::RunToCompletion({"/bin/bash", (kVertical / "split.sh").string(), "data"}, dir_,
@@ -107,6 +108,27 @@ TEST_F(SplitModeTest, StalenessOneRunsAheadAndStillLearns) {
   ExpectFifteenEpochsLearned("\"staleness\":1");
 }
 
+// The other cut: int8 activations and gradients (each side picks its own; the wire type
+// travels in every message), the top over the sum of the two bottoms' 8 values, every
+// message signed (fedmesh-node always signs); the job learns as well, and the whole model
+// assembled with Add nodes takes the joined 30 columns.
+TEST_F(SplitModeTest, Int8SummedCutLearnsAndAssemblesTheSum) {
+  ChildProcess* lab = Spawn("lab", Node("lab", {"split.share_part=true", "split.compression=int8"}));
+  ChildProcess* hospital =
+      Spawn("hospital", Node("hospital", {"train.epochs=15", "split.compression=int8", "split.combine=sum",
+                                          "split.top=top_sum.onnx", "split.assemble=whole.onnx"}));
+  ASSERT_EQ(hospital->WaitExit(seconds(180)), 0) << hospital->Log();
+  ASSERT_EQ(lab->WaitExit(seconds(30)), 0) << lab->Log();
+  ExpectFifteenEpochsLearned("\"microbatches\":4");
+  auto inspect = fedmesh::testing::RunToCompletion({kBin + "fedmesh-model", "inspect", "whole.onnx"}, dir_,
+                                                   dir_ / "inspect.log", seconds(60));
+  ASSERT_TRUE(inspect.has_value() && *inspect == 0) << ReadWholeFile(dir_ / "inspect.log");
+  const std::string text = ReadWholeFile(dir_ / "inspect.log");
+  EXPECT_NE(text.find("x float32 [N,30]"), std::string::npos) << text;
+  EXPECT_NE(text.find("Add"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Concat"), std::string::npos) << text;
+}
+
 TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
   struct Case {
     std::string who;
@@ -128,6 +150,10 @@ TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
       {"lab", {"split.assemble=whole.onnx"}, "[split] assemble: is for the label party only"},
       {"lab", {"split.staleness=1"}, "[split] staleness: is for the label party only"},
       {"hospital", {"split.staleness=2"}, "[split] staleness"},
+      {"lab", {"split.combine=sum"}, "[split] combine: is for the label party only"},
+      {"hospital", {"split.combine=mean"}, "[split] combine"},
+      {"hospital", {"split.compression=int4"}, "[split] compression"},
+      {"hospital", {"split.combine=sum"}, "[split] combine = sum adds bottom outputs of one width: the top model (top.onnx) takes 16 inputs, the own bottom model gives 8"},
       {"hospital", {"split.peers=hospital@tcp://127.0.0.1:1,stranger@tcp://127.0.0.1:2"},
        "member stranger has no public key in keys/allow"},
   };

@@ -31,7 +31,7 @@ SimOptions SplitSim(uint32_t micro) {
 
 TEST(SplitSim, LearnsAndSendsExactlyTheWireFormatsBytes) {
   REQUIRE_DATA();
-  for (const auto& [codec, value_bytes] : {std::pair<std::string, uint64_t>{"none", 4}, {"fp16", 2}}) {
+  for (const std::string codec : {"none", "fp16", "int8"}) {
     SimOptions o = SplitSim(4);
     o.codec = codec;
     auto run = RunSimulation(o);
@@ -43,12 +43,18 @@ TEST(SplitSim, LearnsAndSendsExactlyTheWireFormatsBytes) {
                 *last.test_accuracy, *last.step_s, *last.idle_fraction);
     EXPECT_GE(*last.test_accuracy, 0.70);
     EXPECT_EQ(last.participants, 2u);
-    // Per step: 4 activation messages (128 rows x 64 cut values); then the evaluation's
-    // 4 over the 1,000 test rows.
+    // The bytes of one message of n values: 4 or 2 a value, or (int8) 1 a value and a
+    // 4-byte scale per 256.
+    auto values = [&](uint64_t n) -> uint64_t {
+      return codec == "none" ? 4 * n : codec == "fp16" ? 2 * n : n + 4 * ((n + 255) / 256);
+    };
+    // Per step: 4 activation messages (32 rows x 64 cut values each); then the evaluation's
+    // 4 over the 1,000 test rows (250 rows each).
     const uint64_t m = 4, b = 128, cut = 64, test = 1000, steps = 30;
-    EXPECT_EQ(last.bytes_up, steps * (m * kHeader + b * cut * value_bytes) + m * kHeader + test * cut * value_bytes);
+    EXPECT_EQ(last.bytes_up, steps * m * (kHeader + values(b / m * cut)) + m * (kHeader + values(test / m * cut)));
     // Forwards carry u64 row indices; gradients travel like activations.
-    EXPECT_EQ(last.bytes_down, steps * (m * kHeader + b * 8 + m * kHeader + b * cut * value_bytes) + m * kHeader + test * 8);
+    EXPECT_EQ(last.bytes_down,
+              steps * (m * kHeader + b * 8 + m * (kHeader + values(b / m * cut))) + m * kHeader + test * 8);
   }
 }
 
@@ -148,7 +154,7 @@ TEST(SplitSim, BadSettingsAreRefusedNamingTheKey) {
   if (HaveData()) {
     o = SplitSim(1);
     o.codec = "topk:0.1";
-    EXPECT_NE(RunSimulation(o).status().message().find("split mode sends activations and gradients as none, fp16 or bf16"),
+    EXPECT_NE(RunSimulation(o).status().message().find("split mode sends activations and gradients as none, fp16, bf16 or int8"),
               std::string::npos);
   }
   auto c = LoadSimConfig("", {"sim.mode=split", "split.microbatches=64", "train.batch=32"});

@@ -51,8 +51,18 @@ std::vector<std::string> IdsOf(const std::vector<uint32_t>& rows) {
   return ids;
 }
 
+// How a job's cut is run: the schedule, the wire, how the top joins the bottoms, and
+// whether every message is signed (as fedmesh-node does).
+struct Cut {
+  uint32_t staleness = 0;
+  uint32_t microbatches = 2;
+  CutWire wire = CutWire::kFloat32;
+  CutCombine combine = CutCombine::kConcat;
+  bool sign = false;
+};
+
 // One job and its central baseline: (split test accuracy, central test accuracy).
-std::pair<double, double> SplitAndCentral(const Dataset& all_, uint32_t staleness = 0, uint32_t microbatches = 2) {
+std::pair<double, double> SplitAndCentral(const Dataset& all_, const Cut& cut = {}) {
   const auto hospital_rows = Holds(all_.size(), 0.85, 1), lab_rows = Holds(all_.size(), 0.85, 2);
   // The label party: 4 columns of noise and the label. The lab: the 30 measurements.
   Dataset hospital;
@@ -69,12 +79,16 @@ std::pair<double, double> SplitAndCentral(const Dataset& all_, uint32_t stalenes
   LabelJob label;
   label.ids = IdsOf(hospital_rows);
   label.data = hospital;
-  label.bottom = Part(4, 8, 4, 11, po);
+  const bool sum = cut.combine == CutCombine::kSum;
+  label.bottom = Part(4, 8, sum ? 8 : 4, 11, po);
   SplitPartOptions top_o = po;
   top_o.input_gradients = true;
-  label.top = Part(4 + 8, 0, 2, 12, top_o);
+  label.top = Part(sum ? 8 : 4 + 8, 0, 2, 12, top_o);
   label.feature_ranks = {1};
+  label.party.wire = cut.wire;
+  label.party.combine = cut.combine;
   FeatureJob lab;
+  lab.party.wire = cut.wire;
   lab.ids = IdsOf(lab_rows);
   lab.data = Columns(all_, 0, 30, lab_rows);
   lab.bottom = Part(30, 16, 8, 13, po);
@@ -82,15 +96,22 @@ std::pair<double, double> SplitAndCentral(const Dataset& all_, uint32_t stalenes
   SplitJobOptions o;
   o.epochs = 8;
   o.batch = 32;
-  o.microbatches = microbatches;
-  o.staleness = staleness;
+  o.microbatches = cut.microbatches;
+  o.staleness = cut.staleness;
   o.seed = 3;
   std::vector<std::string> lines;
   o.metrics = [&](const std::string& l) { lines.push_back(l); };
+  SplitJobOptions lo = o, fo = o;
+  Identity hospital_key = Identity::Generate("hospital").value(), lab_key = Identity::Generate("lab").value();
+  if (cut.sign) {
+    lo.members = fo.members = {hospital_key.public_identity(), lab_key.public_identity()};
+    lo.signer = &hospital_key;
+    fo.signer = &lab_key;
+  }
   collective::InProcessHub hub(2);
   Result<SplitJobReport> fr = Status::Internal("");
-  std::thread t([&] { fr = RunFeatureJob(*hub.endpoint(1), std::move(lab), o); });
-  auto lr = RunLabelJob(*hub.endpoint(0), std::move(label), o);
+  std::thread t([&] { fr = RunFeatureJob(*hub.endpoint(1), std::move(lab), fo); });
+  auto lr = RunLabelJob(*hub.endpoint(0), std::move(label), lo);
   t.join();
   EXPECT_TRUE(lr.ok()) << lr.status().ToString();
   EXPECT_TRUE(fr.ok()) << fr.status().ToString();
@@ -152,12 +173,39 @@ TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
 TEST_F(SplitJobTest, StalenessOneLearnsAsWellAsCentralTraining) {
   double split = 0, central = 0;
   for (int k = 0; k < 5; ++k) {
-    const auto [s, c] = SplitAndCentral(all_, /*staleness=*/1, /*microbatches=*/4);
+    const auto [s, c] = SplitAndCentral(all_, {.staleness = 1, .microbatches = 4});
     EXPECT_GE(s, 0.88);
     split += s / 5;
     central += c / 5;
   }
   std::cout << "staleness 1: mean split accuracy " << split << ", central " << central << "\n";
+  EXPECT_GE(split, central - 0.02);
+}
+
+// Activations and gradients as int8 (one scale per 256 values), every message signed: the
+// same five jobs, held to the same bars.
+TEST_F(SplitJobTest, Int8CutSignedLearnsAsWellAsCentralTraining) {
+  double split = 0, central = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto [s, c] = SplitAndCentral(all_, {.wire = CutWire::kInt8, .sign = true});
+    EXPECT_GE(s, 0.88);
+    split += s / 5;
+    central += c / 5;
+  }
+  std::cout << "int8, signed: mean split accuracy " << split << ", central " << central << "\n";
+  EXPECT_GE(split, central - 0.02);
+}
+
+// The top over the sum of the bottoms' outputs (each 8 wide) instead of their concatenation.
+TEST_F(SplitJobTest, SummedCutLearnsAsWellAsCentralTraining) {
+  double split = 0, central = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto [s, c] = SplitAndCentral(all_, {.combine = CutCombine::kSum});
+    EXPECT_GE(s, 0.88);
+    split += s / 5;
+    central += c / 5;
+  }
+  std::cout << "sum: mean split accuracy " << split << ", central " << central << "\n";
   EXPECT_GE(split, central - 0.02);
 }
 
@@ -443,22 +491,99 @@ TEST_F(SplitJobTest, ThreePartiesTrainOnTheRowsAllThreeHold) {
   EXPECT_GE(r0->test_metrics.at("accuracy"), 0.9);
 }
 
-TEST_F(SplitJobTest, ADeadFeaturePartyStopsTheJobWithAReasonNotAHang) {
-  std::vector<uint32_t> rows;
-  for (uint32_t r = 0; r < 300; ++r) rows.push_back(r);
+// A label party with columns 0-9 of `rows` and a feature party with columns 10-19, small
+// mlp bottoms (4 wide each) and a logreg top over their concatenation.
+std::pair<LabelJob, FeatureJob> SmallJobs(const Dataset& all, const std::vector<uint32_t>& rows) {
   SplitPartOptions po;
   SplitPartOptions top_o = po;
   top_o.input_gradients = true;
   LabelJob label;
   label.ids = IdsOf(rows);
-  label.data = Columns(all_, 0, 10, rows);
+  label.data = Columns(all, 0, 10, rows);
   label.bottom = Part(10, 8, 4, 1, po);
   label.top = Part(8, 0, 2, 2, top_o);
   label.feature_ranks = {1};
   FeatureJob f;
   f.ids = IdsOf(rows);
-  f.data = Columns(all_, 10, 20, rows);
+  f.data = Columns(all, 10, 20, rows);
   f.bottom = Part(10, 8, 4, 3, po);
+  return {std::move(label), std::move(f)};
+}
+
+// A feature party whose messages are not signed by the key enrolled for it (an impostor
+// under its name, or no signature at all) fails the job at the label party, naming it; the
+// feature party is told why.
+TEST_F(SplitJobTest, AMessageNotSignedByItsSendersEnrolledKeyFailsTheJob) {
+  std::vector<uint32_t> rows;
+  for (uint32_t r = 0; r < 120; ++r) rows.push_back(r);
+  Identity hospital = Identity::Generate("hospital").value(), lab = Identity::Generate("lab").value(),
+           impostor = Identity::Generate("lab").value();
+  for (bool unsigned_lab : {false, true}) {
+    auto [label, f] = SmallJobs(all_, rows);
+    SplitJobOptions lo;
+    lo.batch = 16;
+    lo.timeout_ms = 5000;
+    SplitJobOptions fo = lo;
+    lo.members = {hospital.public_identity(), lab.public_identity()};
+    lo.signer = &hospital;
+    if (!unsigned_lab) {
+      fo.members = {hospital.public_identity(), impostor.public_identity()};
+      fo.signer = &impostor;
+    }
+    collective::InProcessHub hub(2);
+    Result<SplitJobReport> fr = Status::Internal("");
+    std::thread t([&] { fr = RunFeatureJob(*hub.endpoint(1), std::move(f), fo); });
+    auto lr = RunLabelJob(*hub.endpoint(0), std::move(label), lo);
+    t.join();
+    ASSERT_FALSE(lr.ok());
+    EXPECT_EQ(lr.status().code(), StatusCode::kPermissionDenied);
+    EXPECT_THAT(lr.status().message(), HasSubstr(unsigned_lab ? "rank 1: split message from lab is unsigned"
+                                                              : "rank 1: split message from lab has a bad signature"));
+    ASSERT_FALSE(fr.ok());
+    EXPECT_THAT(fr.status().message(), HasSubstr("stopped"));
+  }
+  // Keys for signing must cover the label party and include the signer.
+  SplitJobOptions o;
+  o.signer = &hospital;
+  o.members = {lab.public_identity()};
+  collective::InProcessHub hub(2);
+  LabelJob empty;
+  EXPECT_THAT(RunLabelJob(*hub.endpoint(0), std::move(empty), o).status().message(),
+              HasSubstr("the signer hospital is not among the members"));
+}
+
+// combine sum adds bottom outputs of one width: a top of another width, or a feature
+// party's bottom of another width, is refused naming both.
+TEST_F(SplitJobTest, SummedCutNeedsBottomsOfTheTopsWidth) {
+  std::vector<uint32_t> rows = {0, 1, 2, 3, 4, 5};
+  SplitPartOptions po;
+  SplitPartOptions top_o = po;
+  top_o.input_gradients = true;
+  LabelPartyOptions lo;
+  lo.combine = CutCombine::kSum;
+  auto wrong_top = LabelParty::Create(Part(10, 8, 4, 1, po), Part(6, 0, 2, 2, top_o), Columns(all_, 0, 10, rows), {1}, lo);
+  ASSERT_FALSE(wrong_top.ok());
+  EXPECT_THAT(wrong_top.status().message(), HasSubstr("the top model takes 6 inputs, the own bottom model gives 4"));
+  auto label = LabelParty::Create(Part(10, 8, 4, 1, po), Part(4, 0, 2, 2, top_o), Columns(all_, 0, 10, rows), {1}, lo);
+  ASSERT_TRUE(label.ok()) << label.status().ToString();
+  auto begun = (*label)->Begin(std::vector<uint64_t>{0, 1}, 1, true);
+  ASSERT_TRUE(begun.ok());
+  SplitMessage a;
+  a.type = SplitMessageType::kActivations;
+  a.training = true;
+  a.rows = 2;
+  a.cols = 6;
+  a.values.assign(12, 0.5f);
+  std::vector<Outgoing> out;
+  EXPECT_THAT((*label)->OnActivations(1, a, &out).message(),
+              HasSubstr("combine sum adds bottom outputs of one width: the top model takes 4 inputs, rank 1's bottom "
+                        "model gives 6"));
+}
+
+TEST_F(SplitJobTest, ADeadFeaturePartyStopsTheJobWithAReasonNotAHang) {
+  std::vector<uint32_t> rows;
+  for (uint32_t r = 0; r < 300; ++r) rows.push_back(r);
+  auto [label, f] = SmallJobs(all_, rows);
   SplitJobOptions o;
   o.epochs = 100000;  // until the feature party is gone
   o.batch = 8;
