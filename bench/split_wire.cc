@@ -62,9 +62,9 @@ int main(int argc, char** argv) {
       const double enc = MedianUs(reps, [&] { bytes = vertical::EncodeSplitMessage(m).value(); });
       const double dec = MedianUs(reps, [&] { (void)vertical::DecodeSplitMessage(bytes).value(); });
       std::string signed_bytes;
-      const double sign = MedianUs(reps, [&] { signed_bytes = vertical::SignSplitMessage(sender, "feature", bytes).value(); });
+      const double sign = MedianUs(reps, [&] { signed_bytes = vertical::SignSplitMessage(sender, "bench", "feature", bytes).value(); });
       const double verify = MedianUs(reps, [&] {
-        if (!vertical::VerifySplitMessage(sender.public_identity(), "feature", signed_bytes).ok()) std::abort();
+        if (!vertical::VerifySplitMessage(sender.public_identity(), "bench", "feature", signed_bytes).ok()) std::abort();
       });
       if (w == vertical::CutWire::kFloat32) f32_encode = enc;
       char what[32];

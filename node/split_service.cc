@@ -146,6 +146,7 @@ Result<vertical::SplitJobReport> SplitService::Run(const std::atomic<bool>* stop
   o.checkpoint_every = static_cast<uint64_t>(config_.split.checkpoint_every);
   o.rejoin_timeout_ms = static_cast<int>(config_.split.rejoin_timeout_ms);
   o.signer = identity_.get();
+  o.federation = config_.federation_id;
   o.members = members_;
   Status metrics_error;
   if (!config_.training.metrics_path.empty()) {

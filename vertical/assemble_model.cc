@@ -75,22 +75,22 @@ Result<graph::Graph> AssembleSplitModel(const std::vector<graph::Graph>& bottoms
   // The cut's width against the top's input, where the parts declare them.
   if (top.inputs.size() == 1 && top.inputs[0].dims.size() == 2 && top.inputs[0].dims[1] > 0) {
     const int64_t want = top.inputs[0].dims[1];
-    int64_t cut = 0;
+    int64_t total = 0;
+    bool all_known = true, mismatch = false;
     std::string widths;
     for (const graph::Graph& b : bottoms) {
       const graph::Dims& d = b.outputs[0].dims;
-      if (d.size() != 2 || d[1] <= 0) {
-        cut = -1;
-        break;
-      }
-      widths += (widths.empty() ? "" : combine == CutCombine::kSum ? ", " : " + ") + std::to_string(d[1]);
-      if (combine == CutCombine::kSum && d[1] != want) cut = -2;
-      if (combine == CutCombine::kConcat) cut += d[1];
+      const bool known = d.size() == 2 && d[1] > 0;
+      all_known = all_known && known;
+      widths += (widths.empty() ? "" : combine == CutCombine::kSum ? ", " : " + ") + (known ? std::to_string(d[1]) : "?");
+      if (known) total += d[1];
+      if (known && combine == CutCombine::kSum && d[1] != want) mismatch = true;
     }
-    if ((combine == CutCombine::kConcat && cut >= 0 && cut != want) || cut == -2) {
+    if (combine == CutCombine::kConcat && all_known && total != want) mismatch = true;
+    if (mismatch) {
       return Status::InvalidArgument("the top model takes " + std::to_string(want) + " inputs; the bottoms give " +
                                      widths + (combine == CutCombine::kSum ? " (summed: each must be the top's width)"
-                                                                           : " = " + std::to_string(cut)));
+                                                                           : " = " + std::to_string(total)));
     }
   }
   if (combine == CutCombine::kConcat) {

@@ -4,8 +4,9 @@
 // the gradient of its own columns) or added (sum: every bottom gives the same width, the
 // top takes that width, and every party gets back the whole gradient, the same for all).
 // Sum keeps the top's input as narrow as one bottom's, so its size does not grow with the
-// number of parties, and the label party's view of the cut is only the sum of the parties'
-// outputs beside its own.
+// number of parties. It changes the model, not what crosses the cut: the label party still
+// receives each party's activations apart, and with sum every feature party receives the
+// gradient the label party's own bottom learns from too.
 // Thread-safety: pure functions.
 #pragma once
 

@@ -2,8 +2,8 @@
 // "Compression"): float32 as is; fp16 or bf16 at half the bytes (collective/wire_floats.h,
 // as ring all-reduce sends them); or int8 through the codec chain's quantizer
 // (core/codec/int8_quantizer.h) with one float32 absmax scale per block of kCutInt8Block
-// values of the message (rows x cols, row-major), a quarter of the bytes plus 1/64 for the
-// scales. int8's error per value is at most max|x in its block| / 254 (plus float rounding).
+// values of the message (rows x cols, row-major): 1 byte per value plus a 4-byte scale per
+// kCutInt8Block values. int8's error per value is at most max|x in its block| / 254 (plus float rounding).
 // Thread-safety: pure functions.
 #pragma once
 

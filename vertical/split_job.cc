@@ -28,7 +28,7 @@ class Link {
   Status Send(int to, const SplitMessage& m) {
     FM_ASSIGN_OR_RETURN(std::string bytes, EncodeSplitMessage(m));
     if (o_.signer != nullptr) {
-      FM_ASSIGN_OR_RETURN(bytes, SignSplitMessage(*o_.signer, o_.members[static_cast<size_t>(to)].name, std::move(bytes)));
+      FM_ASSIGN_OR_RETURN(bytes, SignSplitMessage(*o_.signer, o_.federation, o_.members[static_cast<size_t>(to)].name, std::move(bytes)));
     }
     r_.bytes_sent += bytes.size();
     collective::Chunk c;
@@ -67,7 +67,8 @@ class Link {
     }
     if (o_.signer != nullptr) {
       if (from < 0 || static_cast<size_t>(from) >= o_.members.size()) return Status::Corruption(who + "not a member");
-      Status v = VerifySplitMessage(o_.members[static_cast<size_t>(from)], o_.signer->name(), chunk.bytes.view());
+      Status v = VerifySplitMessage(o_.members[static_cast<size_t>(from)], o_.federation, o_.signer->name(),
+                                    chunk.bytes.view());
       if (!v.ok()) return Status::PermissionDenied(who + v.message());
     }
     auto m = DecodeSplitMessage(chunk.bytes.view());
@@ -92,8 +93,9 @@ class Link {
   double waited_s_ = 0.0;
 };
 
-// Signing needs a key for every rank this party talks to (`ranks`), and its own among them.
-Status CheckSigning(const SplitJobOptions& o, const std::vector<int>& ranks) {
+// Signing needs a key for every rank this party talks to (`ranks`), and the signer's own
+// public identity at its rank `me` (-1: at any rank).
+Status CheckSigning(const SplitJobOptions& o, const std::vector<int>& ranks, int me) {
   if (o.signer == nullptr) {
     if (!o.members.empty()) return Status::InvalidArgument("split job: members' keys without a signer");
     return Status::OK();
@@ -104,10 +106,12 @@ Status CheckSigning(const SplitJobOptions& o, const std::vector<int>& ranks) {
                                      " has none (" + std::to_string(o.members.size()) + " given)");
     }
   }
-  for (const PublicIdentity& m : o.members) {
-    if (m.name == o.signer->name()) return Status::OK();
+  const PublicIdentity& mine = o.signer->public_identity();
+  for (size_t r = 0; r < o.members.size(); ++r) {
+    if (o.members[r] == mine && (me < 0 || static_cast<int>(r) == me)) return Status::OK();
   }
-  return Status::InvalidArgument("split job: the signer " + o.signer->name() + " is not among the members");
+  return Status::InvalidArgument("split job: the signer " + o.signer->name() + " (its public keys) is not the member at " +
+                                 (me < 0 ? std::string("any rank") : "rank " + std::to_string(me)));
 }
 
 void Log(const SplitJobOptions& o, const std::string& line) {
@@ -529,7 +533,7 @@ Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, L
   {
     std::vector<int> ranks = job.feature_ranks;
     ranks.push_back(0);
-    FM_RETURN_IF_ERROR(CheckSigning(options, ranks));
+    FM_RETURN_IF_ERROR(CheckSigning(options, ranks, /*me=*/0));
   }
   SplitJobReport report;
   Link link(transport, options, report);
@@ -545,7 +549,7 @@ Result<SplitJobReport> RunLabelJob(collective::CollectiveTransport& transport, L
 
 Result<SplitJobReport> RunFeatureJob(collective::CollectiveTransport& transport, FeatureJob job,
                                      const SplitJobOptions& options, std::unique_ptr<FeatureParty>* party_out) {
-  FM_RETURN_IF_ERROR(CheckSigning(options, {job.label_rank}));
+  FM_RETURN_IF_ERROR(CheckSigning(options, {job.label_rank}, /*me=*/-1));
   SplitJobReport report;
   SplitJobOptions o = options;
   // While the label party waits for another party to come back, this one waits too.

@@ -54,11 +54,13 @@ struct SplitJobOptions {
   psi::PsiOptions psi;
   // Per-message signatures (vertical/split_signature.h): this party's identity and every
   // party's public identity by rank. Set: every split message sent is signed, and one
-  // received counts only with its sender's valid signature for this party (PermissionDenied
-  // otherwise). null and empty (the default): unsigned, for in-process tests; fedmesh-node
-  // always signs. Not owned; outlives the job.
+  // received counts only with its sender's valid signature for this party in `federation`
+  // (PermissionDenied otherwise). null and empty (the default): nothing is signed, and
+  // signatures that come are not checked (in-process tests only; fedmesh-node always signs
+  // and checks). Not owned; outlives the job.
   const Identity* signer = nullptr;
   std::vector<PublicIdentity> members;
+  std::string federation;  // what the signatures bind besides the parties ([federation] id)
   std::function<void(const std::string&)> log;      // progress lines; may be empty
   std::function<void(const std::string&)> metrics;  // label party: a JSON line per epoch; may be empty
   const std::atomic<bool>* stop = nullptr;           // set: stop between steps (Unavailable)

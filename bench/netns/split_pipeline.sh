@@ -6,7 +6,8 @@
 # ways; no rate limit). Then the three settings of the in-process bench: sequential, one
 # micro-batch with the label party's own work overlapped, and 4 micro-batches, at two model
 # sizes. Makes and removes namespaces fmsplit-*, uses only 10.77.0.0/24 inside them.
-# Root only. Usage: sudo bash bench/netns/split_pipeline.sh
+# EXTRA_ARGS (e.g. --sign: every message signed and verified, as fedmesh-node does) goes to
+# both parties. Root only. Usage: sudo bash bench/netns/split_pipeline.sh
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${FEDMESH_BUILD_DIR:-$root/build}/bench/fedmesh_split_training
@@ -37,11 +38,11 @@ for size in "--hidden 1024 --label-hidden 1024 --batch 1024" "--hidden 4096 --la
   echo "== $size"
   # shellcheck disable=SC2086
   ip netns exec fmsplit-feature env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    "$bin" --mode pipeline --party feature --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size &
+    "$bin" --mode pipeline --party feature --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size ${EXTRA_ARGS:-} &
   feature=$!
   # shellcheck disable=SC2086
   ip netns exec fmsplit-label env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    "$bin" --mode pipeline --party label --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size
+    "$bin" --mode pipeline --party label --peers "$peers" --rows 30000 --steps "${STEPS:-20}" --microbatches 4 $size ${EXTRA_ARGS:-}
   wait "$feature"
 done
 [[ -n $LINKEM_PID ]] && netns_stop_emulator "$log"

@@ -442,7 +442,7 @@ TEST_F(SecAggWireTest, MalformedRevealedSharesAreRefused) {
 
 TEST_F(SecAggWireTest, MaskedPayloadOfAnotherEncodingIsRefused) {
   const std::vector<uint32_t> words = {7, 8, 9};
-  wire::SecAggMaskedInput m{"fed-test", 7, "site-1", wire::Uint32Payload(words)};
+  wire::SecAggMaskedInput m{"fed-test", 7, "site-1", wire::Uint32Payload(words), {}};
   EXPECT_EQ(Must(FromWire(m)).masked, words);
 
   m.masked.codec = "fp16";

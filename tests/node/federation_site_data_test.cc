@@ -329,7 +329,9 @@ void FederatedStatisticsTest::RunAndCheck(bool secure) {
     const double fmin = JsonNumber(f, "min").value_or(1e300);
     EXPECT_LE(fmin, lo) << names[j];
     EXPECT_GE(fmin, lo - (hi - lo)) << names[j];
-    if (j == 2) EXPECT_LT(fmin, 0.0) << "site 3's noise pushes the 0/1 column's minimum below 0";
+    if (j == 2) {
+      EXPECT_LT(fmin, 0.0) << "site 3's noise pushes the 0/1 column's minimum below 0";
+    }
     const size_t h = f.find("\"counts\":[");
     ASSERT_NE(h, std::string::npos) << f;
     uint64_t total = 0;
@@ -355,7 +357,9 @@ void FederatedStatisticsTest::RunAndCheck(bool secure) {
     EXPECT_NE(site1.find("\"sum\":"), std::string::npos) << site1;
     EXPECT_EQ(site1.find("\"sum\":0,"), std::string::npos) << site1;
   }
-  if (fs::exists("/usr/bin/gnuplot")) EXPECT_GT(fs::file_size(dir_ / "stats.png"), 1000u);
+  if (fs::exists("/usr/bin/gnuplot")) {
+    EXPECT_GT(fs::file_size(dir_ / "stats.png"), 1000u);
+  }
   // numpy, when the machine has it (scripts/setup.sh installs it with the benchmarks).
   if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") == 0) {
     const std::string script = std::string(FEDMESH_SOURCE_DIR) + "/tests/fixtures/stats/check_pooled.py";

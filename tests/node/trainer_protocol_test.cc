@@ -102,7 +102,9 @@ TEST(TrainerProtocolTest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
                            std::string(200000, ']') + "}";
   auto m = ParseTrainerHeader(deep);
   // Parsed (the extra key is ignored) or refused: what matters is no stack overflow.
-  if (m.ok()) EXPECT_EQ(m->type, TrainerMessage::Type::kResult);
+  if (m.ok()) {
+    EXPECT_EQ(m->type, TrainerMessage::Type::kResult);
+  }
   auto unbalanced = ParseTrainerHeader(std::string(500000, '['));
   EXPECT_FALSE(unbalanced.ok());
 }

@@ -120,7 +120,7 @@ TEST(AdminChannel, MalformedAndOversizedRequestsAreRefusedAndTheServerKeepsServi
   ASSERT_EQ(zmq_setsockopt(raw.handle(), ZMQ_CURVE_SECRETKEY, c.alice.curve_secret().data(), 32), 0);
   ASSERT_EQ(zmq_setsockopt(raw.handle(), ZMQ_CURVE_SERVERKEY, srv.data(), srv.size()), 0);
   raw.connect(c.endpoint);
-  for (const std::string bad : {std::string("not json"), std::string("[1,2]"),
+  for (const std::string& bad : {std::string("not json"), std::string("[1,2]"),
                                 std::string("{\"command\": 3}"), std::string("{\"argument\": \"x\"}")}) {
     ASSERT_TRUE(raw.send(zmq::buffer(bad), zmq::send_flags::none));
     zmq::message_t answer;
