@@ -3,12 +3,13 @@
 # NVIDIA driver, CUDA 13 and PyTorch but no fedmesh dependencies and no network. Run from
 # the repository root with .gpu/ beside it; logs go to OUT. Prints, in this order:
 #   the machine (GPU, driver, CUDA, PyTorch);
-#   every CUDA test (core_tests and sim_tests, '*Cuda*:*Batched*'; a skip counts as a failure);
-#   core_tests and sim_tests in full on the GPU build (4 shards each, in parallel);
+#   tests: every CUDA test (core_tests and sim_tests, '*Cuda*:*Batched*'; a skip counts as a failure);
+#   full: core_tests and sim_tests in full on the GPU build (4 shards each, in parallel);
 #   fedmesh-node --local-only, one cnn epoch on cuda, and the same on the CPU for comparison;
 #   bench/gpu_train_throughput.sh, bench/gpu_batched_clients.sh, fedmesh_gpu_codec_throughput.
-#   OUT=/tmp/out STEPS="tests node train batched codec" bench/gpu_device_run.sh
-# Environment: OUT (runs/gpu), STEPS (all five), REPEATS (2), ROUNDS (3).
+#   OUT=/tmp/out STEPS="tests full node train batched codec" bench/gpu_device_run.sh
+# Environment: OUT (runs/gpu), STEPS (all six), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
+# per shard of the full suites).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -16,7 +17,7 @@ cd "$root"
 # tool returns at most 8 files); the summary is printed.
 final=${OUT:-$root/runs/gpu}
 out=$(mktemp -d)
-steps=${STEPS:-tests node train batched codec}
+steps=${STEPS:-tests full node train batched codec}
 build=$root/build
 mkdir -p "$final" "$build"
 status=0
@@ -40,6 +41,18 @@ for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
   [[ -n "$p" ]] || { echo "no $l on this machine" >&2; exit 1; }
   ln -sf "$p" "$build/lib/$l"
 done
+# cuDNN (the GPU convolutions): the machine's libcudnn.so.9, often inside PyTorch's Python
+# packages; it loads its sub-libraries (libcudnn_cnn.so.9, ...) from the loader's path.
+p=$(ldconfig -p | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
+[[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name libcudnn.so.9 2>/dev/null | head -1)
+if [[ -n "$p" ]]; then
+  ln -sf "$p" "$build/lib/libcudnn.so.9"
+  export LD_LIBRARY_PATH=$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "cuDNN: $p" | tee -a "$out/device.txt"
+else
+  echo "no libcudnn.so.9 on this machine" >&2
+  exit 1
+fi
 # The build's libstdc++ where the machine's is older (GLIBCXX_3.4.30 is GCC 12's).
 sys_cxx=$(ldconfig -p | awk '$1 == "libstdc++.so.6" {print $NF; exit}')
 grep -qa GLIBCXX_3.4.30 "$sys_cxx" || cp "$build"/compat/* "$build/lib/"
@@ -59,11 +72,14 @@ if want tests; then
     # Tests of the no-device path skip with "a CUDA device is present"; a GPU test may not skip.
     if grep -q "^no CUDA device" "$out/$t.cuda.log"; then echo "$t: GPU tests skipped"; status=1; fi
   done
+fi
+
+if want full; then
   step "core_tests and sim_tests in full, 4 shards each"
   pids=()
   for t in core_tests sim_tests; do
     for i in 0 1 2 3; do
-      (cd "$build" && GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 400 "./$t" \
+      (cd "$build" && GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${FULL_TIMEOUT:-400}" "./$t" \
         >"$out/$t.shard$i.log" 2>&1) &
       pids+=($!)
     done
@@ -95,6 +111,8 @@ if want batched; then
     echo "local epochs: $e"
     EPOCHS=$e BUILD=$build ROUNDS=${ROUNDS:-3} REPEATS=${REPEATS:-2} LOG="$out/batched_sim.log" \
       timeout 400 bench/gpu_batched_clients.sh 2>&1 | tee -a "$out/batched_clients.txt" || status=1
+    # Where the batched runs' rounds went (Train vs finishing vs the rest), last two runs.
+    grep "batched rounds" "$out/batched_sim.log" | tail -2
   done
 fi
 

@@ -21,21 +21,41 @@ best() { sort -g | tail -1; }
 
 "$fm" --model mlp --batch 32 --steps 1 --warmup 0 --device "$device" | field device >&2
 "$py" -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' >&2
-printf "%-6s %-6s %14s %14s %9s\n" model batch fedmesh_sps torch_sps ratio
+# fedmesh's convolutions take, per layer, whichever of cuDNN and im2col + cuBLAS it measured
+# faster (the default); the cnn rows also run each path alone (FEDMESH_CUDA_CONV=im2col |
+# cudnn) in the same loop.
+printf "%-6s %-6s %14s %14s %9s %14s %14s\n" model batch fedmesh_sps torch_sps ratio im2col_sps \
+  cudnn_sps
 for c in "${configs[@]}"; do
   read -r model batch steps <<<"$c"
-  fms=() pts=()
+  fms=() pts=() ims=() cds=()
+  fm_run() {
+    "$fm" --model "$model" --batch "$batch" --threads 1 --steps "$steps" --warmup 50 \
+      --device "$device" | field samples_per_s
+  }
   for ((r = 0; r < repeats; ++r)); do
-    fms+=("$("$fm" --model "$model" --batch "$batch" --threads 1 --steps "$steps" --warmup 50 \
-            --device "$device" | field samples_per_s)")
+    fms+=("$(fm_run)")
     pts+=("$("$py" "$root/bench/torch_train_throughput.py" --model "$model" --batch "$batch" \
             --threads 1 --steps "$steps" --warmup 50 --device "$device" --blas system --json |
           field samples_per_s)")
+    if [[ $model == cnn ]]; then
+      ims+=("$(FEDMESH_CUDA_CONV=im2col fm_run)")
+      cds+=("$(FEDMESH_CUDA_CONV=cudnn fm_run)")
+    fi
   done
   f=$(printf "%s\n" "${fms[@]}" | best)
   p=$(printf "%s\n" "${pts[@]}" | best)
-  printf "%-6s %-6s %14.0f %14.0f %9.2f\n" "$model" "$batch" "$f" "$p" \
-    "$(awk -v a="$f" -v b="$p" 'BEGIN{print a/b}')"
+  i=- d=-
+  if [[ ${#ims[@]} -gt 0 ]]; then
+    i=$(printf "%s\n" "${ims[@]}" | best | cut -d. -f1)
+    d=$(printf "%s\n" "${cds[@]}" | best | cut -d. -f1)
+  fi
+  printf "%-6s %-6s %14.0f %14.0f %9.2f %14s %14s\n" "$model" "$batch" "$f" "$p" \
+    "$(awk -v a="$f" -v b="$p" 'BEGIN{print a/b}')" "$i" "$d"
   echo "  runs fedmesh: ${fms[*]}" >&2
   echo "  runs pytorch: ${pts[*]}" >&2
+  if [[ ${#ims[@]} -gt 0 ]]; then
+    echo "  runs fedmesh im2col: ${ims[*]}" >&2
+    echo "  runs fedmesh cudnn: ${cds[*]}" >&2
+  fi
 done

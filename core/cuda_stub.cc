@@ -12,7 +12,7 @@ std::string CudaUnavailableReason() {
 }
 std::string CudaDeviceDescription(int) { return CudaUnavailableReason(); }
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index) {
+Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index, CudaBackendOptions) {
   return Status::Unavailable("CUDA device " + std::to_string(device_index) + " requested but " +
                              CudaUnavailableReason() + "; use --device cpu or auto");
 }

@@ -27,6 +27,7 @@
 // writes the one-process metrics file byte for byte. A rank waiting for an answer trains
 // its own queued clients meanwhile.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -564,9 +565,13 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
       clients[i].velocity = StartVelocity(p, carries[j]);
       if (p.trainer.sgd.prox_mu > 0) clients[i].prox_anchor = p.global;
       clients[i].data = data[i];
+      clients[i].data_id = ctx_.data.DataIdOf(jobs[j]->client);
       clients[i].rng = &p.env.rng();
     }
+    const auto t0 = std::chrono::steady_clock::now();
     auto trained = trainer.Train(clients, group.options, static_cast<int>(group.epochs));
+    const auto t1 = std::chrono::steady_clock::now();
+    ctx_.batched_train_seconds += std::chrono::duration<double>(t1 - t0).count();
     if (!trained.ok()) {
       for (size_t j : group.jobs) {
         jobs[j]->outcome = trained.status();
@@ -589,6 +594,8 @@ void AggregatorSim::RunPendingBatched(const std::vector<std::shared_ptr<Job>>& j
       job.done = true;
       return Status::OK();
     });
+    ctx_.batched_finish_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (!s.ok()) Fail(s);
   }
 }

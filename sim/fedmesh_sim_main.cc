@@ -135,6 +135,13 @@ int main(int argc, char** argv) {
                report->rounds_wall_seconds,
                static_cast<double>(report->client_updates) / std::max(1e-9, report->rounds_wall_seconds),
                static_cast<double>(report->peak_rss_bytes) / 1e6);
+  if (report->batched_train_seconds > 0) {
+    std::fprintf(stderr, "fedmesh-sim: batched rounds: %.2f s in BatchedTrainer::Train, %.2f s "
+                 "finishing the updates on the workers, %.2f s the rest (aggregation, evaluation)\n",
+                 report->batched_train_seconds, report->batched_finish_seconds,
+                 report->rounds_wall_seconds - report->batched_train_seconds -
+                     report->batched_finish_seconds);
+  }
   if (report->rank_peak_rss_bytes.size() > 1) {
     std::string per_rank;
     for (uint64_t b : report->rank_peak_rss_bytes) {

@@ -48,6 +48,9 @@ struct SimData {
   uint64_t SizeOf(uint64_t client) const { return ShardOf(client).size(); }
   // The samples of client `client` (what a node holds). REQUIRES: this rank owns it.
   const Dataset& DataOf(uint64_t client) const { return shard_data[client % shard_data.size()]; }
+  // A nonzero id of DataOf(client), the same for clients that share a shard (for
+  // BatchedClient::data_id: the shards do not change during a run).
+  uint64_t DataIdOf(uint64_t client) const { return client % shard_data.size() + 1; }
   // How many held-out samples client `client` has. REQUIRES: federated evaluation.
   uint64_t TestSizeOf(uint64_t client) const {
     return shard_test_sizes[client % shard_test_sizes.size()];

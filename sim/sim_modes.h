@@ -42,6 +42,10 @@ struct SimContext {
   // metrics lines and a progress line.
   std::function<Status(const SimFederatedEval&)> report_eval = {};
   uint64_t client_updates = 0;    // local trainings run (modes add to it)
+  // Batched aggregator mode: wall seconds in BatchedTrainer::Train and in finishing the
+  // clients' updates on the workers (where a batched round's time goes).
+  double batched_train_seconds = 0.0;
+  double batched_finish_seconds = 0.0;
   std::string stopped_early = {}; // why an aggregator run ended before its last round
   // aggregator mode with [sim] batched_clients > 0: trains the pending clients in groups;
   // null otherwise.

@@ -320,6 +320,8 @@ Result<SimReport> RunSimulation(const SimOptions& options,
   FM_RETURN_IF_ERROR(final_model.status());
   report.final_model = std::move(*final_model);
   report.client_updates = ctx.client_updates;
+  report.batched_train_seconds = ctx.batched_train_seconds;
+  report.batched_finish_seconds = ctx.batched_finish_seconds;
   report.stopped_early = ctx.stopped_early;
   const auto t1 = std::chrono::steady_clock::now();
   report.wall_seconds = std::chrono::duration<double>(t1 - t0).count();

@@ -88,6 +88,10 @@ struct SimReport {
   // the workers (what a training-loop baseline times).
   double rounds_wall_seconds = 0.0;
   uint64_t client_updates = 0;     // local trainings run (on all ranks)
+  // Of rounds_wall_seconds, with batched clients: BatchedTrainer::Train, and finishing the
+  // updates (delta, codecs) on the workers; zero otherwise. This rank's.
+  double batched_train_seconds = 0.0;
+  double batched_finish_seconds = 0.0;
   // How clients trained: "per client on N CPU workers" or "batched, up to B clients at
   // once on <ops name>".
   std::string training;

@@ -60,6 +60,16 @@ class BatchedOps {
   virtual void Fill(float* x, size_t n, float value) = 0;
 
   // ---- kernels over `batch` clients ----------------------------------------------------
+  // The step's samples, gathered from the clients' data already in ops memory: client b's
+  // samples start at row offsets[b] of `data` (rows of `width` floats) and `data_labels`;
+  // for r < rows[b], row r of its input block (inputs + b * stride_inputs) and labels[b *
+  // stride_labels + r] become sample idx[b * stride_idx + r] of them. Rows [rows[b],
+  // max_rows) of the block and of its labels are zero-filled. offsets, idx and rows are in
+  // ops memory. REQUIRES: every idx names one of the client's samples.
+  virtual void GatherRows(const float* data, const int32_t* data_labels, const int64_t* offsets,
+                          const int32_t* idx, int64_t stride_idx, const int32_t* rows,
+                          int max_rows, int width, float* inputs, int64_t stride_inputs,
+                          int32_t* labels, int64_t stride_labels, int batch) = 0;
   // C_b[m,n] = alpha * op(A_b) * op(B_b) + beta * C_b, row-major (Backend::Gemm), with
   // A_b = a + b * stride_a and so on. With `rows` (ops memory; ignored for kAll) the
   // padding may be skipped: the valid part of C_b is then what Backend::Gemm gives for

@@ -1,9 +1,8 @@
 #include "core/batched/batched_trainer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 
 #include "core/layers/activations.h"
@@ -14,9 +13,6 @@ namespace fedmesh {
 namespace {
 
 constexpr size_t Align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
-// Below this many floats a step's gather runs on one thread (a fork costs more).
-constexpr size_t kParallelGatherFloats = size_t{1} << 18;
 
 }  // namespace
 
@@ -102,11 +98,11 @@ Status BatchedTrainer::Reserve(int rows) {
   const size_t cap = static_cast<size_t>(capacity_), R = static_cast<size_t>(rows);
   const size_t D = static_cast<size_t>(dropout_layers_);
   seeds_offset_ = Align64(sizeof(int32_t) * cap);
-  labels_offset_ = Align64(seeds_offset_ + sizeof(uint64_t) * D * cap);
-  inputs_offset_ = Align64(labels_offset_ + sizeof(int32_t) * cap * R);
-  step_bytes_ = inputs_offset_ + sizeof(float) * cap * R * input_size_;
+  idx_offset_ = Align64(seeds_offset_ + sizeof(uint64_t) * D * cap);
+  step_bytes_ = idx_offset_ + sizeof(int32_t) * cap * R;
   FM_ASSIGN_OR_RETURN(step_, OpsBuffer<uint8_t>::Make(ops_.get(), step_bytes_));
   staging_.assign((step_bytes_ + 7) / 8, 0);
+  FM_ASSIGN_OR_RETURN(labels_, OpsBuffer<int32_t>::Make(ops_.get(), cap * R));
 
   auto alloc = [&](size_t floats) -> Result<float*> {
     FM_ASSIGN_OR_RETURN(auto buffer, OpsBuffer<float>::Make(ops_.get(), floats));
@@ -117,7 +113,7 @@ Status BatchedTrainer::Reserve(int rows) {
   acts_.assign(L + 1, nullptr);
   dacts_.assign(L + 1, nullptr);
   masks_.assign(L, nullptr);
-  acts_[0] = reinterpret_cast<float*>(step_.data() + inputs_offset_);
+  FM_ASSIGN_OR_RETURN(acts_[0], alloc(cap * R * input_size_));
   for (size_t i = 0; i < L; ++i) {
     const Stage& st = stages_[i];
     if (st.kind == Kind::kFlatten) {
@@ -141,6 +137,85 @@ Status BatchedTrainer::Reserve(int rows) {
   }
   rows_ = rows;
   return Status::OK();
+}
+
+Status BatchedTrainer::UploadData(std::span<const BatchedClient> clients,
+                                  const std::vector<int>& client_of) {
+  const size_t B = client_of.size();
+  const size_t in = static_cast<size_t>(input_size_);
+  // Each Dataset of the call once (by address), with its first row once it is in ops memory.
+  std::map<const Dataset*, int64_t> row_of;
+  std::vector<const BatchedClient*> missing;  // to upload, each Dataset once
+  int64_t missing_rows = 0, call_rows = 0;
+  auto scan = [&] {
+    row_of.clear();
+    missing.clear();
+    missing_rows = call_rows = 0;
+    for (size_t slot = 0; slot < B; ++slot) {
+      const BatchedClient& c = clients[client_of[slot]];
+      if (row_of.count(c.data) > 0) continue;
+      call_rows += static_cast<int64_t>(c.data->size());
+      auto it = c.data_id == 0 ? resident_.end() : resident_.find(c.data_id);
+      if (it != resident_.end() && it->second.size == c.data->size()) {
+        row_of[c.data] = it->second.row;
+      } else {
+        row_of[c.data] = -1;
+        missing.push_back(&c);
+        missing_rows += static_cast<int64_t>(c.data->size());
+      }
+    }
+  };
+  scan();
+  if (arena_used_ + missing_rows > arena_rows_) {
+    // No room: start over with this call's Datasets alone, in a buffer grown when they do
+    // not fit (on a GPU doubled, up to what may stay resident, so that clients trained one
+    // call at a time all become resident within a few rounds).
+    resident_.clear();
+    arena_used_ = 0;
+    scan();
+    const int64_t keep_rows =
+        static_cast<int64_t>(ResidentBytes() / (sizeof(float) * in + sizeof(int32_t)));
+    const int64_t rows = std::max(call_rows, std::min(keep_rows, 2 * arena_rows_));
+    if (rows > arena_rows_) {
+      data_.reset();
+      data_labels_.reset();
+      arena_rows_ = 0;
+      FM_ASSIGN_OR_RETURN(data_,
+                          OpsBuffer<float>::Make(ops_.get(), static_cast<size_t>(rows) * in));
+      FM_ASSIGN_OR_RETURN(data_labels_,
+                          OpsBuffer<int32_t>::Make(ops_.get(), static_cast<size_t>(rows)));
+      arena_rows_ = rows;
+    }
+  }
+  BatchedOps& ops = *ops_;
+  for (const BatchedClient* c : missing) {
+    const Dataset& d = *c->data;
+    ops.CopyFromHost(data_.data() + static_cast<size_t>(arena_used_) * in, d.features.data(),
+                     d.size() * in * sizeof(float));
+    ops.CopyFromHost(data_labels_.data() + arena_used_, d.labels.data(),
+                     d.size() * sizeof(int32_t));
+    row_of[c->data] = arena_used_;
+    if (c->data_id != 0) resident_[c->data_id] = Resident{arena_used_, d.size()};
+    arena_used_ += static_cast<int64_t>(d.size());
+  }
+  std::vector<int64_t> offsets(B);
+  for (size_t slot = 0; slot < B; ++slot) offsets[slot] = row_of[clients[client_of[slot]].data];
+  if (offsets_.size() == 0) {
+    FM_ASSIGN_OR_RETURN(offsets_, OpsBuffer<int64_t>::Make(ops_.get(), capacity_));
+  }
+  if (offsets != uploaded_offsets_) {
+    uploaded_offsets_.clear();  // until the copy below is known to have happened
+    ops.CopyFromHost(offsets_.data(), offsets.data(), B * sizeof(int64_t));
+    FM_RETURN_IF_ERROR(ops.Synchronize());
+    uploaded_offsets_ = std::move(offsets);
+  }
+  return ops.Synchronize();
+}
+
+size_t BatchedTrainer::ResidentBytes() const {
+  // Host memory gains nothing from a second copy of the samples beyond the call's; a GPU
+  // saves an upload per call for each Dataset it keeps.
+  return ops_->kind() == BackendKind::kCpu ? 0 : kGpuResidentBytes;
 }
 
 Status BatchedTrainer::EnsureStats(int epochs) {
@@ -234,14 +309,16 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
     ops.CopyFromHost(correct_.data(), zeros.data(), zeros.size() * sizeof(int64_t));
   }
 
+  FM_RETURN_IF_ERROR(UploadData(clients, client_of));
+
   uint8_t* host = reinterpret_cast<uint8_t*>(staging_.data());
   int32_t* host_rows = reinterpret_cast<int32_t*>(host);
   uint64_t* host_seeds = reinterpret_cast<uint64_t*>(host + seeds_offset_);
-  int32_t* host_labels = reinterpret_cast<int32_t*>(host + labels_offset_);
-  float* host_inputs = reinterpret_cast<float*>(host + inputs_offset_);
+  int32_t* host_idx = reinterpret_cast<int32_t*>(host + idx_offset_);
   const int32_t* dev_rows = reinterpret_cast<const int32_t*>(step_.data());
   const uint64_t* dev_seeds = reinterpret_cast<const uint64_t*>(step_.data() + seeds_offset_);
-  const int32_t* dev_labels = reinterpret_cast<const int32_t*>(step_.data() + labels_offset_);
+  const int32_t* dev_idx = reinterpret_cast<const int32_t*>(step_.data() + idx_offset_);
+  const int32_t* dev_labels = labels_.data();
   const size_t in = static_cast<size_t>(input_size_);
   const int64_t R_cap = rows_;
   const SgdStepParams sgd{options.sgd.lr, options.sgd.momentum, options.sgd.weight_decay,
@@ -249,7 +326,6 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
   // The step is fused into the backward pass, as the Trainer does (Sgd::plain()).
   const bool plain = IsPlainSgd(options.sgd, prox);
   const size_t L = stages_.size();
-  const int threads = std::max(1, omp_get_num_procs());
 
   std::vector<std::vector<uint32_t>> orders(B);
   std::vector<double> epoch_seconds(epochs, 0.0);
@@ -283,25 +359,17 @@ Result<std::vector<BatchedClientResult>> BatchedTrainer::Train(
               SplitMix64(SplitMix64(step) + i);  // Model::Forward's seed of layer i
         }
       }
-      const bool parallel_gather = static_cast<size_t>(active) * R * in >= kParallelGatherFloats;
-#pragma omp parallel for num_threads(threads) schedule(static) if (parallel_gather)
       for (int slot = 0; slot < active; ++slot) {
-        const Dataset& d = *clients[client_of[slot]].data;
-        const uint32_t* idx = orders[slot].data() + static_cast<size_t>(s) * bs;
-        const int rows = host_rows[slot];
-        float* x = host_inputs + static_cast<size_t>(slot) * R_cap * in;
-        int32_t* y = host_labels + static_cast<size_t>(slot) * R_cap;
-        for (int r = 0; r < rows; ++r) {
-          std::memcpy(x + r * in, d.sample(idx[r]), in * sizeof(float));
-          y[r] = d.labels[idx[r]];
-        }
-        // Padding rows are zeros: they stay finite through the layers and, with zero
-        // dlogits, add exact zeros to the gradients.
-        std::fill(x + rows * in, x + static_cast<size_t>(R) * in, 0.0f);
-        std::fill(y + rows, y + R, 0);
+        const uint32_t* order = orders[slot].data() + static_cast<size_t>(s) * bs;
+        std::copy(order, order + host_rows[slot], host_idx + static_cast<size_t>(slot) * R_cap);
       }
       ops.CopyFromHost(step_.data(), host,
-                       inputs_offset_ + sizeof(float) * static_cast<size_t>(active) * R_cap * in);
+                       idx_offset_ + sizeof(int32_t) * static_cast<size_t>(active) * R_cap);
+      // Padding rows are zeros: they stay finite through the layers and, with zero
+      // dlogits, add exact zeros to the gradients.
+      ops.GatherRows(data_.data(), data_labels_.data(), offsets_.data(), dev_idx, R_cap, dev_rows,
+                     R, input_size_, acts_[0], R_cap * static_cast<int64_t>(in), labels_.data(),
+                     R_cap, active);
 
       // Forward.
       for (size_t i = 0; i < L; ++i) {

@@ -11,8 +11,9 @@
 // The clients run in lockstep: step s trains every client that has an s-th batch in the
 // epoch. Clients are ordered by their steps per epoch, so the ones still training are a
 // prefix and the kernels cover only them; a client whose data is used up waits (its
-// weights and velocity untouched) until the epoch ends for all. Each step's input batches
-// are gathered on the host into one staging buffer and uploaded with one copy.
+// weights and velocity untouched) until the epoch ends for all. The clients' samples are
+// uploaded to ops memory once per call (or kept from the call before, see Train); a step
+// uploads only its sample indices, and the ops gather the batches (BatchedOps::GatherRows).
 //
 // Only models made of Flatten, Dense, ReLU and Dropout layers (logreg, mlp) are supported;
 // Create fails with Unimplemented for any other (cnn).
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +47,11 @@ struct BatchedClient {
   // no proximal term, as Sgd without an anchor. All clients of a call or none have one.
   std::span<const float> prox_anchor;
   const Dataset* data = nullptr;  // the client's training samples, not empty
+  // Names `data` across calls: the trainer keeps the samples of a nonzero id in ops memory
+  // (a GPU up to kGpuResidentBytes of them; the CPU the last call's) and uploads them again
+  // only when the id is new or its size changed. 0: uploaded in every call. REQUIRES: one
+  // id, one content, for the trainer's life.
+  uint64_t data_id = 0;
   // The client's batch orders: one Rng::Shuffle of 0..n-1 per epoch, as Trainer draws them
   // from its Env, so the generator is left exactly where the sequential run leaves it.
   Rng* rng = nullptr;
@@ -58,6 +65,10 @@ struct BatchedClientResult {
 
 class BatchedTrainer {
  public:
+  // How many bytes of clients' samples (4 per feature and label) stay in GPU memory
+  // between calls, so that a client trained again is not uploaded again.
+  static constexpr size_t kGpuResidentBytes = size_t{1} << 30;
+
   // A trainer for models of `spec` (BuildModel's), up to `capacity` >= 1 clients per Train
   // call. Unimplemented for a model with layers other than Flatten/Dense/ReLU/Dropout.
   static Result<std::unique_ptr<BatchedTrainer>> Create(const ModelSpec& spec,
@@ -76,6 +87,8 @@ class BatchedTrainer {
   // data shape, empty data, too many clients), before any Rng is touched; the ops' error
   // if the device failed (the Rngs have then advanced).
   // `clock` (may be null) times the epochs for EpochStats::seconds.
+  // A client with a data_id keeps its samples in ops memory for later calls (see
+  // BatchedClient::data_id).
   Result<std::vector<BatchedClientResult>> Train(std::span<const BatchedClient> clients,
                                                  const TrainerOptions& options, int epochs,
                                                  const Env* clock = nullptr);
@@ -93,6 +106,9 @@ class BatchedTrainer {
 
   BatchedTrainer() = default;
   Status Reserve(int batch_size);
+  // Makes every client's samples resident (uploading those that are not) and uploads each
+  // slot's first row (client_of: the client of each slot).
+  Status UploadData(std::span<const BatchedClient> clients, const std::vector<int>& client_of);
   Status EnsureStats(int epochs);
 
   std::unique_ptr<Backend> reference_backend_;
@@ -114,11 +130,26 @@ class BatchedTrainer {
   std::vector<OpsBuffer<float>> owned_;
   std::vector<float*> acts_, dacts_, masks_;
   // The step upload: [rows: int32 x capacity][seeds: uint64 x dropout_layers x capacity]
-  // [labels: int32 x capacity x rows_][inputs: float x capacity x rows_ x input_size_],
-  // each region 64-byte aligned; the same layout in host staging.
+  // [sample indices: int32 x capacity x rows_], each region 64-byte aligned; the same
+  // layout in host staging. The gathered batch goes to acts_[0] and labels_.
   OpsBuffer<uint8_t> step_;
   std::vector<uint64_t> staging_;  // uint64 storage keeps every region aligned
-  size_t seeds_offset_ = 0, labels_offset_ = 0, inputs_offset_ = 0, step_bytes_ = 0;
+  size_t seeds_offset_ = 0, idx_offset_ = 0, step_bytes_ = 0;
+  OpsBuffer<int32_t> labels_;  // capacity x rows_
+  // The clients' samples in ops memory (arena_rows_ rows, the first arena_used_ taken); the
+  // resident ones by BatchedClient::data_id; offsets_ holds each slot's first row, as last
+  // uploaded (uploaded_offsets_).
+  struct Resident {
+    int64_t row = 0;
+    size_t size = 0;
+  };
+  size_t ResidentBytes() const;
+  OpsBuffer<float> data_;
+  OpsBuffer<int32_t> data_labels_;
+  int64_t arena_rows_ = 0, arena_used_ = 0;
+  std::map<uint64_t, Resident> resident_;
+  OpsBuffer<int64_t> offsets_;  // capacity
+  std::vector<int64_t> uploaded_offsets_;
   // Per-epoch statistics, epochs x capacity.
   int stats_epochs_ = 0;
   OpsBuffer<double> loss_;

@@ -54,6 +54,28 @@ void CpuBatchedOps::CopyToHost(void* dst, const void* src, size_t bytes) {
 
 void CpuBatchedOps::Fill(float* x, size_t n, float value) { std::fill(x, x + n, value); }
 
+void CpuBatchedOps::GatherRows(const float* data, const int32_t* data_labels,
+                               const int64_t* offsets, const int32_t* idx, int64_t stride_idx,
+                               const int32_t* rows, int max_rows, int width, float* inputs,
+                               int64_t stride_inputs, int32_t* labels, int64_t stride_labels,
+                               int batch) {
+  const size_t w = static_cast<size_t>(width);
+  ForClients(batch, [&](int b) {
+    const float* from = data + static_cast<size_t>(offsets[b]) * w;
+    const int32_t* from_labels = data_labels + offsets[b];
+    const int32_t* order = idx + b * stride_idx;
+    float* x = inputs + b * stride_inputs;
+    int32_t* y = labels + b * stride_labels;
+    const int n = rows[b];
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(x + r * w, from + static_cast<size_t>(order[r]) * w, w * sizeof(float));
+      y[r] = from_labels[order[r]];
+    }
+    std::fill(x + n * w, x + static_cast<size_t>(max_rows) * w, 0.0f);
+    std::fill(y + n, y + max_rows, 0);
+  });
+}
+
 void CpuBatchedOps::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                          const float* a, int lda, int64_t stride_a, const float* b, int ldb,
                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,

@@ -38,6 +38,10 @@ class CpuBatchedOps final : public BatchedOps {
                int cols, int batch) override;
   void BiasGrad(const float* dy, int64_t stride_dy, float* dbias, int64_t stride_dbias, int rows,
                 int cols, int batch) override;
+  void GatherRows(const float* data, const int32_t* data_labels, const int64_t* offsets,
+                  const int32_t* idx, int64_t stride_idx, const int32_t* rows, int max_rows,
+                  int width, float* inputs, int64_t stride_inputs, int32_t* labels,
+                  int64_t stride_labels, int batch) override;
   void ReluForward(const float* x, float* y, size_t n, int64_t stride, int batch) override;
   void ReluBackward(const float* y, const float* dy, float* dx, size_t n, int64_t stride,
                     int batch) override;

@@ -4,14 +4,20 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <climits>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
+#include <string_view>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_kernels.h"
+#include "core/cuda/cudnn_conv.h"
 #include "core/cuda/device_info.h"
 
 namespace fedmesh {
@@ -31,6 +37,10 @@ int64_t OutputRows(const WindowGeometry& g) {
 int64_t ColumnLength(const WindowGeometry& g) {
   return static_cast<int64_t>(g.kernel_h) * g.kernel_w * g.channels;
 }
+std::array<int, 9> KeyOf(const WindowGeometry& g, int out_channels) {
+  return {g.batch, g.in_h, g.in_w, g.channels, g.kernel_h, g.kernel_w, g.stride, g.pad,
+          out_channels};
+}
 
 }  // namespace
 
@@ -43,7 +53,14 @@ struct CudaBackend::Impl {
   Status error;             // the first failure: sticky
   void* scratch = nullptr;  // device scratch for reductions, grown on demand
   size_t scratch_bytes = 0;
+  void* own_columns = nullptr;  // im2col columns where cuDNN refused a geometry (Columns)
+  size_t own_columns_bytes = 0;
   void* host_result = nullptr;  // pinned, kHostResultBytes
+  std::unique_ptr<cuda::CudnnConv> cudnn;  // null: convolutions take im2col + cuBLAS
+  bool cudnn_required = false;             // CudaConv::kCudnn: no fallback to im2col
+  // kAuto: per geometry (KeyOf), whether cuDNN was measured faster than im2col.
+  std::map<std::array<int, 9>, bool> cudnn_faster;
+  std::string conv_note;                   // how convolutions run, for name()
 
   // Keeps the first failure. Returns s.ok().
   bool Check(const Status& s) {
@@ -82,25 +99,36 @@ struct CudaBackend::Impl {
     Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream)));
   }
 
-  // At least `bytes` of device scratch, or null after recording a failure. Growing waits
-  // for the stream first: queued kernels may still use the old buffer.
-  void* Scratch(size_t bytes) {
-    if (bytes <= scratch_bytes) return scratch;
+  // At least `bytes` of device scratch, or null after recording a failure.
+  void* Scratch(size_t bytes) { return Grow(&scratch, &scratch_bytes, bytes); }
+
+  // *buffer grown to at least `bytes`, or null after recording a failure. Growing waits for
+  // the stream first: queued kernels may still use the old buffer.
+  void* Grow(void** buffer, size_t* capacity, size_t bytes) {
+    if (bytes <= *capacity) return *buffer;
     if (!Check(FM_CUDA_STATUS(cudaStreamSynchronize(stream)))) return nullptr;
-    const size_t old_bytes = scratch_bytes;
-    if (scratch != nullptr) {
-      const Status s = FM_CUDA_STATUS(cudaFree(scratch));
-      scratch = nullptr;
-      scratch_bytes = 0;
+    const size_t old_bytes = *capacity;
+    if (*buffer != nullptr) {
+      const Status s = FM_CUDA_STATUS(cudaFree(*buffer));
+      *buffer = nullptr;
+      *capacity = 0;
       if (!Check(s)) return nullptr;
     }
     // Doubling keeps regrowth (a stream wait, a free and a malloc) rare as sizes creep up.
     const size_t want = std::max({bytes, 2 * old_bytes, size_t{1} << 16});
     void* p = nullptr;
     if (!Check(FM_CUDA_STATUS(cudaMalloc(&p, want)))) return nullptr;
-    scratch = p;
-    scratch_bytes = want;
-    return scratch;
+    *buffer = p;
+    *capacity = want;
+    return p;
+  }
+
+  // The column matrix of an im2col convolution: the caller's workspace, or, when cuDNN was
+  // expected (the caller reserved nothing) but refused this geometry, the backend's own.
+  float* Columns(const WindowGeometry& g, float* workspace, size_t workspace_floats) {
+    const size_t floats = static_cast<size_t>(OutputRows(g)) * static_cast<size_t>(ColumnLength(g));
+    if (workspace_floats >= floats) return workspace;
+    return static_cast<float*>(Grow(&own_columns, &own_columns_bytes, floats * sizeof(float)));
   }
 
   // Copies `bytes` of device results into host_result and waits for them.
@@ -114,7 +142,22 @@ struct CudaBackend::Impl {
 // A kernel launcher's result (core/cuda/cuda_kernels.h) checked, naming the launcher call.
 #define FM_LAUNCHED(call) impl_->Check(FM_CUDA_STATUS(call))
 
-CudaBackend::CudaBackend(int device_index) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// options.conv with kAuto resolved against FEDMESH_CUDA_CONV (kAuto when unset or unknown).
+CudaConv ResolveConv(CudaConv conv) {
+  if (conv != CudaConv::kAuto) return conv;
+  const char* env = std::getenv("FEDMESH_CUDA_CONV");
+  const std::string_view v = env == nullptr ? "" : env;
+  if (v == "cudnn") return CudaConv::kCudnn;
+  if (v == "im2col") return CudaConv::kIm2col;
+  return CudaConv::kAuto;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.device = device_index;
   m.description = CudaDeviceDescription(device_index);
@@ -139,7 +182,24 @@ CudaBackend::CudaBackend(int device_index) : impl_(std::make_unique<Impl>()) {
   // cores (CUBLAS_TF32_TENSOR_OP_MATH would: ~1e-3 relative error, and the CPU and GPU
   // backends must agree to 1e-4). Set explicitly rather than trusting the default.
   if (!m.Check(FM_CUBLAS_STATUS(cublasSetMathMode(m.blas, CUBLAS_DEFAULT_MATH)))) return;
-  m.Check(FM_CUDA_STATUS(cudaMallocHost(&m.host_result, kHostResultBytes)));
+  if (!m.Check(FM_CUDA_STATUS(cudaMallocHost(&m.host_result, kHostResultBytes)))) return;
+  const CudaConv conv = ResolveConv(options.conv);
+  if (conv == CudaConv::kIm2col) {
+    m.conv_note = "conv im2col";
+    return;
+  }
+  auto made = cuda::CudnnConv::Create(m.stream);
+  if (made.ok()) {
+    m.cudnn = std::move(*made);
+    m.cudnn_required = conv == CudaConv::kCudnn;
+    m.conv_note = "conv " + cuda::CudnnConv::Version() +
+                  (m.cudnn_required ? "" : " or im2col, measured per geometry");
+  } else if (conv == CudaConv::kCudnn) {
+    m.Check(made.status().WithContext("conv = cudnn"));
+  } else {
+    // kAuto: a build or machine without a working cuDNN still trains, the other way.
+    m.conv_note = "conv im2col (" + made.status().message() + ")";
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -149,8 +209,10 @@ CudaBackend::~CudaBackend() {
   const bool had_device = cudaGetDevice(&previous) == cudaSuccess;
   if (had_device && previous != m.device) (void)cudaSetDevice(m.device);
   if (m.stream != nullptr) (void)cudaStreamSynchronize(m.stream);
+  m.cudnn.reset();
   if (m.blas != nullptr) (void)cublasDestroy(m.blas);
   if (m.scratch != nullptr) (void)cudaFree(m.scratch);
+  if (m.own_columns != nullptr) (void)cudaFree(m.own_columns);
   if (m.host_result != nullptr) (void)cudaFreeHost(m.host_result);
   if (m.stream != nullptr) (void)cudaStreamDestroy(m.stream);
   if (had_device && previous != m.device) (void)cudaSetDevice(previous);
@@ -160,7 +222,8 @@ CudaBackend::~CudaBackend() {
 int CudaBackend::device_index() const { return impl_->device; }
 
 std::string CudaBackend::name() const {
-  return "cuda:" + std::to_string(impl_->device) + " (" + impl_->description + ")";
+  return "cuda:" + std::to_string(impl_->device) + " (" + impl_->description + "; " +
+         impl_->conv_note + ")";
 }
 
 Status CudaBackend::Synchronize() {
@@ -313,7 +376,13 @@ void CudaBackend::Col2Im(const float* dcols, const WindowGeometry& g, float* dx)
   FM_LAUNCHED(cuda::Col2Im(impl_->launch, dcols, g, dx));
 }
 
-size_t CudaBackend::ConvWorkspaceFloats(const WindowGeometry& g, int) {
+size_t CudaBackend::ConvWorkspaceFloats(const WindowGeometry& g, int out_channels) {
+  Impl& m = *impl_;
+  // cuDNN keeps its own workspace. With kCudnn a refused geometry fails the backend
+  // instead of falling back, so it never needs the columns either.
+  if (m.cudnn != nullptr && (m.cudnn_required || (m.Enter() && UseCudnn(g, out_channels)))) {
+    return 0;
+  }
   return static_cast<size_t>(OutputRows(g)) * static_cast<size_t>(ColumnLength(g));
 }
 
@@ -333,15 +402,78 @@ Status CheckConvDims(const WindowGeometry& g, int out_channels) {
 
 }  // namespace
 
-void CudaBackend::Conv2dForward(const float* x, const WindowGeometry& g, const float* w,
-                                const float* bias, int out_channels, float* y, float* workspace,
-                                size_t workspace_floats) {
-  FM_CHECK_GE(workspace_floats, ConvWorkspaceFloats(g, out_channels));
+// Whether a convolution of this geometry runs on cuDNN. kCudnn: yes, and a geometry cuDNN
+// refuses fails the backend. kAuto: when cuDNN takes the geometry and was measured faster
+// than im2col on it, the first time it is seen (cuDNN's per-call host overhead loses at
+// small batches: bench/RESULTS.md, "GPU").
+bool CudaBackend::UseCudnn(const WindowGeometry& g, int out_channels) {
   Impl& m = *impl_;
-  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+  if (m.cudnn == nullptr) return false;
+  const Status s = m.cudnn->Prepare(g, out_channels);
+  if (!s.ok()) {
+    if (m.cudnn_required) m.Check(s);
+    return false;
+  }
+  if (m.cudnn_required) return true;
+  const auto key = KeyOf(g, out_channels);
+  if (auto it = m.cudnn_faster.find(key); it != m.cudnn_faster.end()) return it->second;
+  const bool faster = CudnnMeasuredFaster(g, out_channels);
+  m.cudnn_faster.emplace(key, faster);
+  return faster;
+}
+
+// Times forward + backward of both paths on scratch tensors of the geometry (non-zero
+// values: zeros can run faster than real data), each the best of three after a warm-up,
+// with the stream synchronised so that host-side launch overhead counts. A failure here is
+// the backend's (sticky) error; the answer is then im2col.
+bool CudaBackend::CudnnMeasuredFaster(const WindowGeometry& g, int out_channels) {
+  Impl& m = *impl_;
+  const size_t xn = static_cast<size_t>(g.batch) * g.in_h * g.in_w * g.channels;
+  const size_t wn = static_cast<size_t>(out_channels) * static_cast<size_t>(ColumnLength(g));
+  const size_t yn = static_cast<size_t>(OutputRows(g)) * out_channels;
+  const size_t cn = static_cast<size_t>(OutputRows(g)) * static_cast<size_t>(ColumnLength(g));
+  const size_t oc = static_cast<size_t>(out_channels);
+  const size_t total = 2 * xn + 2 * wn + 2 * yn + 2 * oc + cn;
+  float* base = nullptr;
+  if (!m.Check(FM_CUDA_STATUS(cudaMalloc(&base, total * sizeof(float))))) return false;
+  float *x = base, *dx = x + xn, *w = dx + xn, *dw = w + wn, *y = dw + wn, *dy = y + yn,
+        *b = dy + yn, *db = b + oc, *cols = db + oc;
+  Fill(x, xn, 0.5f);
+  Fill(w, wn, 0.01f);
+  Fill(b, oc, 0.1f);
+  Fill(dy, yn, 0.25f);
+  auto time = [&](auto&& pass) {
+    double best = 1e300;
+    for (int r = 0; r < 4 && m.error.ok(); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pass();
+      m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) best = std::min(best, t);  // r = 0 warms up
+    }
+    return best;
+  };
+  const double with_cudnn = time([&] {
+    if (m.Check(m.cudnn->Forward(x, g, w, out_channels, y))) {
+      AddBias(y, b, static_cast<int>(OutputRows(g)), out_channels);
+    }
+    if (m.Check(m.cudnn->Backward(x, g, w, out_channels, dy, dw, dx))) {
+      BiasGrad(dy, db, static_cast<int>(OutputRows(g)), out_channels);
+    }
+  });
+  const double with_im2col = time([&] {
+    Im2colForward(x, g, w, b, out_channels, y, cols);
+    Im2colBackward(x, g, w, out_channels, dy, dw, db, dx, cols);
+  });
+  m.Check(FM_CUDA_STATUS(cudaStreamSynchronize(m.stream)));
+  m.Check(FM_CUDA_STATUS(cudaFree(base)));
+  return m.error.ok() && with_cudnn < with_im2col;
+}
+
+void CudaBackend::Im2colForward(const float* x, const WindowGeometry& g, const float* w,
+                                const float* bias, int out_channels, float* y, float* cols) {
   const int rows = static_cast<int>(OutputRows(g));
   const int row_len = static_cast<int>(ColumnLength(g));
-  float* cols = workspace;
   Im2Col(x, g, cols);
   // y[rows, OC] = cols[rows, row_len] * W^T, W stored [OC, row_len].
   Gemm(false, true, rows, out_channels, row_len, 1.0f, cols, row_len, w, row_len, 0.0f, y,
@@ -349,15 +481,11 @@ void CudaBackend::Conv2dForward(const float* x, const WindowGeometry& g, const f
   AddBias(y, bias, rows, out_channels);
 }
 
-void CudaBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
+void CudaBackend::Im2colBackward(const float* x, const WindowGeometry& g, const float* w,
                                  int out_channels, const float* dy, float* dw, float* dbias,
-                                 float* dx, float* workspace, size_t workspace_floats) {
-  FM_CHECK_GE(workspace_floats, ConvWorkspaceFloats(g, out_channels));
-  Impl& m = *impl_;
-  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+                                 float* dx, float* cols) {
   const int rows = static_cast<int>(OutputRows(g));
   const int row_len = static_cast<int>(ColumnLength(g));
-  float* cols = workspace;
   Im2Col(x, g, cols);  // recomputed: Forward keeps nothing
   // dW[OC, row_len] = dy^T * cols, dy stored [rows, OC].
   Gemm(true, false, out_channels, row_len, rows, 1.0f, dy, out_channels, cols, row_len, 0.0f, dw,
@@ -366,10 +494,45 @@ void CudaBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const 
   if (dx != nullptr) {
     // The dW GEMM has consumed the columns (same stream), so their gradient can take the
     // workspace: dcols[rows, row_len] = dy * W.
-    float* dcols = workspace;
+    float* dcols = cols;
     Gemm(false, false, rows, row_len, out_channels, 1.0f, dy, out_channels, w, row_len, 0.0f, dcols,
          row_len);
     Col2Im(dcols, g, dx);
+  }
+}
+
+void CudaBackend::Conv2dForward(const float* x, const WindowGeometry& g, const float* w,
+                                const float* bias, int out_channels, float* y, float* workspace,
+                                size_t workspace_floats) {
+  // Layers reserve ConvWorkspaceFloats for their largest batch; a smaller one fits.
+  Impl& m = *impl_;
+  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+  if (UseCudnn(g, out_channels)) {
+    if (m.Check(m.cudnn->Forward(x, g, w, out_channels, y))) {
+      AddBias(y, bias, static_cast<int>(OutputRows(g)), out_channels);
+    }
+    return;
+  }
+  if (!m.error.ok()) return;  // kCudnn and cuDNN refused the geometry
+  if (float* cols = m.Columns(g, workspace, workspace_floats)) {
+    Im2colForward(x, g, w, bias, out_channels, y, cols);
+  }
+}
+
+void CudaBackend::Conv2dBackward(const float* x, const WindowGeometry& g, const float* w,
+                                 int out_channels, const float* dy, float* dw, float* dbias,
+                                 float* dx, float* workspace, size_t workspace_floats) {
+  Impl& m = *impl_;
+  if (!m.Enter() || !m.Check(CheckConvDims(g, out_channels))) return;
+  if (UseCudnn(g, out_channels)) {
+    if (m.Check(m.cudnn->Backward(x, g, w, out_channels, dy, dw, dx))) {
+      BiasGrad(dy, dbias, static_cast<int>(OutputRows(g)), out_channels);
+    }
+    return;
+  }
+  if (!m.error.ok()) return;  // kCudnn and cuDNN refused the geometry
+  if (float* cols = m.Columns(g, workspace, workspace_floats)) {
+    Im2colBackward(x, g, w, out_channels, dy, dw, dbias, dx, cols);
   }
 }
 
@@ -432,7 +595,7 @@ void CudaBackend::SgdStep(float* w, const float* grad, float* velocity, const fl
 
 #undef FM_LAUNCHED
 
-Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index) {
+Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index, CudaBackendOptions options) {
   const int count = CudaDeviceCount();
   if (device_index < 0 || device_index >= count) {
     std::string why = "CUDA device " + std::to_string(device_index) + " requested but " +
@@ -440,7 +603,7 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index) {
     if (count == 0) why += " (" + CudaUnavailableReason() + ")";
     return Status::Unavailable(why + "; use --device cpu or auto");
   }
-  auto backend = std::make_unique<CudaBackend>(device_index);
+  auto backend = std::make_unique<CudaBackend>(device_index, options);
   if (Status s = backend->Synchronize(); !s.ok()) {
     return s.WithContext("initialising CUDA device " + std::to_string(device_index));
   }

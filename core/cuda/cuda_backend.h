@@ -1,7 +1,12 @@
 // CudaBackend: the Backend on one NVIDIA GPU. Dense and convolution GEMMs go to cuBLAS
 // (FP32, no TF32); everything else is fedmesh's own kernels (core/cuda/cuda_kernels.h),
 // whose per-element math (core/cuda/kernel_math.h) is host-tested against the CPU backend.
-// A convolution is one batched im2col plus one GEMM over the whole batch.
+// A convolution is either cuDNN's (FP32 FMA math, deterministic algorithms, the fastest
+// measured once per geometry: core/cuda/cudnn_conv.h) or one batched im2col plus one cuBLAS
+// GEMM over the whole batch; by default whichever was measured faster on the geometry
+// (CudaBackendOptions::conv). The measurements make the choice, so two runs can differ in
+// float rounding where two candidates are about as fast; FEDMESH_CUDA_CONV=im2col gives
+// runs that repeat bit for bit.
 //
 // Ordering: each backend owns one CUDA stream (and a cuBLAS handle bound to it); every
 // method queues its work there in call order. Methods return before the GPU has run the
@@ -31,11 +36,25 @@
 
 namespace fedmesh {
 
+// How the CUDA backend computes Conv2d.
+enum class CudaConv {
+  kAuto,    // per geometry, whichever of cuDNN and im2col was measured faster at its first
+            // use; im2col alone without a working cuDNN (the reason is in name())
+  kCudnn,   // cuDNN, or the backend fails at construction
+  kIm2col,  // batched im2col + one cuBLAS GEMM (the path that needs no cuDNN)
+};
+
+struct CudaBackendOptions {
+  // kAuto: the environment variable FEDMESH_CUDA_CONV = "cudnn" | "im2col" overrides it
+  // (benchmarks compare both with the same binaries).
+  CudaConv conv = CudaConv::kAuto;
+};
+
 class CudaBackend final : public Backend {
  public:
   // Prefer MakeCudaBackend, which validates the index and reports initialisation errors.
   // A constructor that fails leaves the error for Synchronize() to return.
-  explicit CudaBackend(int device_index);
+  explicit CudaBackend(int device_index, CudaBackendOptions options = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -43,7 +62,8 @@ class CudaBackend final : public Backend {
   int device_index() const;
 
   BackendKind kind() const override { return BackendKind::kCuda; }
-  // "cuda:N (<device description>)".
+  // "cuda:N (<device description>; conv <path>)", <path> one of "cuDNN 9.19.0 or im2col,
+  // measured per geometry" (kAuto), "cuDNN 9.19.0" (kCudnn), "im2col[ (why not cuDNN)]".
   std::string name() const override;
   // The GPU needs no host worker threads: set_threads is ignored and threads() is 1.
   void set_threads(int) override {}
@@ -93,13 +113,21 @@ class CudaBackend final : public Backend {
                const SgdStepParams& p) override;
 
  private:
+  bool UseCudnn(const WindowGeometry& g, int out_channels);
+  bool CudnnMeasuredFaster(const WindowGeometry& g, int out_channels);
+  void Im2colForward(const float* x, const WindowGeometry& g, const float* w, const float* bias,
+                     int out_channels, float* y, float* cols);
+  void Im2colBackward(const float* x, const WindowGeometry& g, const float* w, int out_channels,
+                      const float* dy, float* dw, float* dbias, float* dx, float* cols);
+
   struct Impl;  // CUDA stream, cuBLAS handle, scratch, sticky error (cuda_backend.cu)
   std::unique_ptr<Impl> impl_;
 };
 
 // The CUDA backend on device `device_index`. Unavailable when the index is not a present
-// device or the build has no CUDA; the initialisation error (context, stream, cuBLAS)
-// otherwise.
-Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index);
+// device or the build has no CUDA; the initialisation error (context, stream, cuBLAS,
+// cuDNN when options.conv is kCudnn) otherwise.
+Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index,
+                                                 CudaBackendOptions options = {});
 
 }  // namespace fedmesh

@@ -51,6 +51,24 @@ __global__ void BiasGradKernel(const float* dy, int64_t stride_dy, float* dbias,
   }
 }
 
+// One thread per (client, row, column) of the padded step; column 0 also moves the label.
+__global__ void GatherRowsKernel(const float* data, const int32_t* data_labels,
+                                 const int64_t* offsets, const int32_t* idx, int64_t stride_idx,
+                                 const int32_t* rows, int max_rows, int width, float* inputs,
+                                 int64_t stride_inputs, int32_t* labels, int64_t stride_labels,
+                                 int batch) {
+  const int64_t per = static_cast<int64_t>(max_rows) * width;
+  FM_GRID_STRIDE(i, per * batch) {
+    const int64_t b = i / per, e = i % per;
+    const int r = static_cast<int>(e / width);
+    const int c = static_cast<int>(e % width);
+    const bool valid = r < rows[b];
+    const int64_t sample = valid ? offsets[b] + idx[b * stride_idx + r] : 0;
+    inputs[b * stride_inputs + e] = valid ? data[sample * width + c] : 0.0f;
+    if (c == 0) labels[b * stride_labels + r] = valid ? data_labels[sample] : 0;
+  }
+}
+
 __global__ void ReluKernel(const float* x, float* y, int64_t n, int64_t stride, int batch) {
   FM_GRID_STRIDE(i, n * batch) {
     const int64_t at = (i / n) * stride + i % n;
@@ -231,6 +249,18 @@ class CudaBatchedOps final : public BatchedOps {
     Check(FM_CUBLAS_STATUS(cublasSgemmStridedBatched(
         handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
         &alpha, b, ldb, stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, batch)));
+  }
+
+  void GatherRows(const float* data, const int32_t* data_labels, const int64_t* offsets,
+                  const int32_t* idx, int64_t stride_idx, const int32_t* rows, int max_rows,
+                  int width, float* inputs, int64_t stride_inputs, int32_t* labels,
+                  int64_t stride_labels, int batch) override {
+    const int64_t total = static_cast<int64_t>(max_rows) * width * batch;
+    if (!Begin() || total <= 0) return;
+    GatherRowsKernel<<<Blocks(total), kBlock, 0, stream_>>>(
+        data, data_labels, offsets, idx, stride_idx, rows, max_rows, width, inputs, stride_inputs,
+        labels, stride_labels, batch);
+    Launched();
   }
 
   void AddBias(float* y, int64_t stride_y, const float* bias, int64_t stride_bias, int rows,

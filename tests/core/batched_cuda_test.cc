@@ -216,6 +216,57 @@ TEST_F(BatchedCuda, ElementwiseBiasSoftmaxAndSgdMatchCpu) {
   ExpectNear(v, 1e-6, "SgdStep velocity");
 }
 
+// GatherRows: clients sharing rows of the data, padding rows, a client with no rows.
+TEST_F(BatchedCuda, GatherRowsMatchesCpu) {
+  constexpr int kB = 4, kWidth = 13, kMaxRows = 5, kStrideRows = 6;
+  const int samples = 30;
+  auto data = Upload(Random(size_t{samples} * kWidth, 11));
+  std::vector<int32_t> label_host(samples);
+  for (int i = 0; i < samples; ++i) label_host[i] = (i * 3) % 10;
+  auto data_labels = Upload(label_host);
+  auto offsets = Upload(std::vector<int64_t>{0, 10, 0, 25});
+  auto rows = Upload(std::vector<int32_t>{5, 2, 0, 4});
+  std::vector<int32_t> idx_host(kB * kStrideRows, 0);
+  const int32_t picks[kB][kMaxRows] = {{9, 0, 3, 3, 1}, {19, 4, 0, 0, 0}, {0, 0, 0, 0, 0},
+                                       {4, 0, 2, 1, 0}};
+  for (int b = 0; b < kB; ++b)
+    for (int r = 0; r < kMaxRows; ++r) idx_host[b * kStrideRows + r] = picks[b][r];
+  auto idx = Upload(idx_host);
+  const int64_t stride_inputs = int64_t{kStrideRows} * kWidth;
+  auto inputs = Upload(std::vector<float>(kB * stride_inputs, 7.0f));
+  auto labels = Upload(std::vector<int32_t>(kB * kStrideRows, 7));
+  for (BatchedOps* ops : {cpu_.get(), gpu_.get()}) {
+    const bool c = ops == cpu_.get();
+    ops->GatherRows((c ? data.cpu : data.gpu).data(), (c ? data_labels.cpu : data_labels.gpu).data(),
+                    (c ? offsets.cpu : offsets.gpu).data(), (c ? idx.cpu : idx.gpu).data(),
+                    kStrideRows, (c ? rows.cpu : rows.gpu).data(), kMaxRows, kWidth,
+                    (c ? inputs.cpu : inputs.gpu).data(), stride_inputs,
+                    (c ? labels.cpu : labels.gpu).data(), kStrideRows, kB);
+  }
+  ExpectEqual(inputs, "GatherRows inputs");
+  auto [lc, lg] = Download(labels);
+  EXPECT_EQ(lc, lg);
+  // The CPU result itself, against the definition.
+  auto [in_cpu, in_gpu] = Download(inputs);
+  const std::vector<float> host_data = Random(size_t{samples} * kWidth, 11);
+  const int64_t offset_host[kB] = {0, 10, 0, 25};
+  const int rows_host[kB] = {5, 2, 0, 4};
+  for (int b = 0; b < kB; ++b) {
+    for (int r = 0; r < kStrideRows; ++r) {
+      for (int col = 0; col < kWidth; ++col) {
+        const float want = r >= kMaxRows   ? 7.0f  // beyond max_rows: untouched
+                           : r >= rows_host[b] ? 0.0f
+                                               : host_data[(offset_host[b] + picks[b][r]) * kWidth + col];
+        ASSERT_EQ(in_cpu[b * stride_inputs + r * kWidth + col], want) << b << " " << r << " " << col;
+      }
+      const int32_t want_label = r >= kMaxRows       ? 7
+                                 : r >= rows_host[b] ? 0
+                                                     : label_host[offset_host[b] + picks[b][r]];
+      ASSERT_EQ(lc[b * kStrideRows + r], want_label) << b << " " << r;
+    }
+  }
+}
+
 TEST_F(BatchedCuda, TrainerOnCudaMatchesTrainerOnCpu) {
   const ModelSpec spec = batched_test::SmallSpec("mlp", 0.25f, {32, 16});
   TrainerOptions options;

@@ -121,10 +121,14 @@ inline ClientOutcome TrainSequentially(const ModelSpec& spec, const ClientCase& 
   return out;
 }
 
-// All clients at once through `trainer`.
+// All clients at once through `trainer`. With `data_of`, client j is given the Dataset of
+// case data_of[j] (the same object: datasets shared between clients, as the simulator's
+// shards are), which must hold what case j's does, and the BatchedClient::data_id
+// data_of[j] + 1.
 inline Result<std::vector<ClientOutcome>> TrainBatched(BatchedTrainer& trainer,
                                                        const std::vector<ClientCase>& cases,
-                                                       const TrainerOptions& options, int epochs) {
+                                                       const TrainerOptions& options, int epochs,
+                                                       const std::vector<size_t>& data_of = {}) {
   std::vector<SeededEnv> envs;
   envs.reserve(cases.size());
   std::vector<BatchedClient> clients(cases.size());
@@ -133,7 +137,8 @@ inline Result<std::vector<ClientOutcome>> TrainBatched(BatchedTrainer& trainer,
     clients[j].params = cases[j].params;
     clients[j].velocity = cases[j].velocity;
     clients[j].prox_anchor = cases[j].anchor;
-    clients[j].data = &cases[j].data;
+    clients[j].data = &cases[data_of.empty() ? j : data_of[j]].data;
+    clients[j].data_id = data_of.empty() ? 0 : data_of[j] + 1;
     clients[j].rng = &envs[j].rng();
   }
   auto r = trainer.Train(clients, options, epochs);

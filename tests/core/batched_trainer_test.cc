@@ -105,6 +105,217 @@ TEST(BatchedTrainer, ReuseWithOtherClientsAndLargerBatchStaysExact) {
   }
 }
 
+// CpuBatchedOps counting the bytes copied from the host (the clients' samples, weights and
+// the steps' uploads).
+class CountingOps final : public BatchedOps {
+ public:
+  // `kind`: what it says it is (kCuda makes the trainer keep samples resident as on a GPU).
+  explicit CountingOps(std::unique_ptr<BatchedOps> ops, BackendKind kind = BackendKind::kCpu)
+      : ops_(std::move(ops)), kind_(kind) {}
+  size_t uploaded = 0;
+
+  std::string name() const override { return ops_->name(); }
+  BackendKind kind() const override { return kind_; }
+  Status Synchronize() override { return ops_->Synchronize(); }
+  Result<void*> Allocate(size_t bytes) override { return ops_->Allocate(bytes); }
+  void Free(void* p) override { ops_->Free(p); }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    uploaded += bytes;
+    ops_->CopyFromHost(dst, src, bytes);
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    ops_->CopyToHost(dst, src, bytes);
+  }
+  void Fill(float* x, size_t n, float value) override { ops_->Fill(x, n, value); }
+  void GatherRows(const float* data, const int32_t* data_labels, const int64_t* offsets,
+                  const int32_t* idx, int64_t stride_idx, const int32_t* rows, int max_rows,
+                  int width, float* inputs, int64_t stride_inputs, int32_t* labels,
+                  int64_t stride_labels, int batch) override {
+    ops_->GatherRows(data, data_labels, offsets, idx, stride_idx, rows, max_rows, width, inputs,
+                     stride_inputs, labels, stride_labels, batch);
+  }
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta, float* c,
+            int ldc, int64_t stride_c, int batch, GemmRows which, const int32_t* rows) override {
+    ops_->Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+               stride_c, batch, which, rows);
+  }
+  void AddBias(float* y, int64_t stride_y, const float* bias, int64_t stride_bias, int rows,
+               int cols, int batch) override {
+    ops_->AddBias(y, stride_y, bias, stride_bias, rows, cols, batch);
+  }
+  void BiasGrad(const float* dy, int64_t stride_dy, float* dbias, int64_t stride_dbias, int rows,
+                int cols, int batch) override {
+    ops_->BiasGrad(dy, stride_dy, dbias, stride_dbias, rows, cols, batch);
+  }
+  void ReluForward(const float* x, float* y, size_t n, int64_t stride, int batch) override {
+    ops_->ReluForward(x, y, n, stride, batch);
+  }
+  void ReluBackward(const float* y, const float* dy, float* dx, size_t n, int64_t stride,
+                    int batch) override {
+    ops_->ReluBackward(y, dy, dx, n, stride, batch);
+  }
+  void DropoutForward(const float* x, float* y, float* mask, size_t n, int64_t stride, float p,
+                      const uint64_t* seeds, int batch) override {
+    ops_->DropoutForward(x, y, mask, n, stride, p, seeds, batch);
+  }
+  void Multiply(const float* a, const float* b, float* out, size_t n, int64_t stride,
+                int batch) override {
+    ops_->Multiply(a, b, out, n, stride, batch);
+  }
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t row_stride,
+                           int max_rows, int classes, const int32_t* rows, float* dlogits,
+                           double* loss_sum, int64_t* correct, int batch) override {
+    ops_->SoftmaxCrossEntropy(logits, labels, row_stride, max_rows, classes, rows, dlogits,
+                              loss_sum, correct, batch);
+  }
+  void SgdStep(float* w, const float* grad, float* velocity, const float* w_global, size_t n,
+               int64_t stride, const SgdStepParams& p, const int32_t* active,
+               int batch) override {
+    ops_->SgdStep(w, grad, velocity, w_global, n, stride, p, active, batch);
+  }
+
+ private:
+  std::unique_ptr<BatchedOps> ops_;
+  BackendKind kind_;
+};
+
+// A trainer over CountingOps that say they are `kind`; *ops is set to them.
+Result<std::unique_ptr<BatchedTrainer>> CountingTrainer(const ModelSpec& spec, BackendKind kind,
+                                                        int capacity, CountingOps** ops) {
+  auto counting = std::make_unique<CountingOps>(MakeCpuBatchedOps(2), kind);
+  *ops = counting.get();
+  return BatchedTrainer::Create(spec, std::move(counting), capacity);
+}
+
+TrainerOptions CountingOptions() {
+  TrainerOptions options;
+  options.batch_size = 8;
+  options.sgd.lr = 0.05f;
+  return options;
+}
+
+// Trains the clients `order` (indices into `cases`, data ids index + 1) in one call and
+// checks each against the sequential Trainer; returns the bytes `ops` uploaded meanwhile.
+size_t TrainAndCount(BatchedTrainer& trainer, CountingOps& ops,
+                     const std::vector<batched_test::ClientCase>& cases,
+                     const std::vector<size_t>& order, const ModelSpec& spec,
+                     const TrainerOptions& options) {
+  std::vector<batched_test::ClientCase> picked;
+  for (size_t j : order) picked.push_back(cases[j]);
+  ops.uploaded = 0;
+  // Each client trains on cases[order[i]].data itself (the same object as last time).
+  std::vector<SeededEnv> envs;
+  envs.reserve(order.size());
+  std::vector<BatchedClient> clients(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const batched_test::ClientCase& c = cases[order[i]];
+    envs.emplace_back(nullptr, c.seed);
+    clients[i].params = c.params;
+    clients[i].velocity = c.velocity;
+    clients[i].data = &c.data;
+    clients[i].data_id = order[i] + 1;
+    clients[i].rng = &envs[i].rng();
+  }
+  auto got = trainer.Train(clients, options, 2);
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  if (!got.ok()) return 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    batched_test::ClientOutcome o{std::move((*got)[i].params), std::move((*got)[i].velocity),
+                                  std::move((*got)[i].epochs), envs[i].rng().NextU64()};
+    batched_test::ExpectSameOutcome(o, batched_test::TrainSequentially(spec, picked[i], options, 2),
+                                    0, "client " + std::to_string(order[i]));
+  }
+  return ops.uploaded;
+}
+
+// The clients' samples go to ops memory once: a Dataset two clients share is uploaded once,
+// a second call with the same data ids uploads none of them, a call with another one
+// uploads again (on the CPU only the last call's stay). Every call's results equal the
+// sequential Trainer's.
+TEST(BatchedTrainer, SamplesAreUploadedOnceAndSharedDatasetsOnce) {
+  const ModelSpec spec = batched_test::SmallSpec("mlp", 0.1f);
+  CountingOps* ops = nullptr;
+  auto trainer = CountingTrainer(spec, BackendKind::kCpu, 4, &ops);
+  ASSERT_TRUE(trainer.ok());
+  TrainerOptions options = CountingOptions();
+  options.sgd.momentum = 0.9f;
+  auto cases = batched_test::MakeClients(spec, {23, 40, 23}, true, false);
+  cases[2].data = cases[0].data;  // client 2 trains on client 0's Dataset object
+  const std::vector<size_t> data_of = {0, 1, 0};
+  const size_t sample_bytes = sizeof(float) * ShapeSize(spec.input_shape) + sizeof(int32_t);
+  const size_t distinct = (23 + 40) * sample_bytes;  // what the first call must upload
+
+  auto check = [&](const std::vector<batched_test::ClientOutcome>& got, const char* call) {
+    for (size_t j = 0; j < cases.size(); ++j) {
+      batched_test::ExpectSameOutcome(
+          got[j], batched_test::TrainSequentially(spec, cases[j], options, 2), 0,
+          std::string(call) + " client " + std::to_string(j));
+    }
+  };
+  auto first = batched_test::TrainBatched(**trainer, cases, options, 2, data_of);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  check(*first, "first call");
+  const size_t first_bytes = ops->uploaded;
+  // The calls upload the same weights and steps; they differ in the samples (and the three
+  // slots' row offsets) alone.
+  const size_t offsets = 3 * sizeof(int64_t);
+  ops->uploaded = 0;
+  auto second = batched_test::TrainBatched(**trainer, cases, options, 2, data_of);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  check(*second, "second call");
+  EXPECT_EQ(first_bytes - ops->uploaded, distinct + offsets);  // no samples this time
+
+  ops->uploaded = 0;
+  auto third = batched_test::TrainBatched(**trainer, cases, options, 2, {0, 1, 2});
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  check(*third, "third call");
+  // Three Datasets now: all three uploaded (the CPU kept the last call's alone, and that
+  // did not fit the new one beside it).
+  EXPECT_EQ(ops->uploaded - first_bytes, 23 * sample_bytes);
+
+  // Without data ids every call uploads.
+  ops->uploaded = 0;
+  ASSERT_TRUE(batched_test::TrainBatched(**trainer, cases, options, 2).ok());
+  const size_t no_ids = ops->uploaded;
+  ops->uploaded = 0;
+  ASSERT_TRUE(batched_test::TrainBatched(**trainer, cases, options, 2).ok());
+  EXPECT_EQ(ops->uploaded, no_ids);
+  EXPECT_GE(no_ids, (23 + 40 + 23) * sample_bytes);
+}
+
+// On a GPU the samples stay resident across calls: clients trained one per call (the
+// simulator's "one at a time") become resident, and then neither they nor all of them at
+// once in another order upload samples.
+TEST(BatchedTrainer, OnAGpuSamplesStayResidentAcrossCalls) {
+  const ModelSpec spec = batched_test::SmallSpec("mlp");
+  CountingOps* ops = nullptr;
+  auto trainer = CountingTrainer(spec, BackendKind::kCuda, 3, &ops);
+  ASSERT_TRUE(trainer.ok());
+  const TrainerOptions options = CountingOptions();
+  const auto cases = batched_test::MakeClients(spec, {23, 40, 17}, false, false);
+  const size_t sample_bytes = sizeof(float) * ShapeSize(spec.input_shape) + sizeof(int32_t);
+  const size_t sizes[3] = {23, 40, 17};
+  size_t first[3];
+  for (size_t j = 0; j < 3; ++j) {
+    first[j] = TrainAndCount(**trainer, *ops, cases, {j}, spec, options);
+    EXPECT_GE(first[j], sizes[j] * sample_bytes) << j;
+  }
+  // The buffer doubles as clients arrive (clearing what it held), so one round more makes
+  // every client resident; the round after that uploads only weights, steps and offsets.
+  for (size_t j = 0; j < 3; ++j) TrainAndCount(**trainer, *ops, cases, {j}, spec, options);
+  for (size_t j = 0; j < 3; ++j) {
+    // Less by the samples exactly, give or take the one slot's offset (8 bytes, sent only
+    // when it changed since the call before).
+    const double less = static_cast<double>(first[j]) -
+                        static_cast<double>(TrainAndCount(**trainer, *ops, cases, {j}, spec, options));
+    EXPECT_NEAR(less, static_cast<double>(sizes[j] * sample_bytes), sizeof(int64_t)) << j;
+  }
+  size_t without_samples = 0;
+  for (size_t j = 0; j < 3; ++j) without_samples += first[j] - sizes[j] * sample_bytes;
+  EXPECT_LT(TrainAndCount(**trainer, *ops, cases, {2, 0, 1}, spec, options), without_samples);
+}
+
 TEST(BatchedTrainer, RefusesModelsWithOtherLayers) {
   ModelSpec cnn;
   cnn.name = "cnn";

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <new>
 #include <string>
 #include <vector>
@@ -63,6 +66,28 @@ template <typename T>
   }
   return ::testing::AssertionSuccess();
 }
+
+// Sets an environment variable for the scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 WindowGeometry Geometry(int batch, int h, int w, int c, int k, int stride, int pad) {
   WindowGeometry g;
@@ -301,52 +326,110 @@ TEST_F(CudaBackendTest, Im2ColAndCol2ImMatchCpuExactly) {
   }
 }
 
+// Both convolution paths (cuDNN where the build has it, and im2col + cuBLAS) against the CPU,
+// and bit-identical on a repeat (cuDNN is restricted to deterministic algorithms).
 TEST_F(CudaBackendTest, Conv2dForwardAndBackwardMatchCpu) {
   SKIP_WITHOUT_CUDA();
   struct Case {
     WindowGeometry g;
     int oc;
   };
-  for (const Case& c :
-       {Case{Geometry(5, 9, 8, 3, 3, 2, 1), 4}, Case{Geometry(8, 28, 28, 1, 5, 1, 2), 32},
-        Case{Geometry(4, 14, 14, 32, 5, 1, 2), 64}, Case{Geometry(3, 7, 5, 2, 1, 1, 0), 3}}) {
-    const WindowGeometry& g = c.g;
-    SCOPED_TRACE(Describe(g) + " oc " + std::to_string(c.oc));
-    const size_t row_len = size_t(g.kernel_h) * g.kernel_w * g.channels;
-    const size_t xn = size_t(g.batch) * g.in_h * g.in_w * g.channels;
-    const size_t yn = size_t(g.batch) * g.out_h() * g.out_w() * c.oc;
-    const auto x = RandomVector(xn, 60), w = RandomVector(c.oc * row_len, 61),
-               b = RandomVector(c.oc, 62), dy = RandomVector(yn, 63);
-    std::vector<float> y(yn), dw(w.size()), db(c.oc), dx(xn);
-    std::vector<float> ws(cpu_.ConvWorkspaceFloats(g, c.oc));
-    cpu_.Conv2dForward(x.data(), g, w.data(), b.data(), c.oc, y.data(), ws.data(), ws.size());
-    cpu_.Conv2dBackward(x.data(), g, w.data(), c.oc, dy.data(), dw.data(), db.data(), dx.data(),
-                        ws.data(), ws.size());
+  std::vector<CudaConv> paths = {CudaConv::kIm2col};
+#if FEDMESH_TEST_HAVE_CUDNN
+  paths.push_back(CudaConv::kCudnn);
+  paths.push_back(CudaConv::kAuto);  // either, per geometry
+#endif
+  for (const CudaConv path : paths) {
+    const bool cudnn = path == CudaConv::kCudnn;
+    auto made = MakeCudaBackend(0, CudaBackendOptions{path});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    gpu_ = std::move(*made);
+    SCOPED_TRACE(gpu_->name());
+    const char* note = path == CudaConv::kIm2col ? "conv im2col"
+                       : cudnn                   ? "conv cuDNN 9."
+                                                 : "or im2col, measured per geometry";
+    EXPECT_NE(gpu_->name().find(note), std::string::npos);
+    for (const Case& c :
+         {Case{Geometry(5, 9, 8, 3, 3, 2, 1), 4}, Case{Geometry(8, 28, 28, 1, 5, 1, 2), 32},
+          Case{Geometry(4, 14, 14, 32, 5, 1, 2), 64}, Case{Geometry(3, 7, 5, 2, 1, 1, 0), 3},
+          Case{Geometry(64, 14, 14, 32, 5, 1, 2), 64}}) {
+      const WindowGeometry& g = c.g;
+      SCOPED_TRACE(Describe(g) + " oc " + std::to_string(c.oc));
+      const size_t row_len = size_t(g.kernel_h) * g.kernel_w * g.channels;
+      const size_t xn = size_t(g.batch) * g.in_h * g.in_w * g.channels;
+      const size_t yn = size_t(g.batch) * g.out_h() * g.out_w() * c.oc;
+      const auto x = RandomVector(xn, 60), w = RandomVector(c.oc * row_len, 61),
+                 b = RandomVector(c.oc, 62), dy = RandomVector(yn, 63);
+      std::vector<float> y(yn), dw(w.size()), db(c.oc), dx(xn);
+      std::vector<float> ws(cpu_.ConvWorkspaceFloats(g, c.oc));
+      cpu_.Conv2dForward(x.data(), g, w.data(), b.data(), c.oc, y.data(), ws.data(), ws.size());
+      cpu_.Conv2dBackward(x.data(), g, w.data(), c.oc, dy.data(), dw.data(), db.data(),
+                          dx.data(), ws.data(), ws.size());
 
-    auto gx = Up(x), gw = Up(w), gb = Up(b), gdy = Up(dy);
-    DeviceBuffer<float> gy(gpu_.get(), yn), gdw(gpu_.get(), w.size()), gdb(gpu_.get(), c.oc),
-        gdx(gpu_.get(), xn);
-    const size_t wsn = gpu_->ConvWorkspaceFloats(g, c.oc);
-    EXPECT_GE(wsn, size_t(g.batch) * g.out_h() * g.out_w() * row_len);
-    DeviceBuffer<float> gws(gpu_.get(), wsn);
-    gpu_->Fill(gdx.data(), xn, 99.0f);
-    gpu_->Conv2dForward(gx.data(), g, gw.data(), gb.data(), c.oc, gy.data(), gws.data(), wsn);
-    gpu_->Conv2dBackward(gx.data(), g, gw.data(), c.oc, gdy.data(), gdw.data(), gdb.data(),
-                         gdx.data(), gws.data(), wsn);
-    EXPECT_TRUE(Close(Down(gy), y, 1e-4));
-    EXPECT_TRUE(Close(Down(gdw), dw, 1e-4));
-    EXPECT_TRUE(Close(Down(gdb), db, 1e-4));
-    EXPECT_TRUE(Close(Down(gdx), dx, 1e-4));
+      auto gx = Up(x), gw = Up(w), gb = Up(b), gdy = Up(dy);
+      DeviceBuffer<float> gy(gpu_.get(), yn), gdw(gpu_.get(), w.size()), gdb(gpu_.get(), c.oc),
+          gdx(gpu_.get(), xn);
+      const size_t wsn = gpu_->ConvWorkspaceFloats(g, c.oc);
+      if (cudnn) {
+        EXPECT_EQ(wsn, 0u);  // cuDNN keeps its own
+      } else if (path == CudaConv::kIm2col || wsn != 0) {
+        EXPECT_GE(wsn, size_t(g.batch) * g.out_h() * g.out_w() * row_len);
+      }
+      DeviceBuffer<float> gws(gpu_.get(), wsn);
+      // Poisoned outputs: every element must be written.
+      gpu_->Fill(gy.data(), yn, NAN);
+      gpu_->Fill(gdx.data(), xn, NAN);
+      gpu_->Fill(gdw.data(), w.size(), NAN);
+      gpu_->Conv2dForward(gx.data(), g, gw.data(), gb.data(), c.oc, gy.data(), gws.data(), wsn);
+      gpu_->Conv2dBackward(gx.data(), g, gw.data(), c.oc, gdy.data(), gdw.data(), gdb.data(),
+                           gdx.data(), gws.data(), wsn);
+      EXPECT_TRUE(Close(Down(gy), y, 1e-4));
+      EXPECT_TRUE(Close(Down(gdw), dw, 1e-4));
+      EXPECT_TRUE(Close(Down(gdb), db, 1e-4));
+      EXPECT_TRUE(Close(Down(gdx), dx, 1e-4));
 
-    // Without dx (a first layer): the same parameter gradients, bit for bit (same kernels).
-    const auto dw1 = Down(gdw), db1 = Down(gdb);
-    gpu_->Fill(gdw.data(), w.size(), 7.0f);
-    gpu_->Fill(gdb.data(), c.oc, 7.0f);
-    gpu_->Conv2dBackward(gx.data(), g, gw.data(), c.oc, gdy.data(), gdw.data(), gdb.data(), nullptr,
-                         gws.data(), wsn);
-    EXPECT_TRUE(Same(Down(gdw), dw1));
-    EXPECT_TRUE(Same(Down(gdb), db1));
+      // Again, and without dx (a first layer): the same outputs and parameter gradients,
+      // bit for bit.
+      const auto y1 = Down(gy), dw1 = Down(gdw), db1 = Down(gdb), dx1 = Down(gdx);
+      gpu_->Fill(gy.data(), yn, 7.0f);
+      gpu_->Fill(gdw.data(), w.size(), 7.0f);
+      gpu_->Fill(gdb.data(), c.oc, 7.0f);
+      gpu_->Fill(gdx.data(), xn, 7.0f);
+      gpu_->Conv2dForward(gx.data(), g, gw.data(), gb.data(), c.oc, gy.data(), gws.data(), wsn);
+      gpu_->Conv2dBackward(gx.data(), g, gw.data(), c.oc, gdy.data(), gdw.data(), gdb.data(),
+                           gdx.data(), gws.data(), wsn);
+      EXPECT_TRUE(Same(Down(gy), y1));
+      EXPECT_TRUE(Same(Down(gdw), dw1));
+      EXPECT_TRUE(Same(Down(gdx), dx1));
+      gpu_->Fill(gdw.data(), w.size(), 7.0f);
+      gpu_->Fill(gdb.data(), c.oc, 7.0f);
+      gpu_->Conv2dBackward(gx.data(), g, gw.data(), c.oc, gdy.data(), gdw.data(), gdb.data(),
+                           nullptr, gws.data(), wsn);
+      EXPECT_TRUE(Same(Down(gdw), dw1));
+      EXPECT_TRUE(Same(Down(gdb), db1));
+    }
+    const Status s = gpu_->Synchronize();
+    EXPECT_TRUE(s.ok()) << s.ToString();
   }
+}
+
+// FEDMESH_CUDA_CONV picks the path of a backend made with the default options.
+TEST_F(CudaBackendTest, EnvironmentChoosesTheConvolutionPath) {
+  SKIP_WITHOUT_CUDA();
+  ScopedEnv im2col("FEDMESH_CUDA_CONV", "im2col");
+  auto made = MakeCudaBackend(0);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_NE((*made)->name().find("conv im2col"), std::string::npos) << (*made)->name();
+#if FEDMESH_TEST_HAVE_CUDNN
+  ScopedEnv cudnn("FEDMESH_CUDA_CONV", "cudnn");
+  made = MakeCudaBackend(0);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_NE((*made)->name().find("conv cuDNN"), std::string::npos) << (*made)->name();
+  EXPECT_EQ((*made)->name().find("measured"), std::string::npos) << (*made)->name();
+  made = MakeCudaBackend(0, CudaBackendOptions{CudaConv::kIm2col});  // options beat the variable
+  ASSERT_TRUE(made.ok());
+  EXPECT_NE((*made)->name().find("conv im2col"), std::string::npos) << (*made)->name();
+#endif
 }
 
 TEST_F(CudaBackendTest, MaxPoolMatchesCpu) {

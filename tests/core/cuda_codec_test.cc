@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -517,9 +518,11 @@ std::vector<float> FiveMagnitudes(size_t n, uint64_t seed) {
   return codec::SignedFrom(kMagnitudes, n, seed);
 }
 
+// int8:128/256/512/1024 take the warp-per-block kernel, the other blocks the general one.
 constexpr const char* kDeviceChains[] = {
-    "none",   "int8", "int8:64", "topk:0.01",   "topk:0.1|int8",   "topk:0.01|int8|zstd",
-    "topk:1", "zstd", "int8:1",  "int8:7|zstd", "topk:0.3|int8:7", "topk:0.5|int8:1000"};
+    "none",     "int8",     "int8:64",  "topk:0.01", "topk:0.1|int8",      "topk:0.01|int8|zstd",
+    "topk:1",   "zstd",     "int8:1",   "int8:7|zstd", "topk:0.3|int8:7",  "topk:0.5|int8:1000",
+    "int8:128", "int8:512", "int8:1024", "int8:384",  "topk:0.1|int8:128"};
 
 // EncodeOnDevice's bytes against Chain::Encode's, and a decode of them.
 void ExpectSameBytes(const std::string& what, const std::vector<float>& x) {
@@ -556,6 +559,23 @@ TEST_F(CudaCodec, BytesEqualTheCpuCodecs) {
     ExpectSameBytes("normal" + at, RandomVector(n, n));
     ExpectSameBytes("five magnitudes" + at, FiveMagnitudes(n, n + 1));
     ExpectSameBytes("zeros" + at, std::vector<float>(n, 0.0f));
+  }
+}
+
+// Values that do not start on a 16-byte boundary take the general kernel: same bytes.
+TEST_F(CudaCodec, Int8FromAnUnalignedAddressEqualsTheCpu) {
+  for (size_t n : {size_t{5}, size_t{1000}, (size_t{1} << 20) + 3}) {
+    const std::vector<float> padded = RandomVector(n + 1, n);
+    const std::span<const float> x(padded.data() + 1, n);
+    DeviceValues d(padded);
+    for (const char* text : {"int8", "int8:128", "int8:1024|zstd"}) {
+      const Chain chain = Parse(text);
+      std::vector<uint8_t> cpu, gpu;
+      ASSERT_TRUE(chain.Encode(x, 7, &cpu).ok());
+      const Status gs = EncodeOnDevice(chain, d.get() + 1, n, 7, &gpu);
+      ASSERT_TRUE(gs.ok()) << text << " n=" << n << ": " << gs.ToString();
+      EXPECT_TRUE(gpu == cpu) << text << " n=" << n << ": bytes differ";
+    }
   }
 }
 
