@@ -3,11 +3,23 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstdlib>
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/device_info.h"
 
 namespace fedmesh {
+
+Result<CudaConv> CudaConvFromEnvironment() {
+  const char* env = std::getenv("FEDMESH_CUDA_CONV");
+  const std::string_view v = env == nullptr ? "" : env;
+  if (v.empty()) return CudaConv::kAuto;
+  if (v == "cudnn") return CudaConv::kCudnn;
+  if (v == "im2col") return CudaConv::kIm2col;
+  return Status::InvalidArgument("environment variable FEDMESH_CUDA_CONV = '" + std::string(v) +
+                                 "': expected cudnn or im2col (or unset: whichever is measured "
+                                 "faster per layer)");
+}
 
 Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int threads) {
   if (device == "cpu") return MakeCpuBackend(threads);

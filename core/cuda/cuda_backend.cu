@@ -8,11 +8,9 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <new>
-#include <string_view>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
@@ -142,20 +140,6 @@ struct CudaBackend::Impl {
 // A kernel launcher's result (core/cuda/cuda_kernels.h) checked, naming the launcher call.
 #define FM_LAUNCHED(call) impl_->Check(FM_CUDA_STATUS(call))
 
-namespace {
-
-// options.conv with kAuto resolved against FEDMESH_CUDA_CONV (kAuto when unset or unknown).
-CudaConv ResolveConv(CudaConv conv) {
-  if (conv != CudaConv::kAuto) return conv;
-  const char* env = std::getenv("FEDMESH_CUDA_CONV");
-  const std::string_view v = env == nullptr ? "" : env;
-  if (v == "cudnn") return CudaConv::kCudnn;
-  if (v == "im2col") return CudaConv::kIm2col;
-  return CudaConv::kAuto;
-}
-
-}  // namespace
-
 CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -183,7 +167,7 @@ CudaBackend::CudaBackend(int device_index, CudaBackendOptions options)
   // backends must agree to 1e-4). Set explicitly rather than trusting the default.
   if (!m.Check(FM_CUBLAS_STATUS(cublasSetMathMode(m.blas, CUBLAS_DEFAULT_MATH)))) return;
   if (!m.Check(FM_CUDA_STATUS(cudaMallocHost(&m.host_result, kHostResultBytes)))) return;
-  const CudaConv conv = ResolveConv(options.conv);
+  const CudaConv conv = options.conv;
   if (conv == CudaConv::kIm2col) {
     m.conv_note = "conv im2col";
     return;
@@ -602,6 +586,9 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index, CudaBackendOp
                       std::to_string(count) + " present";
     if (count == 0) why += " (" + CudaUnavailableReason() + ")";
     return Status::Unavailable(why + "; use --device cpu or auto");
+  }
+  if (options.conv == CudaConv::kAuto) {
+    FM_ASSIGN_OR_RETURN(options.conv, CudaConvFromEnvironment());
   }
   auto backend = std::make_unique<CudaBackend>(device_index, options);
   if (Status s = backend->Synchronize(); !s.ok()) {

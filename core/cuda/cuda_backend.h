@@ -45,10 +45,15 @@ enum class CudaConv {
 };
 
 struct CudaBackendOptions {
-  // kAuto: the environment variable FEDMESH_CUDA_CONV = "cudnn" | "im2col" overrides it
-  // (benchmarks compare both with the same binaries).
+  // kAuto: MakeCudaBackend lets the environment variable FEDMESH_CUDA_CONV = "cudnn" |
+  // "im2col" override it (benchmarks compare both with the same binaries).
   CudaConv conv = CudaConv::kAuto;
 };
+
+// FEDMESH_CUDA_CONV as a CudaConv: unset or empty is kAuto, "cudnn" kCudnn, "im2col" kIm2col;
+// anything else InvalidArgument naming the variable and the values it takes. Defined in
+// every build (core/backend.cc).
+Result<CudaConv> CudaConvFromEnvironment();
 
 class CudaBackend final : public Backend {
  public:

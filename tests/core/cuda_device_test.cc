@@ -1,6 +1,8 @@
 // CUDA device discovery and backend selection work in every build: without CUDA (or
 // without a GPU) they report zero devices, a reason, and fall back to the CPU for "auto";
 // with a GPU, "auto" and "cuda:N" give the CUDA backend.
+#include <stdlib.h>
+
 #include <gtest/gtest.h>
 
 #include "core/backend.h"
@@ -29,6 +31,40 @@ TEST(CudaDevice, NoDeviceMeansAReasonAndCpuFallback) {
   auto autod = MakeBackend("auto", 1);
   ASSERT_TRUE(autod.ok());
   EXPECT_EQ((*autod)->kind(), BackendKind::kCpu);
+}
+
+// Runs in every build: the variable that picks the GPU convolution path takes two values
+// (or none); anything else is refused naming it.
+TEST(CudaDevice, ConvolutionPathVariableTakesItsValuesAndRefusesOthers) {
+  const char* old = getenv("FEDMESH_CUDA_CONV");
+  const std::string saved = old == nullptr ? "" : old;
+  unsetenv("FEDMESH_CUDA_CONV");
+  auto unset = CudaConvFromEnvironment();
+  ASSERT_TRUE(unset.ok());
+  EXPECT_EQ(*unset, CudaConv::kAuto);
+  const std::pair<const char*, CudaConv> good[] = {
+      {"", CudaConv::kAuto}, {"cudnn", CudaConv::kCudnn}, {"im2col", CudaConv::kIm2col}};
+  for (const auto& [value, want] : good) {
+    setenv("FEDMESH_CUDA_CONV", value, 1);
+    auto got = CudaConvFromEnvironment();
+    ASSERT_TRUE(got.ok()) << value;
+    EXPECT_EQ(*got, want) << value;
+  }
+  for (const char* bad : {"CUDNN", "gemm", "cudnn ", "1"}) {
+    setenv("FEDMESH_CUDA_CONV", bad, 1);
+    auto got = CudaConvFromEnvironment();
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_TRUE(HasCode(got.status(), StatusCode::kInvalidArgument, "FEDMESH_CUDA_CONV")) << bad;
+    EXPECT_NE(got.status().message().find("expected cudnn or im2col"), std::string::npos);
+    if (CudaDeviceCount() > 0) {  // and a backend is not made with it
+      EXPECT_EQ(MakeCudaBackend(0).status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+  if (old == nullptr) {
+    unsetenv("FEDMESH_CUDA_CONV");
+  } else {
+    setenv("FEDMESH_CUDA_CONV", saved.c_str(), 1);
+  }
 }
 
 TEST(CudaDevice, MalformedDeviceIndexIsInvalidArgument) {
