@@ -34,6 +34,9 @@ done | sort -u | while read -r lib; do
   esac
 done
 tar -C "$stage" -cJf "$dest/bundle.tar.xz" .
+# The imported models of the graph step (PyTorch exports them here; the device's PyTorch
+# trains the same nn.Modules from examples/pytorch/models.py).
+/usr/bin/python3 "$root/examples/pytorch/models.py" --out "$dest/onnx" --models fmnist_mlp,fmnist_resnet >/dev/null
 mkdir -p "$dest/fashion-mnist"
 cp -u /usr/share/datasets/fashion-mnist/*.gz "$dest/fashion-mnist/"
 du -sh "$dest"/*

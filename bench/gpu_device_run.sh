@@ -6,9 +6,12 @@
 #   tests: every CUDA test (core_tests and sim_tests, '*Cuda*:*Batched*'; a skip counts as a failure);
 #   full: core_tests and sim_tests in full on the GPU build (4 shards each, in parallel);
 #   fedmesh-node --local-only, one cnn epoch on cuda, and the same on the CPU for comparison;
-#   bench/gpu_train_throughput.sh, bench/gpu_batched_clients.sh, fedmesh_gpu_codec_throughput.
-#   OUT=/tmp/out STEPS="tests full node train batched codec" bench/gpu_device_run.sh
-# Environment: OUT (runs/gpu), STEPS (all six), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
+#   bench/gpu_train_throughput.sh, bench/gpu_batched_clients.sh, fedmesh_gpu_codec_throughput;
+#   graph: imported ONNX models (.gpu/onnx/, exported by bench/gpu_bundle.sh) trained for an
+#     epoch on the GPU by fedmesh-node vs PyTorch on the same GPU (bench/graph_train_torch.py);
+#   allreduce: two fedmesh-node ranks in [train] mode = "allreduce" with device = "cuda".
+#   OUT=/tmp/out STEPS="tests full node train batched codec graph allreduce" bench/gpu_device_run.sh
+# Environment: OUT (runs/gpu), STEPS (all eight), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
 # per shard of the full suites).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,7 +20,7 @@ cd "$root"
 # tool returns at most 8 files); the summary is printed.
 final=${OUT:-$root/runs/gpu}
 out=$(mktemp -d)
-steps=${STEPS:-tests full node train batched codec}
+steps=${STEPS:-tests full node train batched codec graph allreduce}
 build=$root/build
 mkdir -p "$final" "$build"
 status=0
@@ -129,6 +132,80 @@ for _ in range(10):
     s.record(); y.copy_(x); e.record(); e.synchronize(); t.append(s.elapsed_time(e) / 1e3)
 t.sort(); print("torch device copy: %.0f GB/s (read + write)" % (2 * x.numel() / t[5] / 1e9))
 ' 2>&1 | tee -a "$out/codec.txt"
+fi
+if want graph; then
+  step "graph models (ONNX) on the GPU: fedmesh-node vs PyTorch, one epoch, best of ${REPEATS:-2}"
+  field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p" | tail -1; }
+  printf "%-8s %-6s %8s %12s %12s %7s\n" model batch samples fedmesh_sps torch_sps ratio
+  for cfg in "mlp 32 1" "mlp 256 1" "resnet 32 5" "resnet 256 5"; do
+    read -r model batch parts <<<"$cfg"
+    f=0 p=0 samples=0
+    for ((r = 0; r < ${REPEATS:-2}; ++r)); do
+      rm -f "$out/graph.jsonl"
+      timeout 300 "$build/bin/fedmesh-node" --local-only --model ".gpu/onnx/fmnist_$model.onnx" --device cuda \
+        --data fashion-mnist --num-partitions "$parts" --index 0 --epochs 1 --batch "$batch" --lr 0.01 \
+        --momentum 0.9 --metrics "$out/graph.jsonl" >>"$out/graph_node.log" 2>&1 || status=1
+      v=$(field epoch_samples_per_s <"$out/graph.jsonl"); samples=$(field train_samples <"$out/graph.jsonl")
+      f=$(awk -v a="$f" -v b="${v:-0}" 'BEGIN{print (b > a ? b : a)}')
+      v=$(timeout 300 python3 bench/graph_train_torch.py --model "$model" --batch "$batch" --threads 1 \
+            --samples "${samples:-1}" --device cuda --blas system --json 2>>"$out/graph_torch.log" |
+          field epoch_samples_per_s)
+      p=$(awk -v a="$p" -v b="${v:-0}" 'BEGIN{print (b > a ? b : a)}')
+    done
+    printf "%-8s %-6s %8s %12.0f %12.0f %7.2f\n" "$model" "$batch" "$samples" "$f" "$p" \
+      "$(awk -v a="$f" -v b="$p" 'BEGIN{print (b > 0 ? a / b : 0)}')"
+  done | tee "$out/graph.txt"
+  grep -m1 "device\|cuda" "$out/graph_node.log" || true
+fi
+
+if want allreduce; then
+  step "allreduce mode, 2 ranks on the GPU (device = cuda), 2 epochs of the mlp"
+  ar=$(mktemp -d)
+  mkdir -p "$ar/keys/allow" "$ar/run"
+  for i in 1 2; do
+    (cd "$ar" && "$build/bin/fedmesh-keys" gen --out "keys/site-$i" >/dev/null) || status=1
+    cp "$ar/keys/site-$i.pub" "$ar/keys/allow/"
+  done
+  chmod 700 "$ar/keys/allow"
+  ports=(29411 29413)
+  group="\"site-1@tcp://127.0.0.1:${ports[0]}\", \"site-2@tcp://127.0.0.1:${ports[1]}\""
+  for i in 1 2; do
+    cat >"$ar/site-$i.toml" <<EOF2
+[federation]
+id = "ar"
+[node]
+id = "site-$i"
+key = "keys/site-$i.key"
+db = "run/site-$i.db"
+metrics = "run/site-$i.jsonl"
+[train]
+mode = "allreduce"
+device = "cuda"
+threads = 1
+epochs = 2
+batch = 32
+lr = 0.1
+[data]
+dataset = "fashion-mnist"
+num_partitions = 2
+index = $((i - 1))
+[collective]
+listen = "tcp://127.0.0.1:${ports[$((i - 1))]}"
+group = [$group]
+allow = "keys/allow"
+timeout_ms = 20000
+EOF2
+  done
+  pids=()
+  for i in 1 2; do
+    (cd "$ar" && timeout 300 "$build/bin/fedmesh-node" --config "site-$i.toml" >"$out/allreduce_rank$i.log" 2>&1) &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+  grep -h "rank \|device\|cuda" "$out"/allreduce_rank*.log | head -4
+  for i in 1 2; do tail -1 "$ar/run/site-$i.jsonl" | tee "$out/allreduce_last$i.json" | grep -o '"test_accuracy":[0-9.]*\|"model_sha256":"[0-9a-f]*"'; done
+  s1=$(grep -o '"model_sha256":"[0-9a-f]*"' "$out/allreduce_last1.json"); s2=$(grep -o '"model_sha256":"[0-9a-f]*"' "$out/allreduce_last2.json")
+  if [[ -n "$s1" && "$s1" == "$s2" ]]; then echo "allreduce: both ranks end with the same model"; else echo "allreduce: models differ"; status=1; fi
 fi
 tar -C "$out" -czf "$final/logs.tar.gz" .
 step "done: status $status"

@@ -39,6 +39,8 @@ def parse_args(argv=None):
                    help="see bench/torch_common.py: 'openmp' (default) preloads the OpenBLAS build "
                         "fedmesh links")
     p.add_argument("--json", action="store_true", help="print exactly one JSON line to stdout")
+    p.add_argument("--device", default="cpu",
+                   help="cpu or cuda: on cuda the data sits on the GPU and TF32 is off (FP32, as fedmesh)")
     a = p.parse_args(argv)
     for name in ("batch", "threads", "samples"):
         if getattr(a, name) < 1:
@@ -67,12 +69,16 @@ def main():
     keep = torch.randperm(x.shape[0], generator=gen)[:a.samples]
     x = x[keep].reshape(-1, 1, 28, 28).contiguous()
     y = y[keep].contiguous()
+    if a.device != "cpu":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        x, y = x.to(a.device), y.to(a.device)
 
-    model = models.build(MODELS[a.model], a.seed)
+    model = models.build(MODELS[a.model], a.seed).to(a.device)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=0)
     loss_fn = nn.CrossEntropyLoss()
-    order = torch.randperm(a.samples, generator=gen)
+    order = torch.randperm(a.samples, generator=gen).to(a.device)
 
     loss_sum, correct = 0.0, 0
     t0 = time.perf_counter()
@@ -86,11 +92,13 @@ def main():
         opt.step()
         loss_sum += float(loss) * idx.numel()
         correct += int((logits.detach().argmax(1) == yb).sum())
+    if a.device != "cpu":
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
     sps = a.samples / elapsed
     out = {
         "impl": "pytorch", "torch_version": torch.__version__, "model": a.model,
-        "batch": a.batch, "threads": a.threads, "train_samples": a.samples,
+        "batch": a.batch, "threads": a.threads, "device": a.device, "train_samples": a.samples,
         "seconds": round(elapsed, 6), "epoch_samples_per_s": round(sps, 2),
         "train_loss": round(loss_sum / a.samples, 6), "train_accuracy": round(correct / a.samples, 6),
         "blas": blas_variant(),

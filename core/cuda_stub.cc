@@ -3,6 +3,7 @@
 #ifndef FEDMESH_HAVE_CUDA
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/device_info.h"
+#include "core/graph/op_kernel.h"
 
 namespace fedmesh {
 
@@ -17,5 +18,13 @@ Result<std::unique_ptr<Backend>> MakeCudaBackend(int device_index, CudaBackendOp
                              CudaUnavailableReason() + "; use --device cpu or auto");
 }
 
+namespace graph {
+
+Result<std::unique_ptr<OpKernel>> MakeCudaKernel(const KernelContext& ctx) {
+  return Status::Unavailable(ctx.node->Label() + ": " + CudaUnavailableReason());
+}
+std::vector<std::string> CudaSupportedOps() { return {}; }
+
+}  // namespace graph
 }  // namespace fedmesh
 #endif

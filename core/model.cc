@@ -79,7 +79,9 @@ Result<std::unique_ptr<Model>> Model::CreateFromGraph(std::string name, Backend*
   m->num_trainable_ = gm->num_trainable();
   m->params_ptr_ = gm->params();
   m->grads_ptr_ = gm->grads();
-  m->initial_params_.assign(gm->params(), gm->params() + gm->num_flat());
+  m->initial_params_.resize(gm->num_flat());
+  if (gm->num_flat() > 0)
+    backend->CopyToHost(m->initial_params_.data(), gm->params(), gm->num_flat() * sizeof(float));
   m->graph_ = std::move(gm);
   return m;
 }
@@ -95,9 +97,6 @@ bool Model::GraphForward(int batch, bool training, uint64_t seed) {
 Status Model::SetLoss(const LossOptions& loss) {
   FM_RETURN_IF_ERROR(ValidateLossOptions(loss));
   const bool host = loss.kind != LossKind::kCrossEntropy || !loss.class_weights.empty();
-  if (host && !backend_->host_memory())
-    return Status::Unimplemented(std::string("loss ") + LossKindName(loss.kind) +
-                                 " (or class weights) runs on the CPU backend only");
   if (loss.kind == LossKind::kBceWithLogits && num_classes_ != 1)
     return Status::InvalidArgument("bce_with_logits needs a model with one output (a logit), "
                                    "model '" + name_ + "' has " + std::to_string(num_classes_));
@@ -116,8 +115,20 @@ Status Model::SetLoss(const LossOptions& loss) {
 Backend::LossResult Model::Loss(int batch, float* dlogits) {
   if (!host_loss_)
     return backend_->SoftmaxCrossEntropy(logits(), labels_.data(), batch, num_classes_, dlogits);
-  const LossValue v = ComputeLoss(loss_, logits(), batch, num_classes_, staging_labels_.data(),
-                                  staging_targets_.data(), dlogits);
+  if (backend_->host_memory()) {
+    const LossValue v = ComputeLoss(loss_, logits(), batch, num_classes_, staging_labels_.data(),
+                                    staging_targets_.data(), dlogits);
+    return {v.loss_sum, v.correct};
+  }
+  // On a device the outputs come to the host and their gradient goes back: a batch's
+  // outputs are small next to the step's other traffic.
+  const size_t n = static_cast<size_t>(batch) * num_classes_;
+  host_logits_.resize(n);
+  backend_->CopyToHost(host_logits_.data(), logits(), n * sizeof(float));
+  if (dlogits) host_dlogits_.resize(n);
+  const LossValue v = ComputeLoss(loss_, host_logits_.data(), batch, num_classes_, staging_labels_.data(),
+                                  staging_targets_.data(), dlogits ? host_dlogits_.data() : nullptr);
+  if (dlogits) backend_->CopyFromHost(dlogits, host_dlogits_.data(), n * sizeof(float));
   return {v.loss_sum, v.correct};
 }
 
@@ -190,6 +201,7 @@ void Model::Reserve(int max_batch) {
     FM_CHECK(s.ok());
     labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
     staging_labels_.resize(max_batch);
+    if (!backend_->host_memory()) staging_.resize(ShapeSize(input_shape_) * max_batch);
     return;
   }
   owned_.clear();

@@ -161,6 +161,7 @@ class Model {
   LossOptions loss_;
   bool host_loss_ = false;              // loss_ needs ComputeLoss rather than the backend's
   std::vector<float> staging_targets_;  // the loaded batch's regression targets
+  std::vector<float> host_logits_, host_dlogits_;  // a device's outputs for ComputeLoss
   Status status_;
   std::vector<size_t> param_offsets_;  // param_offsets_[i]: layer i's slice of params_
   std::vector<double> dp_sq_norms_;    // ForwardBackwardClipped's per-example squared norms

@@ -77,9 +77,7 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
       r = model_->ForwardBackwardSgd(batch, seed, sgd_.options().lr);
     } else {
       r = model_->ForwardBackward(batch, seed);
-      if (options_.gradient_hook) {
-        FM_RETURN_IF_ERROR(options_.gradient_hook(std::span<float>(model_->grads(), model_->num_params())));
-      }
+      if (options_.gradient_hook) FM_RETURN_IF_ERROR(RunGradientHook());
       sgd_.Step();
     }
     loss_sum += r.loss_sum;
@@ -93,6 +91,19 @@ Result<EpochStats> Trainer::TrainSteps(const Dataset& data, int64_t max_steps) {
   FinishEpoch(&stats, start, loss_sum, correct);
   FM_RETURN_IF_ERROR(model_->status());
   return stats;
+}
+
+Status Trainer::RunGradientHook() {
+  float* grads = model_->grads();
+  const size_t n = model_->num_params();
+  Backend& be = model_->backend();
+  if (be.host_memory()) return options_.gradient_hook(std::span<float>(grads, n));
+  // A device's gradients go through host memory, where the hook (a CPU ring) works.
+  hook_grads_.resize(n);
+  be.CopyToHost(hook_grads_.data(), grads, n * sizeof(float));
+  FM_RETURN_IF_ERROR(options_.gradient_hook(std::span<float>(hook_grads_)));
+  be.CopyFromHost(grads, hook_grads_.data(), n * sizeof(float));
+  return Status::OK();
 }
 
 void Trainer::FinishEpoch(EpochStats* stats, double start, double loss_sum, int64_t correct) const {

@@ -54,8 +54,9 @@ struct TrainerOptions {
   LossOptions loss;          // softmax cross-entropy by default (core/loss.h)
   DpSgdOptions dp;           // off by default
   // Data-parallel training (node/allreduce_service.h). gradient_hook gets each step's
-  // gradients (host memory, CPU backend) after backward and before the optimizer reads
-  // them, and may change them in place (an all-reduce); step_hook runs after each
+  // gradients in host memory (on a device backend a copy, written back after the hook)
+  // after backward and before the optimizer reads them, and may change them in place (an
+  // all-reduce); step_hook runs after each
   // optimizer step with the steps taken in this call. An error from either ends the call
   // with it. Default: none (the fused SGD path when the optimizer allows it).
   std::function<Status(std::span<float> grads)> gradient_hook;
@@ -105,12 +106,15 @@ class Trainer {
   Result<EpochStats> TrainStepsDp(const Dataset& data, int64_t max_steps);
   // Fills in the time, means and rate of `stats` from the sums of a training loop.
   void FinishEpoch(EpochStats* stats, double start, double loss_sum, int64_t correct) const;
+  // options_.gradient_hook on this step's gradients, staged through hook_grads_ on a device.
+  Status RunGradientHook();
 
   Model* model_;
   TrainerOptions options_;
   Env* env_;
   Sgd sgd_;
   uint64_t step_ = 0;  // global step counter: seeds dropout masks
+  std::vector<float> hook_grads_;     // a device's gradients for the gradient hook
   std::vector<float> dp_sum_;         // DP-SGD: the step's clipped, noised gradient sum
   std::vector<uint32_t> dp_picked_;   // DP-SGD: the step's Poisson-sampled example indices
 };

@@ -100,8 +100,11 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
     if (k == 1) {
       hooks.apply = [self](std::span<const float> average) {
         // What the trainer does with an all-reduced gradient: the optimizer step.
-        std::copy(average.begin(), average.end(), self->site_.model->grads());
-        self->StateFromAverage(std::span<float>(self->site_.model->grads(), average.size()));
+        // A private copy: StateFromAverage zeroes the state's part of what it is given.
+        std::vector<float> grads(average.begin(), average.end());
+        self->StateFromAverage(std::span<float>(grads));
+        Model& m = *self->site_.model;
+        m.backend().CopyFromHost(m.grads(), grads.data(), grads.size() * sizeof(float));
         self->trainer_->optimizer().Step();
         return Status::OK();
       };
@@ -145,15 +148,18 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   return s;
 }
 
+// The model's buffers are in its backend's memory (a GPU's, with device = cuda): copied.
 void AllreduceService::StateIntoGrads(std::span<float> grads) const {
-  const Model& m = *site_.model;
-  std::copy(m.params() + m.num_trainable(), m.params() + m.num_params(), grads.begin() + m.num_trainable());
+  Model& m = *site_.model;
+  const size_t t = m.num_trainable(), n = m.num_params() - t;
+  if (n > 0) m.backend().CopyToHost(grads.data() + t, m.params() + t, n * sizeof(float));
 }
 
 void AllreduceService::StateFromAverage(std::span<float> grads) {
   Model& m = *site_.model;
-  std::copy(grads.begin() + m.num_trainable(), grads.end(), m.params() + m.num_trainable());
-  std::fill(grads.begin() + m.num_trainable(), grads.end(), 0.0f);
+  const size_t t = m.num_trainable(), n = m.num_params() - t;
+  if (n > 0) m.backend().CopyFromHost(m.params() + t, grads.data() + t, n * sizeof(float));
+  std::fill(grads.begin() + t, grads.end(), 0.0f);
 }
 
 Status AllreduceService::AllreduceParams() {

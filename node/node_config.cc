@@ -648,9 +648,6 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   }
   if (!c.gossip.listen.empty()) return bad("allreduce mode has no gossip: unset [gossip] listen", "train", "mode");
   if (c.external.enabled()) return bad("allreduce mode trains in process: unset [train] external", "train", "mode");
-  if (c.training.device != "cpu") {
-    return bad("allreduce mode runs on the CPU backend in this version: set [train] device = \"cpu\"", "train", "mode");
-  }
   return Status::OK();
 }
 

@@ -263,6 +263,18 @@ void CudaBackend::Copy(void* dst, const void* src, size_t bytes) {
   m.Check(FM_CUDA_STATUS(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m.stream)));
 }
 
+bool CudaBackend::EnterForKernel(void** stream, unsigned* max_blocks) {
+  if (!impl_->Enter()) return false;
+  *stream = impl_->launch.stream;
+  *max_blocks = impl_->launch.max_blocks;
+  return true;
+}
+
+void CudaBackend::LaunchedKernel(int cuda_error, const char* what) {
+  const cudaError_t e = static_cast<cudaError_t>(cuda_error);
+  if (e != cudaSuccess) impl_->Check(cuda::CudaError(e, what, __FILE__, __LINE__));
+}
+
 void CudaBackend::Fill(float* x, size_t n, float value) {
   if (!impl_->Enter()) return;
   FM_LAUNCHED(cuda::Fill(impl_->launch, x, n, value));

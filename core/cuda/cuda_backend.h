@@ -117,6 +117,13 @@ class CudaBackend final : public Backend {
   void SgdStep(float* w, const float* grad, float* velocity, const float* w_global, size_t n,
                const SgdStepParams& p) override;
 
+  // For kernels launched outside this class (the graph ops, core/cuda/graph/): false after
+  // a failure (queue nothing); otherwise *stream (a cudaStream_t) and *max_blocks are what
+  // to launch with, in this backend's stream order. LaunchedKernel records a launch's
+  // result (a cudaError_t, 0 = success) as the sticky error, naming `what`.
+  bool EnterForKernel(void** stream, unsigned* max_blocks);
+  void LaunchedKernel(int cuda_error, const char* what);
+
  private:
   bool UseCudnn(const WindowGeometry& g, int out_channels);
   bool CudnnMeasuredFaster(const WindowGeometry& g, int out_channels);

@@ -62,9 +62,6 @@ GraphModel::~GraphModel() = default;
 
 Result<std::unique_ptr<GraphModel>> GraphModel::Create(Graph g, Backend* backend,
                                                        const GraphModelOptions& options) {
-  if (!backend->host_memory())
-    return Status::Unimplemented("graph models run on the CPU backend; '" + backend->name() +
-                                 "' is not supported for them yet");
   std::unique_ptr<GraphModel> m(new GraphModel());
   m->graph_ = std::move(g);
   m->backend_ = backend;
@@ -97,7 +94,11 @@ Status GraphModel::Init(const GraphModelOptions& options) {
     if (n.outputs.empty() || n.outputs[0].empty())
       return Status::InvalidArgument(n.Label() + " names no output");
     KernelContext ctx{&n, graph_.opset, lookup};
-    FM_ASSIGN_OR_RETURN(kernels_[k], MakeKernel(ctx));
+    if (backend_->kind() == BackendKind::kCuda) {
+      FM_ASSIGN_OR_RETURN(kernels_[k], MakeCudaKernel(ctx));
+    } else {
+      FM_ASSIGN_OR_RETURN(kernels_[k], MakeKernel(ctx));
+    }
     for (size_t i = 0; i < n.inputs.size(); ++i)
       if (kernels_[k]->IsStateInput(i) && !n.inputs[i].empty()) is_state[n.inputs[i]] = true;
   }
@@ -141,6 +142,11 @@ Status GraphModel::Init(const GraphModelOptions& options) {
     } else {
       for (int64_t v : t.i) constant_floats_.push_back(static_cast<float>(v));
     }
+  }
+  if (!backend_->host_memory() && !constant_floats_.empty()) {
+    constant_device_ = DeviceBuffer<float>(backend_, constant_floats_.size());
+    backend_->CopyFromHost(constant_device_.data(), constant_floats_.data(),
+                           constant_floats_.size() * sizeof(float));
   }
   for (size_t k = 0; k < graph_.inputs.size(); ++k)
     table.refs[graph_.inputs[k].name] = {Where::kInput, k, graph_.inputs[k].dims};
@@ -252,6 +258,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     for (const Dims& d : input_dims) grad_floats += NumElements(d);
   p->arena = DeviceBuffer<float>(backend_, floats);
   p->grad_arena = DeviceBuffer<float>(backend_, grad_floats);
+  if (options_.poison_plans) backend_->Fill(p->arena.data(), floats, std::nanf(""));
   float* cursor = p->arena.data();
   p->act.assign(table.num_acts, nullptr);
   p->act_grad.assign(table.num_acts, nullptr);
@@ -287,7 +294,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       case Where::kInput: return p->input_data[r.index];
       case Where::kParam: return params_.data() + r.index;
       case Where::kState: return params_.data() + r.index;
-      case Where::kConst: return constant_floats_.data() + r.index;
+      case Where::kConst: return const_cast<float*>(constants()) + r.index;
       case Where::kActivation: return p->act[r.index];
     }
     return nullptr;
@@ -427,8 +434,7 @@ Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed, uint32_t
     Status s = kernels_[k]->Forward(c);
     if (!s.ok()) return s;
   }
-  std::fill(current_->grad_arena.data(),
-            current_->grad_arena.data() + current_->output_grad_floats, 0.0f);
+  backend_->Fill(current_->grad_arena.data(), current_->output_grad_floats, 0.0f);
   return Status::OK();
 }
 
@@ -454,8 +460,7 @@ float* GraphModel::output_grad(size_t k) {
 void GraphModel::Backward() {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
-  std::fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.data() + p.grad_arena.size(),
-            0.0f);
+  backend_->Fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.size() - p.output_grad_floats, 0.0f);
   for (const auto& [offset, size] : p.grad_zero) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
     if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
@@ -464,8 +469,7 @@ void GraphModel::Backward() {
 void GraphModel::BackwardSgd(float lr) {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
-  std::fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.data() + p.grad_arena.size(),
-            0.0f);
+  backend_->Fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.size() - p.output_grad_floats, 0.0f);
   for (const auto& [offset, size] : p.sgd_rest) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;) {
     if (!kernels_[k] || !p.run_backward[k]) continue;
@@ -504,25 +508,30 @@ const float* GraphModel::value(const std::string& name, Dims* dims) const {
       return params_.data() + r.index;
     case Where::kConst:
       if (dims) *dims = r.dims;
-      return constant_floats_.data() + r.index;
+      return constants() + r.index;
   }
   return nullptr;
 }
 
-static std::vector<Tensor> Copies(const std::vector<TensorSlot>& slots, const float* base) {
+const float* GraphModel::constants() const {
+  return backend_->host_memory() ? constant_floats_.data() : constant_device_.data();
+}
+
+static std::vector<Tensor> Copies(const std::vector<TensorSlot>& slots, const float* base, Backend& be) {
   std::vector<Tensor> out;
   for (const TensorSlot& s : slots) {
     Tensor t;
     t.name = s.name;
     t.dims = s.dims;
-    t.f.assign(base + s.offset, base + s.offset + s.size);
+    t.f.resize(s.size);
+    if (s.size > 0) be.CopyToHost(t.f.data(), base + s.offset, s.size * sizeof(float));
     out.push_back(std::move(t));
   }
   return out;
 }
 
-std::vector<Tensor> GraphModel::ParamTensors() const { return Copies(param_slots_, params_.data()); }
-std::vector<Tensor> GraphModel::StateTensors() const { return Copies(state_slots_, params_.data()); }
+std::vector<Tensor> GraphModel::ParamTensors() const { return Copies(param_slots_, params_.data(), *backend_); }
+std::vector<Tensor> GraphModel::StateTensors() const { return Copies(state_slots_, params_.data(), *backend_); }
 
 namespace {
 

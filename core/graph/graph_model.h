@@ -14,6 +14,12 @@
 // Buffers are planned once per batch size (Plan): every activation, gradient and kernel
 // workspace is allocated then, so Forward and Backward allocate nothing. Forward runs the
 // nodes in topological order, Backward in reverse.
+//
+// Where it runs: on the backend it is given. Every buffer (parameters, gradients,
+// activations, inputs, constants) is in the backend's memory, so every pointer this class
+// returns is a device pointer on a CudaBackend: read and write them with the backend's
+// copies. On the CPU backend the kernels are core/graph/ops/; on a CudaBackend they are
+// core/cuda/graph/ (an op without a CUDA kernel is refused at Create, naming the node).
 // Thread-safety: one thread drives a GraphModel at a time.
 #pragma once
 
@@ -35,6 +41,9 @@ struct GraphModelOptions {
   // off, since training never needs it.
   bool input_gradients = false;
   GraphLimits limits;
+  // Fill every planned activation, input and workspace buffer with NaN when it is made
+  // (tests: an element a kernel leaves unwritten shows). Default off.
+  bool poison_plans = false;
 };
 
 // Where one named tensor sits in a flat buffer.
@@ -48,8 +57,7 @@ struct TensorSlot {
 class GraphModel {
  public:
   // Finalizes the graph, creates every kernel (an unsupported op fails here, naming the
-  // node) and copies the initializers into the flat buffers. The backend must have host
-  // memory (the CPU backend): graph kernels are CPU code today.
+  // node) and copies the initializers into the flat buffers.
   static Result<std::unique_ptr<GraphModel>> Create(Graph g, Backend* backend,
                                                     const GraphModelOptions& options = {});
   ~GraphModel();
@@ -151,6 +159,8 @@ class GraphModel {
   DeviceBuffer<float> params_, grads_;
   std::vector<TensorSlot> param_slots_, state_slots_;
   std::vector<float> constant_floats_;  // float constants, one block, see value_index_
+  DeviceBuffer<float> constant_device_;  // the same in backend memory (when not host memory)
+  const float* constants() const;        // the block the kernels read
   std::unique_ptr<Values_> values_;  // where every named value lives
   // Plans by (batch, slot). Slot 0 caches every size; a slot > 0 holds one plan.
   std::map<std::pair<int64_t, uint32_t>, std::unique_ptr<Plan_>> plans_;

@@ -24,6 +24,9 @@ std::vector<bool> GraphModel::ParamInputs(size_t k) const {
 }
 
 Status GraphModel::PerExampleRulesCover() const {
+  if (!backend_->host_memory())
+    return Status::Unimplemented("per-example clipping of graph models runs on the CPU backend, not on " +
+                                 backend_->name());
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     const Node& n = graph_.nodes[k];
     const std::vector<bool> param = ParamInputs(k);
@@ -49,6 +52,7 @@ Status GraphModel::PerExampleRulesCover() const {
 
 Status GraphModel::ClippedBackward(double clip, float* norms) {
   FM_CHECK(current_ != nullptr);
+  if (!backend_->host_memory()) return PerExampleRulesCover();  // says why not
   Plan_& p = *current_;
   const int64_t batch = p.batch;
   // Every activation's gradient (and unclipped parameter gradients, replaced below).

@@ -110,4 +110,11 @@ Result<std::unique_ptr<OpKernel>> MakeKernel(const KernelContext& ctx);
 // The op types MakeKernel supports, sorted (for errors, --help and docs).
 std::vector<std::string> SupportedOps();
 
+// The CUDA kernel for ctx.node (core/cuda/graph/), for a GraphModel on a CudaBackend: the
+// CPU factory's errors first, then Unimplemented naming the node when the op has no CUDA
+// kernel yet (and, in a build without CUDA, for every op).
+Result<std::unique_ptr<OpKernel>> MakeCudaKernel(const KernelContext& ctx);
+// The op types MakeCudaKernel supports, sorted (empty in a build without CUDA).
+std::vector<std::string> CudaSupportedOps();
+
 }  // namespace fedmesh::graph

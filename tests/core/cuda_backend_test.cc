@@ -20,6 +20,7 @@
 #include "core/env.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
+#include "tests/core/random_dataset.h"
 #include "tests/core/random_vector.h"
 #include "core/trainer.h"
 
@@ -512,15 +513,7 @@ TEST_F(CudaBackendTest, SgdStepMatchesCpuWithAndWithoutProx) {
 // the same batches and dropout masks): the GPU must train the same model.
 TEST_F(CudaBackendTest, LocalEpochMatchesCpuForMlpAndCnn) {
   SKIP_WITHOUT_CUDA();
-  Dataset data;
-  data.sample_shape = {28, 28, 1};
-  data.num_classes = 10;
-  const size_t samples = 512;
-  Rng rng(100);
-  data.features.resize(samples * data.sample_size());
-  for (auto& f : data.features) f = static_cast<float>(rng.Uniform());
-  data.labels.resize(samples);
-  for (auto& y : data.labels) y = int32_t(rng.UniformInt(10));
+  const Dataset data = RandomImages(512, 100);
 
   struct Case {
     std::string model;

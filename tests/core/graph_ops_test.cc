@@ -12,22 +12,11 @@
 #include "core/backend.h"
 #include "core/graph/graph_model.h"
 #include "core/rng.h"
+#include "tests/core/graph_test_util.h"
 
 namespace fedmesh::graph {
 namespace {
 
-Tensor F(const std::string& name, Dims dims, Rng& rng, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t{name, DType::kFloat32, dims, {}, {}};
-  for (int64_t i = 0; i < NumElements(dims); ++i) t.f.push_back(static_cast<float>(rng.Uniform(lo, hi)));
-  return t;
-}
-Tensor I(const std::string& name, Dims dims, std::vector<int64_t> v) {
-  return Tensor{name, DType::kInt64, dims, {}, std::move(v)};
-}
-Attribute Int(int64_t v) { return Attribute::OfInt(v); }
-Attribute Ints(std::vector<int64_t> v) { return Attribute::OfInts(std::move(v)); }
-Attribute Flt(float v) { return Attribute::OfFloat(v); }
-Attribute Str(std::string v) { return Attribute::OfString(std::move(v)); }
 
 // One node over initializers `inits`, output "y" (and more outputs if the node has them).
 std::unique_ptr<GraphModel> OneNode(Node node, std::vector<Tensor> inits, Backend* be,

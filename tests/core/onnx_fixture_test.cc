@@ -1,7 +1,8 @@
 // fedmesh's graph executor against PyTorch on the fixtures of tests/fixtures/onnx
 // (made by make_fixtures.py with torch.onnx.export): forward outputs in evaluation and in
 // training mode, gradients of every parameter and of the input, and the BatchNorm
-// running statistics after one training step, all within 1e-4 of PyTorch's.
+// running statistics after one training step, all within 1e-4 of PyTorch's. The same on
+// a GPU (PyTorchOnCuda/...: the CUDA graph kernels; skipped without a device).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/device_info.h"
 #include "core/graph/graph_model.h"
 #include "core/onnx/onnx_reader.h"
 
@@ -44,12 +47,20 @@ double MaxAbsDiff(const float* a, const std::vector<float>& b) {
 
 struct Case {
   std::string fixture, model;
+  bool cuda = false;  // run on CUDA device 0
 };
 
 class OnnxFixture : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    backend_ = MakeCpuBackend(2);
+    if (GetParam().cuda) {
+      if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: " << CudaUnavailableReason();
+      auto made = MakeCudaBackend(0);
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      backend_ = std::move(*made);
+    } else {
+      backend_ = MakeCpuBackend(2);
+    }
     auto g = onnx::ReadOnnxFile(kDir + GetParam().fixture + "/" + GetParam().model);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     DisableDropout(&*g);
@@ -62,8 +73,18 @@ class OnnxFixture : public ::testing::TestWithParam<Case> {
   }
   Status Run(bool training) {
     FM_RETURN_IF_ERROR(model_->Plan(4));
-    std::copy(x_.begin(), x_.end(), model_->input(0, 4));
-    return model_->Forward(4, training, 7);
+    backend_->CopyFromHost(model_->input(0, 4), x_.data(), x_.size() * sizeof(float));
+    FM_RETURN_IF_ERROR(model_->Forward(4, training, 7));
+    return backend_->Synchronize();
+  }
+  // n values of the model's memory (a GPU's on CUDA) from p.
+  std::vector<float> Host(const float* p, size_t n) {
+    std::vector<float> v(n);
+    backend_->CopyToHost(v.data(), p, n * sizeof(float));
+    return v;
+  }
+  double Diff(const float* p, const std::vector<float>& want) {
+    return MaxAbsDiff(Host(p, want.size()).data(), want);
   }
   bool IsTrainExport() const { return GetParam().model.rfind("model_train", 0) == 0; }
 
@@ -76,7 +97,7 @@ TEST_P(OnnxFixture, EvalOutputEqualsPyTorch) {
   ASSERT_TRUE(Run(false).ok());
   const std::vector<float> want = Load(GetParam().fixture, "y_eval.pb").f;
   ASSERT_EQ(graph::NumElements(model_->output_dims(0)), static_cast<int64_t>(want.size()));
-  EXPECT_LE(MaxAbsDiff(model_->output(0), want), 1e-4);
+  EXPECT_LE(Diff(model_->output(0), want), 1e-4);
 }
 
 TEST_P(OnnxFixture, TrainOutputGradientsAndRunningStatsEqualPyTorch) {
@@ -84,10 +105,11 @@ TEST_P(OnnxFixture, TrainOutputGradientsAndRunningStatsEqualPyTorch) {
   const std::string& f = GetParam().fixture;
   ASSERT_TRUE(Run(true).ok());
   const std::vector<float> want = Load(f, "y_train.pb").f;
-  EXPECT_LE(MaxAbsDiff(model_->output(0), want), 1e-4);
+  EXPECT_LE(Diff(model_->output(0), want), 1e-4);
   const std::vector<float> r = Load(f, "r.pb").f;
-  std::copy(r.begin(), r.end(), model_->output_grad(0));
+  backend_->CopyFromHost(model_->output_grad(0), r.data(), r.size() * sizeof(float));
   model_->Backward();
+  ASSERT_TRUE(backend_->Synchronize().ok());
   std::ifstream list(kDir + f + "/grads.txt");
   std::string file, name;
   int checked = 0;
@@ -98,7 +120,7 @@ TEST_P(OnnxFixture, TrainOutputGradientsAndRunningStatsEqualPyTorch) {
       if (s.name == name) {
         found = true;
         ASSERT_EQ(s.size, g.size()) << name;
-        EXPECT_LE(MaxAbsDiff(model_->grads() + s.offset, g), 1e-4) << "gradient of " << name;
+        EXPECT_LE(Diff(model_->grads() + s.offset, g), 1e-4) << "gradient of " << name;
         ++checked;
       }
     EXPECT_TRUE(found) << name << " is not a trainable parameter";
@@ -106,29 +128,35 @@ TEST_P(OnnxFixture, TrainOutputGradientsAndRunningStatsEqualPyTorch) {
   EXPECT_GT(checked, 3);
   EXPECT_EQ(static_cast<size_t>(checked), model_->param_slots().size());
   if (model_->input_grad(0)) {
-    EXPECT_LE(MaxAbsDiff(model_->input_grad(0), Load(f, "dx.pb").f), 1e-4) << "d loss / d x";
+    EXPECT_LE(Diff(model_->input_grad(0), Load(f, "dx.pb").f), 1e-4) << "d loss / d x";
   }
   for (const TensorSlot& s : model_->state_slots()) {
     const std::vector<float> after = Load(f, "bn_after_" + s.name + ".pb").f;
-    EXPECT_LE(MaxAbsDiff(model_->params() + s.offset, after), 1e-5) << s.name;
+    EXPECT_LE(Diff(model_->params() + s.offset, after), 1e-5) << s.name;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PyTorch, OnnxFixture,
-    ::testing::Values(Case{"resnet_bn", "model_train.onnx"}, Case{"resnet_bn", "model_train_op13.onnx"},
-                      Case{"resnet_bn", "model_eval.onnx"}, Case{"tabular_mlp", "model_train.onnx"},
-                      Case{"tabular_mlp", "model_train_op13.onnx"},
-                      Case{"tabular_mlp", "model_eval.onnx"}, Case{"embedding", "model_train.onnx"},
-                      Case{"embedding", "model_eval.onnx"}, Case{"opzoo", "model_train.onnx"},
-                      Case{"opzoo", "model_eval.onnx"}, Case{"opzoo_logsoftmax", "model_train.onnx"},
-                      Case{"opzoo_logsoftmax", "model_eval.onnx"}),
-    [](const auto& info) {
-      std::string s = info.param.fixture + "_" + info.param.model;
-      for (char& c : s)
-        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-      return s;
-    });
+std::vector<Case> Cases(bool cuda) {
+  std::vector<Case> cases = {
+      {"resnet_bn", "model_train.onnx"}, {"resnet_bn", "model_train_op13.onnx"}, {"resnet_bn", "model_eval.onnx"},
+      {"tabular_mlp", "model_train.onnx"}, {"tabular_mlp", "model_train_op13.onnx"},
+      {"tabular_mlp", "model_eval.onnx"}, {"embedding", "model_train.onnx"}, {"embedding", "model_eval.onnx"},
+      {"opzoo", "model_train.onnx"}, {"opzoo", "model_eval.onnx"}, {"opzoo_logsoftmax", "model_train.onnx"},
+      {"opzoo_logsoftmax", "model_eval.onnx"}};
+  for (Case& c : cases) c.cuda = cuda;
+  return cases;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  std::string s = info.param.fixture + "_" + info.param.model;
+  for (char& c : s)
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, OnnxFixture, ::testing::ValuesIn(Cases(false)), CaseName);
+// The same fixtures through the CUDA graph kernels.
+INSTANTIATE_TEST_SUITE_P(PyTorchOnCuda, OnnxFixture, ::testing::ValuesIn(Cases(true)), CaseName);
 
 TEST(OnnxFixtureStructure, ResnetHasBatchNormStateAndTheFlatVectorOrder) {
   auto backend = MakeCpuBackend(1);

@@ -15,44 +15,16 @@
 #include "core/check.h"
 #include "core/graph/ops/lane_sums.h"
 #include "core/graph/ops/ops.h"
+#include "core/graph/ops/window_geometry.h"
 
 namespace fedmesh::graph::ops {
 namespace {
 
-// One spatial axis of the convolution window.
-struct Axis {
-  int64_t in = 1, k = 1, stride = 1, dil = 1, pad0 = 0, pad1 = 0, out = 1;
-};
-
-// Resolves auto_pad and the output extent; fails when the window does not fit.
-Status ResolveAxis(const std::string& label, const std::string& auto_pad, Axis* a) {
-  const int64_t ek = (a->k - 1) * a->dil + 1;
-  if (auto_pad == "VALID") {
-    a->pad0 = a->pad1 = 0;
-  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-    const int64_t out = (a->in + a->stride - 1) / a->stride;
-    const int64_t total = std::max<int64_t>(0, (out - 1) * a->stride + ek - a->in);
-    a->pad0 = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-    a->pad1 = total - a->pad0;
-  }
-  const int64_t span = a->in + a->pad0 + a->pad1 - ek;
-  if (span < 0)
-    return Status::InvalidArgument(label + ": the dilated kernel (extent " + std::to_string(ek) +
-                                   ") is larger than the padded input (extent " +
-                                   std::to_string(a->in + a->pad0 + a->pad1) + ")");
-  a->out = span / a->stride + 1;
-  return Status::OK();
-}
-
-// The geometry of one call, resolved from the input dims.
-struct Geo {
-  int64_t n = 0, c = 0, m = 0, group = 1;
-  Axis h, w;
-  int64_t cg() const { return c / group; }
-  int64_t mg() const { return m / group; }
-  int64_t kdim() const { return cg() * h.k * w.k; }  // GEMM inner dimension
-  int64_t pix() const { return h.out * w.out; }      // output pixels per image
-  int64_t in_pix() const { return h.in * w.in; }
+// The shared geometry plus what the CPU strategy derives from it: the direct and
+// transposed-dX paths and the workspace layout.
+struct Geo : ConvGeometry {
+  Geo() = default;
+  explicit Geo(const ConvGeometry& g) : ConvGeometry(g) {}
   // 1x1, stride 1, no padding: the input plane already is the column matrix.
   bool direct() const {
     return h.k == 1 && w.k == 1 && h.stride == 1 && w.stride == 1 && h.pad0 == 0 && h.pad1 == 0 &&
@@ -71,7 +43,7 @@ struct Geo {
     Geo t = *this;
     t.c = m;
     t.m = c;
-    for (Axis* a : {&t.h, &t.w}) {
+    for (ConvAxis* a : {&t.h, &t.w}) {
       std::swap(a->in, a->out);
       const int64_t reach = (a->k - 1) * a->dil;
       a->pad0 = reach - a->pad0;
@@ -105,8 +77,8 @@ void ValidSpan(int64_t off, int64_t stride, int64_t in, int64_t out, int64_t* lo
 // cols[(ci*kH + kh)*kW + kw, oh*OW + ow] = x[ci, oh*sH - pT + kh*dH, ow*sW - pL + kw*dW],
 // zero outside the image. x is one group's [Cg, H, W] planes.
 void Im2Col(const float* x, const Geo& g, float* cols) {
-  const Axis& H = g.h;
-  const Axis& W = g.w;
+  const ConvAxis& H = g.h;
+  const ConvAxis& W = g.w;
   // A "same" convolution (stride 1, undilated rows as wide out as in): one kernel offset
   // reads a contiguous run of the plane, copied as one block (not a call per row of a few
   // dozen floats); the columns that ran into the next row are zeroed after.
@@ -162,8 +134,8 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
 
 // The adjoint of Im2Col: dx += every column entry at the pixel it was read from.
 void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
-  const Axis& H = g.h;
-  const Axis& W = g.w;
+  const ConvAxis& H = g.h;
+  const ConvAxis& W = g.w;
   const float* row = cols;
   for (int64_t ci = 0; ci < g.cg(); ++ci) {
     float* plane = dx + ci * g.in_pix();
@@ -190,17 +162,7 @@ void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
 
 class Conv final : public OpKernel {
  public:
-  Conv(const Node& n, std::vector<int64_t> kernel_shape, std::vector<int64_t> strides,
-       std::vector<int64_t> pads, std::vector<int64_t> dilations, int64_t group,
-       std::string auto_pad)
-      : label_(n.Label()),
-        kernel_shape_(std::move(kernel_shape)),
-        strides_(std::move(strides)),
-        pads_(std::move(pads)),
-        dilations_(std::move(dilations)),
-        group_(group),
-        auto_pad_(std::move(auto_pad)),
-        has_bias_(n.inputs.size() > 2 && !n.inputs[2].empty()) {}
+  Conv(const Node& n, ConvAttrs a) : label_(n.Label()), a_(std::move(a)) {}
 
   Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const override {
     FM_ASSIGN_OR_RETURN(const Geo g, Geometry(in));
@@ -221,7 +183,7 @@ class Conv final : public OpKernel {
     const Geo g = Call(c);
     const float* x = c.in[0];
     const float* wt = c.in[1];
-    const float* bias = has_bias_ ? c.in[2] : nullptr;
+    const float* bias = a_.has_bias ? c.in[2] : nullptr;
     float* y = c.out[0];
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
@@ -261,7 +223,7 @@ class Conv final : public OpKernel {
     const float* dy = c.dout[0];
     float* dx = c.din[0];
     float* dw = c.din.size() > 1 ? c.din[1] : nullptr;
-    float* db = has_bias_ && c.din.size() > 2 ? c.din[2] : nullptr;
+    float* db = a_.has_bias && c.din.size() > 2 ? c.din[2] : nullptr;
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
     const size_t nw = static_cast<size_t>(g.m) * kd;
@@ -347,76 +309,13 @@ class Conv final : public OpKernel {
 
  private:
   Result<Geo> Geometry(const std::vector<Dims>& in) const {
-    if (in.size() < 2) return Status::InvalidArgument(label_ + " needs inputs X and W");
-    const Dims& x = in[0];
-    const Dims& w = in[1];
-    if ((x.size() != 3 && x.size() != 4) || w.size() != x.size())
-      return Status::InvalidArgument(
-          label_ +
-          " supports 1-D and 2-D convolution: X must be [N,C,L] or [N,C,H,W] and W of "
-          "the same rank, got X " +
-          DimsToString(x) + " and W " + DimsToString(w));
-    const size_t sp = x.size() - 2;
-    auto check_len = [&](const std::vector<int64_t>& v, size_t want, const char* what) {
-      if (v.empty() || v.size() == want) return Status::OK();
-      return Status::InvalidArgument(label_ + ": " + what + " " + IntsToString(v) + " has " +
-                                     std::to_string(v.size()) + " values; X " + DimsToString(x) +
-                                     " needs " + std::to_string(want));
-    };
-    FM_RETURN_IF_ERROR(check_len(kernel_shape_, sp, "kernel_shape"));
-    FM_RETURN_IF_ERROR(check_len(strides_, sp, "strides"));
-    FM_RETURN_IF_ERROR(check_len(dilations_, sp, "dilations"));
-    FM_RETURN_IF_ERROR(check_len(pads_, 2 * sp, "pads"));
-    Geo g;
-    g.n = x[0];
-    g.c = x[1];
-    g.m = w[0];
-    g.group = group_;
-    if (g.c < 1 || g.m < 1)
-      return Status::InvalidArgument(label_ + ": X " + DimsToString(x) + " and W " +
-                                     DimsToString(w) + " need at least one channel");
-    if (g.c % group_ != 0 || g.m % group_ != 0 || w[1] * group_ != g.c)
-      return Status::InvalidArgument(label_ + ": with group " + std::to_string(group_) + ", X " +
-                                     DimsToString(x) + " and W " + DimsToString(w) +
-                                     " disagree (need C = W[1]*group and M divisible by group)");
-    if (!kernel_shape_.empty() &&
-        !std::equal(kernel_shape_.begin(), kernel_shape_.end(), w.begin() + 2))
-      return Status::InvalidArgument(label_ + ": kernel_shape " + IntsToString(kernel_shape_) +
-                                     " does not match W " + DimsToString(w));
-    if (has_bias_ && (in.size() < 3 || in[2] != Dims{g.m}))
-      return Status::InvalidArgument(label_ + ": bias B must be [" + std::to_string(g.m) +
-                                     "], got " + (in.size() < 3 ? "none" : DimsToString(in[2])) +
-                                     " for W " + DimsToString(w));
-    // Attributes of the last sp axes; a 1-D convolution is 2-D with a unit H axis.
-    Axis* axes[2] = {&g.h, &g.w};
-    const size_t first = 2 - sp;
-    for (size_t a = 0; a < sp; ++a) {
-      Axis& ax = *axes[first + a];
-      ax.in = x[2 + a];
-      ax.k = w[2 + a];
-      ax.stride = strides_.empty() ? 1 : strides_[a];
-      ax.dil = dilations_.empty() ? 1 : dilations_[a];
-      ax.pad0 = pads_.empty() ? 0 : pads_[a];
-      ax.pad1 = pads_.empty() ? 0 : pads_[a + sp];
-      if (ax.k < 1)
-        return Status::InvalidArgument(label_ + ": W " + DimsToString(w) + " has an empty kernel");
-      Status s = ResolveAxis(label_, auto_pad_, &ax);
-      if (!s.ok())
-        return Status::InvalidArgument(s.message() + " for X " + DimsToString(x) + " and W " +
-                                       DimsToString(w));
-    }
-    // The GEMM takes int dimensions (each factor first, so that no product overflows).
-    if (g.h.out > INT_MAX || g.w.out > INT_MAX || g.pix() > INT_MAX || g.kdim() > INT_MAX ||
-        g.kdim() * g.pix() > INT_MAX || g.m * g.kdim() > INT_MAX || g.c * g.in_pix() > INT_MAX ||
-        g.m * g.pix() > INT_MAX)
-      return Status::InvalidArgument(label_ + ": X " + DimsToString(x) + " with W " +
-                                     DimsToString(w) + " is too large for one image's GEMM");
-    return g;
+    FM_ASSIGN_OR_RETURN(const ConvGeometry g, ResolveConv(label_, a_, in));
+    return Geo(g);
   }
 
   Geo Call(const KernelCall& c) const {
     std::vector<Dims> in = {*c.in_dims[0], *c.in_dims[1]};
-    if (has_bias_) in.push_back(*c.in_dims[2]);
+    if (a_.has_bias) in.push_back(*c.in_dims[2]);
     Result<Geo> g = Geometry(in);
     FM_CHECK(g.ok());
     FM_CHECK(c.workspace != nullptr || g->thread_floats() + g->shared_floats() == 0);
@@ -430,10 +329,7 @@ class Conv final : public OpKernel {
   }
 
   std::string label_;
-  std::vector<int64_t> kernel_shape_, strides_, pads_, dilations_;  // empty: the defaults
-  int64_t group_;
-  std::string auto_pad_;
-  bool has_bias_;
+  ConvAttrs a_;
   mutable int slots_ = 0;  // threads every planned workspace has room for
 };
 
@@ -444,20 +340,19 @@ KernelResult MakeConv(const KernelContext& ctx) {
   const std::string label = n.Label();
   if (n.inputs.size() < 2 || n.inputs.size() > 3 || n.inputs[0].empty() || n.inputs[1].empty())
     return Status::InvalidArgument(label + " needs inputs X, W and an optional B");
-  std::string auto_pad = n.String("auto_pad", "NOTSET");
-  if (auto_pad.empty()) auto_pad = "NOTSET";
+  ConvAttrs a = ReadConvAttrs(n);
+  const std::string& auto_pad = a.auto_pad;
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" &&
       auto_pad != "SAME_LOWER")
     return Status::InvalidArgument(label + ": unknown auto_pad '" + auto_pad +
                                    "' (expected NOTSET, VALID, SAME_UPPER or SAME_LOWER)");
-  const int64_t group = n.Int("group", 1);
+  const int64_t group = a.group;
   if (group < 1)
     return Status::InvalidArgument(label + ": group must be >= 1, got " + std::to_string(group));
-  std::vector<int64_t> kernel_shape = n.Ints("kernel_shape", {});
-  std::vector<int64_t> strides = n.Ints("strides", {});
-  std::vector<int64_t> dilations = n.Ints("dilations", {});
-  // Explicit pads are ignored under auto_pad, as ONNX Runtime does.
-  std::vector<int64_t> pads = auto_pad == "NOTSET" ? n.Ints("pads", {}) : std::vector<int64_t>{};
+  const std::vector<int64_t>& kernel_shape = a.kernel_shape;
+  const std::vector<int64_t>& strides = a.strides;
+  const std::vector<int64_t>& dilations = a.dilations;
+  const std::vector<int64_t>& pads = a.pads;  // empty under auto_pad (ReadConvAttrs)
   // Bounded by INT_MAX too, so that the window arithmetic cannot overflow int64.
   for (int64_t v : strides)
     if (v < 1 || v > INT_MAX)
@@ -489,9 +384,7 @@ KernelResult MakeConv(const KernelContext& ctx) {
                                  ": only 1-D and 2-D convolution are supported, the "
                                  "attributes describe " +
                                  std::to_string(sp) + "-D");
-  return std::unique_ptr<OpKernel>(new Conv(n, std::move(kernel_shape), std::move(strides),
-                                            std::move(pads), std::move(dilations), group,
-                                            std::move(auto_pad)));
+  return std::unique_ptr<OpKernel>(new Conv(n, std::move(a)));
 }
 
 }  // namespace fedmesh::graph::ops

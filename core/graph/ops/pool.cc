@@ -13,33 +13,14 @@
 
 #include "core/check.h"
 #include "core/graph/ops/ops.h"
+#include "core/graph/ops/window_geometry.h"
 
 namespace fedmesh::graph::ops {
 namespace {
 
 constexpr int64_t kParallelWork = 32768;  // below this, one thread is faster
 
-// One spatial axis of the pooling window.
-struct Axis {
-  int64_t in = 1, k = 1, stride = 1, pad0 = 0, pad1 = 0, out = 1;
-  // The window of output o: [begin, end) clipped to the input; `padded` counts the cells
-  // inside the padded input (count_include_pad's divisor).
-  void Window(int64_t o, int64_t* begin, int64_t* end, int64_t* padded) const {
-    const int64_t b = o * stride - pad0;
-    const int64_t e = std::min(b + k, in + pad1);
-    *padded = e - b;
-    *begin = std::max<int64_t>(b, 0);
-    *end = std::min(e, in);
-  }
-};
-
-struct Geo {
-  int64_t n = 0, c = 0;
-  Axis h, w;
-  int64_t planes() const { return n * c; }
-  int64_t in_pix() const { return h.in * w.in; }
-  int64_t out_pix() const { return h.out * w.out; }
-};
+using Geo = PoolGeometry;
 
 // Cells the windows of `outputs` outputs span, for the OpenMP threshold; in double, since
 // a kernel of up to 2^31 x 2^31 (mostly over padding) would overflow int64.
@@ -47,108 +28,15 @@ double Work(int64_t outputs, const Geo& g) {
   return static_cast<double>(outputs) * static_cast<double>(g.h.k) * static_cast<double>(g.w.k);
 }
 
-struct WindowAttrs {
-  std::vector<int64_t> kernel_shape, strides, pads;  // strides, pads empty: the defaults
-  bool ceil_mode = false;
-  std::string auto_pad = "NOTSET";
-};
-
-Result<WindowAttrs> ParseWindow(const Node& n) {
-  const std::string label = n.Label();
-  WindowAttrs a;
-  a.kernel_shape = n.Ints("kernel_shape", {});
-  a.strides = n.Ints("strides", {});
-  a.ceil_mode = n.Int("ceil_mode", 0) != 0;
-  a.auto_pad = n.String("auto_pad", "NOTSET");
-  if (a.auto_pad.empty()) a.auto_pad = "NOTSET";
-  if (a.auto_pad != "NOTSET" && a.auto_pad != "VALID" && a.auto_pad != "SAME_UPPER" &&
-      a.auto_pad != "SAME_LOWER")
-    return Status::InvalidArgument(label + ": unknown auto_pad '" + a.auto_pad +
-                                   "' (expected NOTSET, VALID, SAME_UPPER or SAME_LOWER)");
-  if (a.auto_pad == "NOTSET") a.pads = n.Ints("pads", {});  // ignored under auto_pad, as ORT
-  const size_t sp = a.kernel_shape.size();
-  if (sp == 0) return Status::InvalidArgument(label + " needs the kernel_shape attribute");
-  if (sp > 2)
-    return Status::Unimplemented(label + ": only 1-D and 2-D pooling are supported, kernel_shape " +
-                                 IntsToString(a.kernel_shape) + " is " + std::to_string(sp) + "-D");
-  if ((!a.strides.empty() && a.strides.size() != sp) ||
-      (!a.pads.empty() && a.pads.size() != 2 * sp))
-    return Status::InvalidArgument(label + ": kernel_shape " + IntsToString(a.kernel_shape) +
-                                   ", strides " + IntsToString(a.strides) + " and pads " +
-                                   IntsToString(a.pads) +
-                                   " disagree on the number of spatial axes");
-  // Bounded by INT32_MAX too, so that the window arithmetic cannot overflow int64 (pads
-  // are smaller than the kernel).
-  for (int64_t v : a.kernel_shape)
-    if (v < 1 || v > INT32_MAX)
-      return Status::InvalidArgument(label + ": kernel_shape " + IntsToString(a.kernel_shape) +
-                                     " must be in [1, " + std::to_string(INT32_MAX) + "]");
-  for (int64_t v : a.strides)
-    if (v < 1 || v > INT32_MAX)
-      return Status::InvalidArgument(label + ": strides " + IntsToString(a.strides) +
-                                     " must be in [1, " + std::to_string(INT32_MAX) + "]");
-  for (int64_t v : a.pads)
-    if (v < 0)
-      return Status::InvalidArgument(label + ": pads " + IntsToString(a.pads) + " must be >= 0");
-  for (int64_t v : n.Ints("dilations", {}))
-    if (v != 1)
-      return Status::Unimplemented(label + ": dilations " + IntsToString(n.Ints("dilations", {})) +
-                                   " are not supported (only 1)");
-  return a;
-}
-
-// The geometry of X under the window attributes; fails naming the node and the shapes.
-Result<Geo> Resolve(const std::string& label, const WindowAttrs& a, const Dims& x) {
-  const size_t sp = a.kernel_shape.size();
-  if (x.size() != sp + 2)
-    return Status::InvalidArgument(label + ": kernel_shape " + IntsToString(a.kernel_shape) +
-                                   " needs X of rank " + std::to_string(sp + 2) +
-                                   " ([N,C,...]), got " + DimsToString(x));
-  Geo g;
-  g.n = x[0];
-  g.c = x[1];
-  Axis* axes[2] = {&g.h, &g.w};
-  for (size_t i = 0; i < sp; ++i) {
-    Axis& ax = *axes[2 - sp + i];
-    ax.in = x[2 + i];
-    ax.k = a.kernel_shape[i];
-    ax.stride = a.strides.empty() ? 1 : a.strides[i];
-    ax.pad0 = a.pads.empty() ? 0 : a.pads[i];
-    ax.pad1 = a.pads.empty() ? 0 : a.pads[i + sp];
-    if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
-      const int64_t out = (ax.in + ax.stride - 1) / ax.stride;
-      const int64_t total = std::max<int64_t>(0, (out - 1) * ax.stride + ax.k - ax.in);
-      ax.pad0 = a.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      ax.pad1 = total - ax.pad0;
-    }
-    // A window lying wholly in the padding would have no input cell to reduce.
-    if (ax.pad0 >= ax.k || ax.pad1 >= ax.k)
-      return Status::InvalidArgument(label + ": pads " + IntsToString(a.pads) +
-                                     " must be smaller than kernel_shape " +
-                                     IntsToString(a.kernel_shape));
-    const int64_t span = ax.in + ax.pad0 + ax.pad1 - ax.k;
-    if (span < 0)
-      return Status::InvalidArgument(label + ": kernel_shape " + IntsToString(a.kernel_shape) +
-                                     " is larger than the padded input " + DimsToString(x));
-    ax.out = (a.ceil_mode ? (span + ax.stride - 1) / ax.stride : span / ax.stride) + 1;
-    if (a.ceil_mode && (ax.out - 1) * ax.stride >= ax.in + ax.pad0) --ax.out;
-  }
-  return g;
-}
-
-Dims OutDims(const Dims& x, const Geo& g) {
-  return x.size() == 3 ? Dims{g.n, g.c, g.w.out} : Dims{g.n, g.c, g.h.out, g.w.out};
-}
-
 class MaxPool final : public OpKernel {
  public:
-  MaxPool(std::string label, WindowAttrs a, size_t num_outputs)
+  MaxPool(std::string label, PoolAttrs a, size_t num_outputs)
       : label_(std::move(label)), a_(std::move(a)), num_outputs_(num_outputs) {}
 
   Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const override {
-    FM_ASSIGN_OR_RETURN(const Geo g, Resolve(label_, a_, in[0]));
+    FM_ASSIGN_OR_RETURN(const Geo g, ResolvePool(label_, a_, in[0]));
     // Indices (refused at creation when wanted) still needs a shape when named "".
-    out->assign(std::max<size_t>(1, num_outputs_), OutDims(in[0], g));
+    out->assign(std::max<size_t>(1, num_outputs_), PoolOutDims(in[0], g));
     return Status::OK();
   }
 
@@ -159,7 +47,7 @@ class MaxPool final : public OpKernel {
   }
 
   Status Forward(const KernelCall& c) override {
-    const Geo g = *Resolve(label_, a_, *c.in_dims[0]);
+    const Geo g = *ResolvePool(label_, a_, *c.in_dims[0]);
     FM_CHECK(g.in_pix() <= INT32_MAX);
     const float* x = c.in[0];
     float* y = c.out[0];
@@ -200,7 +88,7 @@ class MaxPool final : public OpKernel {
   void Backward(const KernelCall& c) override {
     float* dx = c.din[0];
     if (!dx) return;
-    const Geo g = *Resolve(label_, a_, *c.in_dims[0]);
+    const Geo g = *ResolvePool(label_, a_, *c.in_dims[0]);
     const float* dy = c.dout[0];
     const float* arg = c.workspace;
     const int64_t planes = g.planes();
@@ -217,23 +105,23 @@ class MaxPool final : public OpKernel {
 
  private:
   std::string label_;
-  WindowAttrs a_;
+  PoolAttrs a_;
   size_t num_outputs_;
 };
 
 class AveragePool final : public OpKernel {
  public:
-  AveragePool(std::string label, WindowAttrs a, bool count_include_pad)
+  AveragePool(std::string label, PoolAttrs a, bool count_include_pad)
       : label_(std::move(label)), a_(std::move(a)), count_include_pad_(count_include_pad) {}
 
   Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const override {
-    FM_ASSIGN_OR_RETURN(const Geo g, Resolve(label_, a_, in[0]));
-    *out = {OutDims(in[0], g)};
+    FM_ASSIGN_OR_RETURN(const Geo g, ResolvePool(label_, a_, in[0]));
+    *out = {PoolOutDims(in[0], g)};
     return Status::OK();
   }
 
   Status Forward(const KernelCall& c) override {
-    const Geo g = *Resolve(label_, a_, *c.in_dims[0]);
+    const Geo g = *ResolvePool(label_, a_, *c.in_dims[0]);
     const float* x = c.in[0];
     float* y = c.out[0];
     const int64_t planes = g.planes();
@@ -260,7 +148,7 @@ class AveragePool final : public OpKernel {
   void Backward(const KernelCall& c) override {
     float* dx = c.din[0];
     if (!dx) return;
-    const Geo g = *Resolve(label_, a_, *c.in_dims[0]);
+    const Geo g = *ResolvePool(label_, a_, *c.in_dims[0]);
     const float* dy = c.dout[0];
     const int64_t planes = g.planes();
 #pragma omp parallel for schedule(static) if (Work(planes * g.out_pix(), g) > kParallelWork)
@@ -287,7 +175,7 @@ class AveragePool final : public OpKernel {
   }
 
   std::string label_;
-  WindowAttrs a_;
+  PoolAttrs a_;
   bool count_include_pad_;
 };
 
@@ -360,14 +248,14 @@ KernelResult MakeMaxPool(const KernelContext& ctx) {
     return Status::Unimplemented(n.Label() + ": the Indices output ('" + n.outputs[1] +
                                  "') is not supported; export without return_indices");
   // storage_order only changes Indices, which is refused above.
-  FM_ASSIGN_OR_RETURN(WindowAttrs a, ParseWindow(n));
+  FM_ASSIGN_OR_RETURN(PoolAttrs a, ParsePoolAttrs(n));
   return std::unique_ptr<OpKernel>(new MaxPool(n.Label(), std::move(a), n.outputs.size()));
 }
 
 KernelResult MakeAveragePool(const KernelContext& ctx) {
   const Node& n = *ctx.node;
   FM_RETURN_IF_ERROR(CheckArity(n, 1));
-  FM_ASSIGN_OR_RETURN(WindowAttrs a, ParseWindow(n));
+  FM_ASSIGN_OR_RETURN(PoolAttrs a, ParsePoolAttrs(n));
   return std::unique_ptr<OpKernel>(
       new AveragePool(n.Label(), std::move(a), n.Int("count_include_pad", 0) != 0));
 }
