@@ -46,9 +46,6 @@ int64_t ChunkImages(const ConvGeometry& g) {
   return std::clamp<int64_t>(b, 1, std::max<int64_t>(g.n, 1));
 }
 
-#define FM_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
 // cols[((ch*kH + i)*kW + j), b*pix + oh*OW + ow] = x[b0 + b, ch, oh*sH - pT + i*dH,
 // ow*sW - pL + j*dW], zero in the padding; nb images from image b0.
 __global__ void Im2ColKernel(const float* __restrict__ x, Win g, int64_t b0, int64_t nb,
@@ -117,19 +114,6 @@ __global__ void Col2ImKernel(const float* __restrict__ cols, Win g, int64_t b0, 
   }
 }
 
-// Fixed-order sum of one value per thread of a kBlockThreads block; every thread gets it.
-__device__ double BlockSum(double v) {
-  __shared__ double s[kBlockThreads];
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (int k = kBlockThreads / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();
-  }
-  const double r = s[0];
-  __syncthreads();
-  return r;
-}
 
 // db[m] += sum over images and pixels of dy[n, m, :]: one block per channel.
 __global__ void BiasGradKernel(const float* __restrict__ dy, int64_t n, int64_t m_count, int64_t pix,

@@ -55,7 +55,7 @@ __device__ __forceinline__ float GradB(BinOp op, float a, float b, float y) {
 
 __global__ void BinaryForwardKernel(BinOp op, StridedDims<2> map, const float* __restrict__ a,
                                     const float* __restrict__ b, float* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(i, n) {
     int64_t off[2] = {0, 0};
     map.AddOffsets(i, off);
     y[i] = Apply(op, a[off[0]], b[off[1]]);
@@ -167,7 +167,7 @@ class CudaBinary final : public CudaOpKernel {
 
 __global__ void WhereForwardKernel(StridedDims<3> map, const float* __restrict__ cond, const float* __restrict__ a,
                                    const float* __restrict__ b, float* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(i, n) {
     int64_t off[3] = {0, 0, 0};
     map.AddOffsets(i, off);
     y[i] = cond[off[0]] != 0.0f ? a[off[1]] : b[off[2]];

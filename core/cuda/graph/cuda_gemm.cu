@@ -35,7 +35,7 @@ BiasShape ShapeOf(const Dims& cd, int64_t m, int64_t n) {
 
 __global__ void BroadcastBiasKernel(const float* __restrict__ cv, BiasShape b, float beta, float* __restrict__ y,
                                     int64_t m, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n; i += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(i, m * n) {
     const int64_t r = i / n, j = i % n;
     y[i] = beta * cv[(b.cm == 1 ? 0 : r) * b.cn + (b.cn == 1 ? 0 : j)];
   }
@@ -46,7 +46,7 @@ __global__ void BroadcastBiasKernel(const float* __restrict__ cv, BiasShape b, f
 __global__ void BiasGradKernel(const float* __restrict__ dy, BiasShape b, float s, float* __restrict__ dc,
                                int64_t m, int64_t n) {
   const int64_t count = b.cm * b.cn;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < count; e += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(e, count) {
     const int64_t ci = e / b.cn, cj = e % b.cn;
     const int64_t r0 = b.cm == 1 ? 0 : ci, r1 = b.cm == 1 ? m : ci + 1;
     const int64_t j0 = b.cn == 1 ? 0 : cj, j1 = b.cn == 1 ? n : cj + 1;

@@ -22,9 +22,6 @@ namespace {
 using fedmesh::cuda::kBlockThreads;
 using fedmesh::cuda::LaunchConfig;
 
-#define FM_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
 __device__ inline void PutDouble(float* p, double v) {
   const unsigned long long b = static_cast<unsigned long long>(__double_as_longlong(v));
   unsigned* u = reinterpret_cast<unsigned*>(p);
@@ -37,19 +34,6 @@ __device__ inline double GetDouble(const float* p) {
   return __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(u[1]) << 32) | u[0]));
 }
 
-// Fixed-order sum of one value per thread of a kBlockThreads block; every thread gets it.
-__device__ double BlockSum(double v) {
-  __shared__ double s[kBlockThreads];
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (int k = kBlockThreads / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-    __syncthreads();
-  }
-  const double r = s[0];
-  __syncthreads();
-  return r;
-}
 
 unsigned BlocksFor(const LaunchConfig& l, int64_t items) {
   return static_cast<unsigned>(std::clamp<int64_t>(items, 1, std::max(1u, l.max_blocks)));

@@ -60,6 +60,26 @@ inline void Launched(const KernelCall& c, cudaError_t e, const char* what) {
   Cuda(c).LaunchedKernel(static_cast<int>(e), what);
 }
 
+// A grid-stride loop over [0, n) with a 64-bit index (launch with Blocks(l, n) blocks).
+#define FM_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+// Fixed-order sum of one double per thread of a block of kBlockThreads threads (the
+// launch must use exactly that many); every thread gets the sum. Deterministic: the same
+// inputs give the same bits on every run.
+__device__ inline double BlockSum(double v) {
+  __shared__ double s[fedmesh::cuda::kBlockThreads];
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int k = fedmesh::cuda::kBlockThreads / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  const double r = s[0];
+  __syncthreads();
+  return r;
+}
+
 // Grid for n elements with kBlockThreads per block and a grid-stride loop.
 inline unsigned Blocks(const fedmesh::cuda::LaunchConfig& l, size_t n) {
   return fedmesh::cuda::GridBlocks(l, n);

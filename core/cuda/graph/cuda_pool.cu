@@ -23,9 +23,6 @@ using fedmesh::cuda::LaunchConfig;
 using ops::PoolAttrs;
 using ops::PoolGeometry;
 
-#define FM_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
 // One axis as kernels read it.
 struct Ax {
   int64_t in, k, stride, pad0, pad1, out;

@@ -27,9 +27,6 @@ namespace {
 using fedmesh::cuda::kBlockThreads;
 using fedmesh::cuda::LaunchConfig;
 
-#define FM_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
-
 // y[base + map(i)] = x[i] (Transpose with base 0, Pad's interior).
 __global__ void ScatterKernel(StridedDims<1> map, int64_t base, const float* __restrict__ x, float* __restrict__ y,
                               int64_t n) {

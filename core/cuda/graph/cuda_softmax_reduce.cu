@@ -77,7 +77,7 @@ __global__ void SoftmaxRowsBackwardKernel(const float* __restrict__ y, const flo
 __global__ void SoftmaxColumnsForwardKernel(const float* __restrict__ x, float* __restrict__ y, int64_t outer,
                                             int64_t len, int64_t inner, bool take_log) {
   const int64_t n = outer * inner;
-  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n; t += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(t, n) {
     const int64_t o = t / inner;
     const int64_t base = o * len * inner + (t - o * inner);
     float mx = -INFINITY;
@@ -96,7 +96,7 @@ __global__ void SoftmaxColumnsBackwardKernel(const float* __restrict__ y, const 
                                              float* __restrict__ dx, int64_t outer, int64_t len, int64_t inner,
                                              bool take_log) {
   const int64_t n = outer * inner;
-  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n; t += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(t, n) {
     const int64_t o = t / inner;
     const int64_t base = o * len * inner + (t - o * inner);
     float s = 0.0f;
@@ -189,7 +189,7 @@ struct ReduceTerm {
 // din[i] += dy[map(i)] * scale: each input element reads its result.
 __global__ void ReduceBackwardKernel(StridedDims<1> map, const float* __restrict__ dy, float* __restrict__ dx,
                                      int64_t n, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  FM_GRID_STRIDE(i, n)
     dx[i] += dy[map.Offset(i)] * scale;
 }
 

@@ -64,13 +64,13 @@ __device__ inline float D(Fn fn, float alpha, float x, float y) {
 
 __global__ void UnaryForwardKernel(Fn fn, float alpha, const float* __restrict__ x, float* __restrict__ y,
                                    int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  FM_GRID_STRIDE(i, n)
     y[i] = F(fn, alpha, x[i]);
 }
 
 __global__ void UnaryBackwardKernel(Fn fn, float alpha, const float* __restrict__ x, const float* __restrict__ y,
                                     const float* __restrict__ dy, float* __restrict__ dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  FM_GRID_STRIDE(i, n)
     dx[i] += dy[i] * D(fn, alpha, x[i], y[i]);
 }
 
@@ -128,7 +128,7 @@ class CudaCopy final : public CudaOpKernel {
 __global__ void DropoutForwardKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
                                      float* __restrict__ keep, int64_t n, float ratio, bool drop, uint64_t seed) {
   const float scale = drop ? 1.0f / (1.0f - ratio) : 1.0f;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  FM_GRID_STRIDE(i, n) {
     const float m = !drop || CounterUniform(seed, static_cast<uint64_t>(i)) >= ratio ? scale : 0.0f;
     mask[i] = m;
     y[i] = x[i] * m;
@@ -138,7 +138,7 @@ __global__ void DropoutForwardKernel(const float* __restrict__ x, float* __restr
 
 __global__ void MaskedAccumulateKernel(const float* __restrict__ dy, const float* __restrict__ mask,
                                        float* __restrict__ dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  FM_GRID_STRIDE(i, n)
     dx[i] += dy[i] * mask[i];
 }
 
