@@ -135,8 +135,8 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
                                         config.expect_model_sha256);
     }
   }
-  const float* p = s->site_.model->params();
-  std::vector<float> initial(p, p + n);
+  // Through the backend: with [train] device = "cuda" the model lives in GPU memory.
+  std::vector<float> initial = s->site_.model->GetParams();
   FM_ASSIGN_OR_RETURN(
       s->node_, GossipNode::Create(options, s->identity_, advertise, std::move(allowlist),
                                    std::move(seeds), std::move(initial), *env,
@@ -307,8 +307,8 @@ Status GossipService::TrainAndStep() {
     FM_ASSIGN_OR_RETURN(EpochStats st,
                         trainer_->TrainSteps(site_.train, config_.gossip.local_steps));
     (void)st;
-    const float* p = site_.model->params();
-    std::copy(p, p + x.size(), x.begin());
+    Model& m = *site_.model;
+    m.backend().CopyToHost(x.data(), m.params(), x.size() * sizeof(float));
   }
   node_->Tick();
   stats_.steps = node_->step();

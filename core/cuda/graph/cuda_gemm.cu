@@ -72,6 +72,7 @@ class CudaGemm final : public CudaOpKernel {
     const Dims& y = *c.out_dims[0];
     const int m = static_cast<int>(y[0]), n = static_cast<int>(y[1]);
     const int k = static_cast<int>(trans_a_ ? a[0] : a[1]);
+    if (m == 0 || n == 0) return Status::OK();
     float beta = 0.0f;
     if (has_c_) {
       LaunchConfig l;
@@ -83,6 +84,10 @@ class CudaGemm final : public CudaOpKernel {
         Launched(c, cudaGetLastError(), "BroadcastBiasKernel");
       }
       beta = 1.0f;
+    }
+    if (k == 0) {  // an empty product: cuBLAS refuses its leading dimensions, the sum is 0
+      if (!has_c_) c.be->Fill(c.out[0], static_cast<size_t>(m) * n, 0.0f);
+      return Status::OK();
     }
     c.be->Gemm(trans_a_, trans_b_, m, n, k, alpha_, c.in[0], trans_a_ ? m : k, c.in[1], trans_b_ ? k : n, beta,
                c.out[0], n);
@@ -98,13 +103,14 @@ class CudaGemm final : public CudaOpKernel {
     const float* B = c.in[1];
     const float* dY = c.dout[0];
     const int lda = trans_a_ ? m : k, ldb = trans_b_ ? k : n;
-    if (float* dA = c.din[0]) {
+    const bool product = m > 0 && n > 0 && k > 0;  // else dA and dB get nothing
+    if (float* dA = product ? c.din[0] : nullptr) {
       if (!trans_a_)  // dA[m,k] += alpha dY op(B)^T
         c.be->Gemm(false, !trans_b_, m, k, n, alpha_, dY, n, B, ldb, 1.0f, dA, k);
       else  // dA[k,m] += alpha op(B) dY^T
         c.be->Gemm(trans_b_, true, k, m, n, alpha_, B, ldb, dY, n, 1.0f, dA, m);
     }
-    if (float* dB = c.din[1]) {
+    if (float* dB = product ? c.din[1] : nullptr) {
       if (!trans_b_)  // dB[k,n] += alpha op(A)^T dY
         c.be->Gemm(!trans_a_, false, k, n, m, alpha_, A, lda, dY, n, 1.0f, dB, n);
       else  // dB[n,k] += alpha dY^T op(A)

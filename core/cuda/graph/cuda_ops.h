@@ -31,7 +31,7 @@ CudaKernelResult MakeCudaDropout(const KernelContext& ctx, std::unique_ptr<OpKer
 // cuda_gemm.cu: Gemm and MatMul through the backend's cuBLAS.
 CudaKernelResult MakeCudaGemm(const KernelContext& ctx, std::unique_ptr<OpKernel> cpu);
 CudaKernelResult MakeCudaMatMul(const KernelContext& ctx, std::unique_ptr<OpKernel> cpu);
-// cuda_reshape.cu: ops whose output is the input's elements in the same order.
+// cuda_unary.cu too: ops whose output is the input's elements in the same order.
 CudaKernelResult MakeCudaFlatten(const KernelContext& ctx, std::unique_ptr<OpKernel> cpu);
 CudaKernelResult MakeCudaReshape(const KernelContext& ctx, std::unique_ptr<OpKernel> cpu);
 CudaKernelResult MakeCudaSqueeze(const KernelContext& ctx, std::unique_ptr<OpKernel> cpu);

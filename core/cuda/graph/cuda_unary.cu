@@ -68,10 +68,12 @@ __global__ void UnaryForwardKernel(Fn fn, float alpha, const float* __restrict__
     y[i] = F(fn, alpha, x[i]);
 }
 
+// As the CPU: Relu selects (a non-finite dy stays out where x <= 0), the rest multiply (an
+// IsNaN input takes dy * 0, NaN where dy is).
 __global__ void UnaryBackwardKernel(Fn fn, float alpha, const float* __restrict__ x, const float* __restrict__ y,
                                     const float* __restrict__ dy, float* __restrict__ dx, int64_t n) {
   FM_GRID_STRIDE(i, n)
-    dx[i] += dy[i] * D(fn, alpha, x[i], y[i]);
+    dx[i] += fn == Fn::kRelu ? (x[i] > 0.0f ? dy[i] : 0.0f) : dy[i] * D(fn, alpha, x[i], y[i]);
 }
 
 class CudaUnary final : public CudaOpKernel {
@@ -90,7 +92,7 @@ class CudaUnary final : public CudaOpKernel {
 
   void Backward(const KernelCall& c) override {
     LaunchConfig l;
-    if (!c.din[0] || fn_ == Fn::kIsNaN || !Begin(c, &l)) return;
+    if (!c.din[0] || !Begin(c, &l)) return;
     const int64_t n = NumElements(*c.in_dims[0]);
     if (n == 0) return;
     UnaryBackwardKernel<<<Blocks(l, n), kBlockThreads, 0, l.stream>>>(fn_, alpha_, c.in[0], c.out[0], c.dout[0],
