@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <ostream>
 #include <string>
 
 #include "core/backend.h"
@@ -49,6 +50,8 @@ struct Case {
   std::string fixture, model;
   bool cuda = false;  // run on CUDA device 0
 };
+// How gtest and CTest name a case (not a dump of its bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.fixture << "/" << c.model << (c.cuda ? " on cuda" : ""); }
 
 class OnnxFixture : public ::testing::TestWithParam<Case> {
  protected:
