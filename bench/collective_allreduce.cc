@@ -4,7 +4,9 @@
 // OpenMPI's MPI_Allreduce is bench/mpi_allreduce.cc, run by mpirun. bench/collective_allreduce.sh
 // runs them side by side and prints the ratios (bench/RESULTS.md).
 //   fedmesh_collective_allreduce --impl fedmesh|fedmesh-plain|gloo|gloo-chunked --ranks N
-// One line per size: impl ranks bytes median_s algbw_GBps busbw_GBps.
+// One line per size: impl ranks bytes median_s algbw_GBps busbw_GBps. The process keeps large
+// buffers in the heap as fedmesh-node does (core/allocator_tuning.h), whichever --impl runs;
+// --default-malloc keeps glibc's mmap threshold instead.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_util.h"
+#include "core/allocator_tuning.h"
 #include "core/sha256.h"
 #include "collective/communicator.h"
 #include "collective/zmq_ring_transport.h"
@@ -224,7 +227,11 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank, "Run only this rank here (the others run elsewhere); needs --group");
   app.add_option("--group", group, "HOST:PORT of every rank, in rank order (with --rank)")->delimiter(',');
   app.add_option("--chunk-kb", chunk_kb, "fedmesh: KiB per pipelined chunk ([collective] chunk_kb)");
+  bool default_malloc = false;
+  app.add_flag("--default-malloc", default_malloc,
+               "Keep glibc's mmap threshold (fedmesh-node sets it as core/allocator_tuning.h says)");
   CLI11_PARSE(app, argc, argv);
+  if (!default_malloc) fedmesh::KeepLargeBuffersInHeap();
   if (rank >= 0) {
     if (impl != "fedmesh" && impl != "fedmesh-plain") {
       std::fprintf(stderr, "--rank runs fedmesh or fedmesh-plain only\n");
