@@ -19,48 +19,18 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 acc() { tail -1 "$1" | /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["test_accuracy"])'; }
 
+source "$root/bench/allreduce_ranks.sh"
 cd "$work"
-mkdir -p -m 755 keys/allow
-for i in 1 2 3 4; do "$bin/fedmesh-keys" gen --out "keys/site-$i" >/dev/null; done
-cp keys/site-*.pub keys/allow/
+allreduce_keys "$work" 4 "$bin"
 rows=()
 for s in $seeds; do
   rm -rf run && mkdir run
-  ports=$(/usr/bin/python3 -c 'import socket
-ss=[socket.socket() for _ in range(4)]
-[x.bind(("127.0.0.1", 0)) for x in ss]
-print(" ".join(str(x.getsockname()[1]) for x in ss))')
-  read -r -a port <<<"$ports"
-  group=""
-  for i in 1 2 3 4; do group+="${group:+, }\"site-$i@tcp://127.0.0.1:${port[$((i - 1))]}\""; done
-  pids=()
-  for i in 1 2 3 4; do
-    cat >"site-$i.toml" <<EOF
-[federation]
-id = "ar"
-[node]
-id = "site-$i"
-key = "keys/site-$i.key"
-db = "run/site-$i.db"
-metrics = "run/site-$i.jsonl"
-[model]
-seed = $s
-[train]
-mode = "allreduce"
-threads = 1
+  allreduce_configs "$work" 4 "threads = 1
 epochs = $epochs
 batch = 32
-lr = $lr
-[data]
-dataset = "fashion-mnist"
-num_partitions = 4
-index = $((i - 1))
-[collective]
-listen = "tcp://127.0.0.1:${port[$((i - 1))]}"
-group = [$group]
-allow = "keys/allow"
-timeout_ms = 60000
-EOF
+lr = $lr" "seed = $s"
+  pids=()
+  for i in 1 2 3 4; do
     "$bin/fedmesh-node" --config "site-$i.toml" >"run/site-$i.log" 2>&1 &
     pids+=($!)
   done

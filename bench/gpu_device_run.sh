@@ -161,41 +161,13 @@ fi
 if want allreduce; then
   step "allreduce mode, 2 ranks on the GPU (device = cuda), 2 epochs of the mlp"
   ar=$(mktemp -d)
-  mkdir -p "$ar/keys/allow" "$ar/run"
-  for i in 1 2; do
-    (cd "$ar" && "$build/bin/fedmesh-keys" gen --out "keys/site-$i" >/dev/null) || status=1
-    cp "$ar/keys/site-$i.pub" "$ar/keys/allow/"
-  done
-  chmod 700 "$ar/keys/allow"
-  ports=(29411 29413)
-  group="\"site-1@tcp://127.0.0.1:${ports[0]}\", \"site-2@tcp://127.0.0.1:${ports[1]}\""
-  for i in 1 2; do
-    cat >"$ar/site-$i.toml" <<EOF2
-[federation]
-id = "ar"
-[node]
-id = "site-$i"
-key = "keys/site-$i.key"
-db = "run/site-$i.db"
-metrics = "run/site-$i.jsonl"
-[train]
-mode = "allreduce"
-device = "cuda"
+  source bench/allreduce_ranks.sh
+  allreduce_keys "$ar" 2 "$build/bin" || status=1
+  allreduce_configs "$ar" 2 'device = "cuda"
 threads = 1
 epochs = 2
 batch = 32
-lr = 0.1
-[data]
-dataset = "fashion-mnist"
-num_partitions = 2
-index = $((i - 1))
-[collective]
-listen = "tcp://127.0.0.1:${ports[$((i - 1))]}"
-group = [$group]
-allow = "keys/allow"
-timeout_ms = 20000
-EOF2
-  done
+lr = 0.1'
   pids=()
   for i in 1 2; do
     (cd "$ar" && timeout 300 "$build/bin/fedmesh-node" --config "site-$i.toml" >"$out/allreduce_rank$i.log" 2>&1) &

@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "tests/core/random_dataset.h"
 #include "tests/core/random_vector.h"
+#include "tests/core/same_epoch_check.h"
 #include "core/trainer.h"
 
 namespace fedmesh {
@@ -532,27 +533,7 @@ TEST_F(CudaBackendTest, LocalEpochMatchesCpuForMlpAndCnn) {
     (*gpu_model)->InitParams(7);
     ASSERT_TRUE(Same((*gpu_model)->GetParams(), (*cpu_model)->GetParams()));
 
-    TrainerOptions opt;
-    opt.batch_size = 32;
-    opt.eval_batch_size = 200;
-    opt.sgd.lr = 0.05f;
-    opt.sgd.momentum = 0.9f;
-    opt.sgd.weight_decay = 1e-4f;
-    SeededEnv cpu_env(nullptr, 11), gpu_env(nullptr, 11);
-    Trainer cpu_trainer(cpu_model->get(), opt, &cpu_env);
-    Trainer gpu_trainer(gpu_model->get(), opt, &gpu_env);
-    auto cpu_stats = cpu_trainer.TrainEpoch(data);
-    auto gpu_stats = gpu_trainer.TrainEpoch(data);
-    ASSERT_TRUE(cpu_stats.ok() && gpu_stats.ok()) << gpu_stats.status().ToString();
-    EXPECT_EQ(gpu_stats->samples, cpu_stats->samples);
-    EXPECT_NEAR(gpu_stats->mean_loss, cpu_stats->mean_loss, 1e-3 * cpu_stats->mean_loss);
-    EXPECT_TRUE(Close((*gpu_model)->GetParams(), (*cpu_model)->GetParams(), 1e-3));
-
-    auto cpu_eval = cpu_trainer.Evaluate(data);
-    auto gpu_eval = gpu_trainer.Evaluate(data);
-    ASSERT_TRUE(cpu_eval.ok() && gpu_eval.ok()) << gpu_eval.status().ToString();
-    EXPECT_NEAR(gpu_eval->loss, cpu_eval->loss, 1e-3 * cpu_eval->loss);
-    EXPECT_NEAR(gpu_eval->accuracy, cpu_eval->accuracy, 0.01);
+    ExpectSameEpoch(**cpu_model, **gpu_model, data, MomentumEpochOptions());
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "core/trainer.h"
 #include "tests/core/cuda_graph_check.h"
+#include "tests/core/same_epoch_check.h"
 #include "tests/core/graph_test_util.h"
 #include "tests/core/random_dataset.h"
 
@@ -148,27 +149,7 @@ TEST(CudaGraph, BuiltinModelsAsGraphsTrainAnEpochAsOnTheCpu) {
     ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().ToString();
     ASSERT_TRUE(gpu_model.ok()) << gpu_model.status().ToString();
     ASSERT_EQ((*gpu_model)->GetParams(), (*cpu_model)->GetParams());
-    TrainerOptions opt;
-    opt.batch_size = 32;
-    opt.eval_batch_size = 200;
-    opt.sgd.lr = 0.05f;
-    opt.sgd.momentum = 0.9f;
-    opt.sgd.weight_decay = 1e-4f;
-    SeededEnv cpu_env(nullptr, 11), gpu_env(nullptr, 11);
-    Trainer cpu_trainer(cpu_model->get(), opt, &cpu_env);
-    Trainer gpu_trainer(gpu_model->get(), opt, &gpu_env);
-    auto cpu_stats = cpu_trainer.TrainEpoch(data);
-    auto gpu_stats = gpu_trainer.TrainEpoch(data);
-    ASSERT_TRUE(cpu_stats.ok()) << cpu_stats.status().ToString();
-    ASSERT_TRUE(gpu_stats.ok()) << gpu_stats.status().ToString();
-    EXPECT_EQ(gpu_stats->samples, cpu_stats->samples);
-    EXPECT_NEAR(gpu_stats->mean_loss, cpu_stats->mean_loss, 1e-3 * cpu_stats->mean_loss);
-    EXPECT_TRUE(CloseRel((*gpu_model)->GetParams(), (*cpu_model)->GetParams(), 1e-3, "parameters after an epoch"));
-    auto cpu_eval = cpu_trainer.Evaluate(data);
-    auto gpu_eval = gpu_trainer.Evaluate(data);
-    ASSERT_TRUE(cpu_eval.ok() && gpu_eval.ok()) << gpu_eval.status().ToString();
-    EXPECT_NEAR(gpu_eval->loss, cpu_eval->loss, 1e-3 * cpu_eval->loss);
-    EXPECT_NEAR(gpu_eval->accuracy, cpu_eval->accuracy, 0.01);
+    ExpectSameEpoch(**cpu_model, **gpu_model, data, MomentumEpochOptions());
     const Status s = gpu_be->Synchronize();
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
@@ -205,19 +186,7 @@ TEST(CudaGraph, HostLossesTrainAsOnTheCpu) {
     opt.sgd.lr = 0.05f;
     opt.sgd.momentum = 0.9f;
     opt.loss = c.loss;
-    SeededEnv cpu_env(nullptr, 5), gpu_env(nullptr, 5);
-    Trainer cpu_trainer(cpu_model->get(), opt, &cpu_env);
-    Trainer gpu_trainer(gpu_model->get(), opt, &gpu_env);
-    auto cpu_stats = cpu_trainer.TrainEpoch(data);
-    auto gpu_stats = gpu_trainer.TrainEpoch(data);
-    ASSERT_TRUE(cpu_stats.ok()) << cpu_stats.status().ToString();
-    ASSERT_TRUE(gpu_stats.ok()) << gpu_stats.status().ToString();
-    EXPECT_NEAR(gpu_stats->mean_loss, cpu_stats->mean_loss, 1e-4 * std::fabs(cpu_stats->mean_loss) + 1e-6);
-    EXPECT_TRUE(CloseRel((*gpu_model)->GetParams(), (*cpu_model)->GetParams(), 1e-4, "parameters after an epoch"));
-    auto cpu_eval = cpu_trainer.Evaluate(data);
-    auto gpu_eval = gpu_trainer.Evaluate(data);
-    ASSERT_TRUE(cpu_eval.ok() && gpu_eval.ok()) << gpu_eval.status().ToString();
-    EXPECT_NEAR(gpu_eval->loss, cpu_eval->loss, 1e-4 * std::fabs(cpu_eval->loss) + 1e-6);
+    ExpectSameEpoch(**cpu_model, **gpu_model, data, opt, {.rel = 1e-4, .accuracy_points = -1, .env_seed = 5});
   }
 }
 
