@@ -13,6 +13,10 @@
 #   OUT=/tmp/out STEPS="tests full node train batched codec graph allreduce" bench/gpu_device_run.sh
 # Environment: OUT (runs/gpu), STEPS (all eight), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
 # per shard of the full suites).
+# DRY_RUN=1 checks the graph and allreduce steps on a machine without a GPU before device time
+# is spent on them: no bundle, the local build (build/), ONNX models exported into a scratch
+# folder, everything on device cpu (PyTorch too):
+#   DRY_RUN=1 STEPS="graph allreduce" REPEATS=1 bench/gpu_device_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -27,43 +31,54 @@ status=0
 step() { echo; echo "== $* ($(date -u +%T))"; }
 want() { [[ " $steps " == *" $1 "* ]]; }
 
-step machine
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
-  --format=csv | tee "$out/device.txt"
-{ nvcc --version | tail -1; ldd --version | head -1; grep PRETTY /etc/os-release; nproc
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
-torch.cuda.get_device_name(0))'; } 2>&1 | tee -a "$out/device.txt"
-
-# The bundle unpacks into build/ because the test binaries were built there; never over a real build.
-[[ -e "$build/CMakeCache.txt" ]] && { echo "refusing: $build is a CMake build folder" >&2; exit 2; }
-tar -C "$build" -xJf .gpu/bundle.tar.xz || exit 1
-# The machine's CUDA libraries, linked beside the bundle's (its RPATH is $ORIGIN/lib).
-for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
-  p=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
-  [[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name "$l" 2>/dev/null | head -1)
-  [[ -n "$p" ]] || { echo "no $l on this machine" >&2; exit 1; }
-  ln -sf "$p" "$build/lib/$l"
-done
-# cuDNN (the GPU convolutions): the machine's libcudnn.so.9, often inside PyTorch's Python
-# packages; it loads its sub-libraries (libcudnn_cnn.so.9, ...) from the loader's path.
-p=$(ldconfig -p | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
-[[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name libcudnn.so.9 2>/dev/null | head -1)
-if [[ -n "$p" ]]; then
-  ln -sf "$p" "$build/lib/libcudnn.so.9"
-  export LD_LIBRARY_PATH=$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "cuDNN: $p" | tee -a "$out/device.txt"
+device=cuda
+onnx=.gpu/onnx
+py=python3  # the device machine's, with PyTorch for CUDA
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+  device=cpu
+  py=/usr/bin/python3  # Debian's, with python3-torch
+  [[ -e "$build/CMakeCache.txt" ]] || { echo "DRY_RUN needs a local build in $build" >&2; exit 2; }
+  onnx=$out/onnx
+  /usr/bin/python3 examples/pytorch/models.py --out "$onnx" --models fmnist_mlp,fmnist_resnet >/dev/null || exit 1
 else
-  echo "no libcudnn.so.9 on this machine" >&2
-  exit 1
+  step machine
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv | tee "$out/device.txt"
+  { nvcc --version | tail -1; ldd --version | head -1; grep PRETTY /etc/os-release; nproc
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+  torch.cuda.get_device_name(0))'; } 2>&1 | tee -a "$out/device.txt"
+
+  # The bundle unpacks into build/ because the test binaries were built there; never over a real build.
+  [[ -e "$build/CMakeCache.txt" ]] && { echo "refusing: $build is a CMake build folder" >&2; exit 2; }
+  tar -C "$build" -xJf .gpu/bundle.tar.xz || exit 1
+  # The machine's CUDA libraries, linked beside the bundle's (its RPATH is $ORIGIN/lib).
+  for l in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+    p=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+    [[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name "$l" 2>/dev/null | head -1)
+    [[ -n "$p" ]] || { echo "no $l on this machine" >&2; exit 1; }
+    ln -sf "$p" "$build/lib/$l"
+  done
+  # cuDNN (the GPU convolutions): the machine's libcudnn.so.9, often inside PyTorch's Python
+  # packages; it loads its sub-libraries (libcudnn_cnn.so.9, ...) from the loader's path.
+  p=$(ldconfig -p | awk '$1 == "libcudnn.so.9" {print $NF; exit}')
+  [[ -n "$p" ]] || p=$(find /usr/local/cuda/ /usr/local/ /opt/ /usr/lib/ -name libcudnn.so.9 2>/dev/null | head -1)
+  if [[ -n "$p" ]]; then
+    ln -sf "$p" "$build/lib/libcudnn.so.9"
+    export LD_LIBRARY_PATH=$(dirname "$p")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "cuDNN: $p" | tee -a "$out/device.txt"
+  else
+    echo "no libcudnn.so.9 on this machine" >&2
+    exit 1
+  fi
+  # The build's libstdc++ where the machine's is older (GLIBCXX_3.4.30 is GCC 12's).
+  sys_cxx=$(ldconfig -p | awk '$1 == "libstdc++.so.6" {print $NF; exit}')
+  grep -qa GLIBCXX_3.4.30 "$sys_cxx" || cp "$build"/compat/* "$build/lib/"
+  if [[ ! -e /usr/share/datasets/fashion-mnist ]]; then
+    mkdir -p /usr/share/datasets && ln -s "$root/.gpu/fashion-mnist" /usr/share/datasets/fashion-mnist
+  fi
+  # The test binaries look for fixtures under the source folder they were built in.
+  if [[ "$root" != /work/main && ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
 fi
-# The build's libstdc++ where the machine's is older (GLIBCXX_3.4.30 is GCC 12's).
-sys_cxx=$(ldconfig -p | awk '$1 == "libstdc++.so.6" {print $NF; exit}')
-grep -qa GLIBCXX_3.4.30 "$sys_cxx" || cp "$build"/compat/* "$build/lib/"
-if [[ ! -e /usr/share/datasets/fashion-mnist ]]; then
-  mkdir -p /usr/share/datasets && ln -s "$root/.gpu/fashion-mnist" /usr/share/datasets/fashion-mnist
-fi
-# The test binaries look for fixtures under the source folder they were built in.
-if [[ "$root" != /work/main && ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
 
 if want tests; then
   step "CUDA tests"
@@ -134,7 +149,7 @@ t.sort(); print("torch device copy: %.0f GB/s (read + write)" % (2 * x.numel() /
 ' 2>&1 | tee -a "$out/codec.txt"
 fi
 if want graph; then
-  step "graph models (ONNX) on the GPU: fedmesh-node vs PyTorch, one epoch, best of ${REPEATS:-2}"
+  step "graph models (ONNX) on device $device: fedmesh-node vs PyTorch, one epoch, best of ${REPEATS:-2}"
   field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p" | tail -1; }
   printf "%-8s %-6s %8s %12s %12s %7s\n" model batch samples fedmesh_sps torch_sps ratio
   for cfg in "mlp 32 1" "mlp 256 1" "resnet 32 5" "resnet 256 5"; do
@@ -142,13 +157,13 @@ if want graph; then
     f=0 p=0 samples=0
     for ((r = 0; r < ${REPEATS:-2}; ++r)); do
       rm -f "$out/graph.jsonl"
-      timeout 300 "$build/bin/fedmesh-node" --local-only --model ".gpu/onnx/fmnist_$model.onnx" --device cuda \
+      timeout 300 "$build/bin/fedmesh-node" --local-only --model "$onnx/fmnist_$model.onnx" --device "$device" \
         --data fashion-mnist --num-partitions "$parts" --index 0 --epochs 1 --batch "$batch" --lr 0.01 \
         --momentum 0.9 --metrics "$out/graph.jsonl" >>"$out/graph_node.log" 2>&1 || status=1
       v=$(field epoch_samples_per_s <"$out/graph.jsonl"); samples=$(field train_samples <"$out/graph.jsonl")
       f=$(awk -v a="$f" -v b="${v:-0}" 'BEGIN{print (b > a ? b : a)}')
-      v=$(timeout 300 python3 bench/graph_train_torch.py --model "$model" --batch "$batch" --threads 1 \
-            --samples "${samples:-1}" --device cuda --blas system --json 2>>"$out/graph_torch.log" |
+      v=$(timeout 300 "$py" bench/graph_train_torch.py --model "$model" --batch "$batch" --threads 1 \
+            --samples "${samples:-1}" --device "$device" --blas system --json 2>>"$out/graph_torch.log" |
           field epoch_samples_per_s)
       p=$(awk -v a="$p" -v b="${v:-0}" 'BEGIN{print (b > a ? b : a)}')
     done
@@ -159,15 +174,15 @@ if want graph; then
 fi
 
 if want allreduce; then
-  step "allreduce mode, 2 ranks on the GPU (device = cuda), 2 epochs of the mlp"
+  step "allreduce mode, 2 ranks with device = $device, 2 epochs of the mlp"
   ar=$(mktemp -d)
   source bench/allreduce_ranks.sh
   allreduce_keys "$ar" 2 "$build/bin" || status=1
-  allreduce_configs "$ar" 2 'device = "cuda"
+  allreduce_configs "$ar" 2 "device = \"$device\"
 threads = 1
 epochs = 2
 batch = 32
-lr = 0.1'
+lr = 0.1"
   pids=()
   for i in 1 2; do
     (cd "$ar" && timeout 300 "$build/bin/fedmesh-node" --config "site-$i.toml" >"$out/allreduce_rank$i.log" 2>&1) &
