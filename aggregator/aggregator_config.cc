@@ -466,6 +466,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
                               "[secagg] enabled = true, or use mode = \"central\""),
                           v, {{"", "dp", "mode"}});
   }
+  if (c.strategy_options.dp.central && r.mode == RoundMode::kBuffered) {
+    return AttributeToKey(Status::InvalidArgument(kDpNeedsSynchronousRounds), v, {{"", "rounds", "mode"}});
+  }
   if (const DpOptions& dp = c.strategy_options.dp; dp.central || dp.distributed) {
     r.secure_selection = true;
     // The accountant's q = clients_per_round / population holds only while rounds sample

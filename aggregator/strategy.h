@@ -80,6 +80,14 @@ struct DpOptions {
   std::optional<uint64_t> noise_seed;
 };
 
+// Why central DP refuses [rounds] mode = "buffered" (the aggregator's config and the
+// simulator's options say so with this sentence).
+inline constexpr char kDpNeedsSynchronousRounds[] =
+    "central DP accounts synchronous rounds (each a uniform sample of clients_per_round nodes "
+    "of [dp] population, all trained from the same model); buffered rounds aggregate the first "
+    "buffer_size updates to arrive, trained from older models too, which that accounting does "
+    "not cover: set [rounds] mode = \"sync\"";
+
 // What a differentially private strategy has spent after the rounds it aggregated.
 struct PrivacyReport {
   uint64_t rounds = 0;           // rounds aggregated (composed by the accountant)

@@ -323,6 +323,7 @@ Result<SimOptions> LoadSimConfig(const std::string& path, const std::vector<std:
       {"data shards", "data", "shards"},
       {"buffer_size", "rounds", "buffer_size"},
       {"dp mode distributed", "dp", "mode"},
+      {"central DP accounts synchronous rounds", "rounds", "mode"},
       {"min_clients", "rounds", "min_clients"},
       {"crash of client", "faults", "crash"},
       {"gossip mode", "sim", "clients"},

@@ -177,6 +177,9 @@ Status Validate(const SimOptions& o) {
       return bad("dp mode distributed needs secure aggregation, which fedmesh-sim does not "
                  "simulate; use central");
     }
+    if (o.strategy_options.dp.central && o.round_mode == RoundMode::kBuffered) {
+      return Status::InvalidArgument(kDpNeedsSynchronousRounds);
+    }
     FM_RETURN_IF_ERROR(MakeStrategy(o.strategy, StrategyOptionsFor(o)).status());
     if (o.min_clients > o.clients_per_round) {
       return bad("min_clients must be <= clients_per_round (" +

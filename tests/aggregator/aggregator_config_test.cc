@@ -359,7 +359,7 @@ stage_timeout_s = 30
 
 // Issue 26 item 6: DP's assumptions are enforced by the configuration: the selection comes
 // from the OS CSPRNG, and a round opens only once the population the accountant's sampling
-// rate assumes is connected. (DP with buffered rounds is refused: DpTableFills... above.)
+// rate assumes is connected; buffered rounds, which the accountant does not cover, are refused.
 TEST(ConfigAggregator, DpDrawsSelectionsSecurelyAndWaitsForItsPopulation) {
   TempDir dir;
   std::string path = dir.Write("agg.toml", R"([federation]
@@ -382,6 +382,28 @@ population = 400
   auto cap = LoadAggregatorConfig(path, {"rounds.max_examples_per_node=-1"});
   ASSERT_FALSE(cap.ok());
   EXPECT_THAT(cap.status().message(), HasSubstr("[rounds] max_examples_per_node"));
+  auto buffered = LoadAggregatorConfig(path, {"rounds.mode=buffered", "rounds.buffer_size=25"});
+  ASSERT_FALSE(buffered.ok());
+  EXPECT_EQ(buffered.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(buffered.status().message(), HasSubstr("[rounds] mode"));
+  EXPECT_THAT(buffered.status().message(), HasSubstr("central DP accounts synchronous rounds"));
+  EXPECT_THAT(buffered.status().message(), HasSubstr("--set rounds.mode=buffered"));
+  // Set in the file, the error names the file and the line.
+  std::string in_file = dir.Write("buffered.toml", R"([federation]
+id = "f"
+[rounds]
+clients_per_round = 40
+mode = "buffered"
+buffer_size = 25
+[dp]
+mode = "central"
+)");
+  auto from_file = LoadAggregatorConfig(in_file, {});
+  ASSERT_FALSE(from_file.ok());
+  EXPECT_THAT(from_file.status().message(), HasSubstr("buffered.toml:5"));
+  EXPECT_THAT(from_file.status().message(), HasSubstr("[rounds] mode"));
+  auto buffered_no_dp = LoadAggregatorConfig(path, {"rounds.mode=buffered", "rounds.buffer_size=25", "dp.mode=off"});
+  EXPECT_TRUE(buffered_no_dp.ok()) << buffered_no_dp.status().ToString();
 }
 
 TEST(ConfigAggregator, UpstreamMakesARegionAndRefusesWhatARegionCannotRun) {

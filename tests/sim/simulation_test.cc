@@ -481,6 +481,15 @@ TEST(Simulation, BadOptionsAreRefusedWithTheField) {
   o.strategy_options.dp.distributed = true;  // needs secure aggregation, not simulated
   EXPECT_NE(Validate(o).message().find("dp mode distributed"), std::string::npos);
   o = Small();
+  o.strategy_options.dp.central = true;  // its accountant assumes synchronous rounds
+  o.round_mode = RoundMode::kBuffered;
+  EXPECT_NE(Validate(o).message().find("central DP accounts synchronous rounds"), std::string::npos);
+  // From the config: the key is named.
+  auto dp_buffered = LoadSimConfig("", {"dp.mode=central", "rounds.mode=buffered"});
+  ASSERT_FALSE(dp_buffered.ok());
+  EXPECT_NE(dp_buffered.status().message().find("[rounds] mode"), std::string::npos)
+      << dp_buffered.status().ToString();
+  o = Small();
   o.round_mode = RoundMode::kBuffered;
   o.buffer_size = 6;  // more than clients_per_round (5)
   EXPECT_NE(Validate(o).message().find("buffer_size 6"), std::string::npos);
