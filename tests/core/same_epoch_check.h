@@ -85,7 +85,9 @@ inline void ExpectSameEpoch(Model& reference, Model& tested, const Dataset& data
   ASSERT_TRUE(ref_eval.ok()) << ref_eval.status().ToString();
   ASSERT_TRUE(test_eval.ok()) << test_eval.status().ToString();
   near(test_eval->loss, ref_eval->loss, "evaluation loss");
-  if (o.accuracy_points >= 0) EXPECT_NEAR(test_eval->accuracy, ref_eval->accuracy, o.accuracy_points);
+  if (o.accuracy_points >= 0) {
+    EXPECT_NEAR(test_eval->accuracy, ref_eval->accuracy, o.accuracy_points);
+  }
 }
 
 }  // namespace fedmesh
