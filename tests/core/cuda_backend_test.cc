@@ -21,6 +21,7 @@
 #include "core/model_zoo.h"
 #include "core/rng.h"
 #include "tests/core/random_dataset.h"
+#include "tests/core/close_rel.h"
 #include "tests/core/random_vector.h"
 #include "tests/core/same_epoch_check.h"
 #include "core/trainer.h"
@@ -32,27 +33,7 @@ namespace {
 // the cancellation that makes element-wise relative errors of sums meaningless.
 ::testing::AssertionResult Close(const std::vector<float>& got, const std::vector<float>& want,
                                  double rel) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  }
-  double max_diff = 0.0, max_ref = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::abs(double(got[i]) - want[i]);
-    if (std::isnan(d)) {
-      return ::testing::AssertionFailure() << "NaN at " << i << ": " << got[i] << " vs " << want[i];
-    }
-    if (d > max_diff) {
-      max_diff = d;
-      worst = i;
-    }
-    max_ref = std::max(max_ref, std::abs(double(want[i])));
-  }
-  const double err = max_diff / std::max(max_ref, 1e-30);
-  if (err < rel) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "relative error " << err << " >= " << rel << " (worst at " << worst << ": "
-         << got[worst] << " vs " << want[worst] << ", max |ref| " << max_ref << ")";
+  return CloseRel(got, want, rel, "values", 1e-30);
 }
 
 template <typename T>

@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/device_info.h"
 #include "core/graph/graph_model.h"
+#include "tests/core/close_rel.h"
 #include "tests/core/random_vector.h"
 
 namespace fedmesh::graph {
@@ -38,32 +39,6 @@ struct CudaCheckOptions {
   // Values of the graph inputs (indices for Gather, say); random normal where absent.
   std::vector<std::vector<float>> inputs;
 };
-
-// max |got - want| / max |want| over the tensor (a floor keeps all-zero references
-// meaningful); NaN anywhere fails.
-inline ::testing::AssertionResult CloseRel(const std::vector<float>& got,
-                                           const std::vector<float>& want, double rel,
-                                           const std::string& what) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << what << ": sizes differ: " << got.size() << " vs " << want.size();
-  double max_diff = 0.0, max_ref = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - want[i]);
-    if (std::isnan(d))
-      return ::testing::AssertionFailure() << what << ": NaN at " << i << ": " << got[i] << " vs " << want[i];
-    if (d > max_diff) {
-      max_diff = d;
-      worst = i;
-    }
-    max_ref = std::max(max_ref, std::fabs(double(want[i])));
-  }
-  const double err = max_diff / std::max(max_ref, 1e-6);
-  if (err < rel) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": relative error " << err << " >= " << rel
-                                       << " (worst at " << worst << ": " << got[worst] << " vs "
-                                       << want[worst] << ", max |ref| " << max_ref << ")";
-}
 
 inline std::vector<float> DeviceToHost(Backend& be, const float* p, size_t n) {
   std::vector<float> v(n);

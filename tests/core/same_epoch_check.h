@@ -18,6 +18,7 @@
 #include "core/env.h"
 #include "core/model.h"
 #include "core/trainer.h"
+#include "tests/core/close_rel.h"
 
 namespace fedmesh {
 
@@ -39,28 +40,6 @@ inline TrainerOptions MomentumEpochOptions() {
   return opt;
 }
 
-// max |got - want| / max |want| <= rel, no NaN.
-inline ::testing::AssertionResult ParamsClose(const std::vector<float>& got, const std::vector<float>& want,
-                                              double rel) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  double max_diff = 0.0, max_ref = 1e-12;
-  size_t worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - want[i]);
-    if (std::isnan(d)) return ::testing::AssertionFailure() << "NaN at " << i << ": " << got[i] << " vs " << want[i];
-    if (d > max_diff) {
-      max_diff = d;
-      worst = i;
-    }
-    max_ref = std::max(max_ref, std::fabs(double(want[i])));
-  }
-  if (max_diff / max_ref <= rel) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "parameters after an epoch: max |diff| " << max_diff << " at " << worst
-                                       << " (" << got[worst] << " vs " << want[worst] << "), relative "
-                                       << max_diff / max_ref << " > " << rel;
-}
-
 inline void ExpectSameEpoch(Model& reference, Model& tested, const Dataset& data, const TrainerOptions& opt,
                             const SameEpochOptions& o = {}) {
   const auto near = [&](double got, double want, const char* what) {
@@ -79,7 +58,7 @@ inline void ExpectSameEpoch(Model& reference, Model& tested, const Dataset& data
   ASSERT_TRUE(test_stats.ok()) << test_stats.status().ToString();
   EXPECT_EQ(test_stats->samples, ref_stats->samples);
   near(test_stats->mean_loss, ref_stats->mean_loss, "mean training loss");
-  EXPECT_TRUE(ParamsClose(tested.GetParams(), reference.GetParams(), o.rel));
+  EXPECT_TRUE(CloseRel(tested.GetParams(), reference.GetParams(), o.rel, "parameters after an epoch"));
   auto ref_eval = ref_trainer.Evaluate(data);
   auto test_eval = test_trainer.Evaluate(data);
   ASSERT_TRUE(ref_eval.ok()) << ref_eval.status().ToString();
