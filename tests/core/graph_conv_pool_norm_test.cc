@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/graph/graph.h"
 #include "core/graph/op_kernel.h"
+#include "core/graph/ops/conv_dnnl.h"
 #include "core/graph/ops/ops.h"
 #include "core/rng.h"
 #include "tests/core/random_vector.h"
@@ -247,8 +248,36 @@ void PrintTo(const ConvCase& k, std::ostream* os) { *os << k.name; }
 
 class ConvTest : public ::testing::TestWithParam<ConvCase> {};
 
+// The CPU convolutions to check: im2col always, oneDNN where built.
+std::vector<ops::CpuConvEngine> ConvEngines() {
+  std::vector<ops::CpuConvEngine> e = {ops::CpuConvEngine::kIm2col};
+  if (ops::DnnlConvBuilt()) e.push_back(ops::CpuConvEngine::kDnnl);
+  return e;
+}
+
+// Kernels created in its lifetime use `engine`.
+class ScopedConvEngine {
+ public:
+  explicit ScopedConvEngine(ops::CpuConvEngine engine) : saved_(ops::GetCpuConvEngine()) {
+    ops::SetCpuConvEngine(engine);
+  }
+  ~ScopedConvEngine() { ops::SetCpuConvEngine(saved_); }
+
+ private:
+  ops::CpuConvEngine saved_;
+};
+
+void CheckConv(ConvCase k);
+
 TEST_P(ConvTest, ForwardMatchesReferenceAndGradientsMatchFiniteDifferences) {
-  ConvCase k = GetParam();
+  for (ops::CpuConvEngine engine : ConvEngines()) {
+    SCOPED_TRACE(engine == ops::CpuConvEngine::kDnnl ? "oneDNN" : "im2col");
+    const ScopedConvEngine use(engine);
+    CheckConv(GetParam());
+  }
+}
+
+void CheckConv(ConvCase k) {
   if (k.one_d) k.h = k.kh = k.sh = k.dh = 1, k.pt = k.pb = 0;
   std::map<std::string, Attribute> attrs;
   if (k.one_d) {

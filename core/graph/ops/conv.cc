@@ -5,14 +5,19 @@
 // pairs. A 1x1 stride-1 unpadded convolution multiplies the input directly. Backward
 // recomputes the columns; each thread sums its dW and dB in its own slice and the slices
 // are added in thread order at the end, so results are deterministic for a thread count.
+// Where fedmesh links oneDNN, 2-D and 1-D convolutions run through it instead (conv_dnnl.h:
+// its JIT kernels in blocked layouts, 3-5x the im2col path on the resnet's 3x3 layers);
+// im2col stays for builds without it, for shapes it declines, and on request.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <map>
 
 #include "core/check.h"
+#include "core/graph/ops/conv_dnnl.h"
 #include "core/graph/ops/lane_sums.h"
 #include "core/graph/ops/ops.h"
 #include "core/graph/ops/window_geometry.h"
@@ -162,7 +167,8 @@ void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
 
 class Conv final : public OpKernel {
  public:
-  Conv(const Node& n, ConvAttrs a) : label_(n.Label()), a_(std::move(a)) {}
+  Conv(const Node& n, ConvAttrs a)
+      : label_(n.Label()), a_(std::move(a)), use_dnnl_(GetCpuConvEngine() == CpuConvEngine::kDnnl) {}
 
   Status InferShapes(const std::vector<Dims>& in, std::vector<Dims>* out) const override {
     FM_ASSIGN_OR_RETURN(const Geo g, Geometry(in));
@@ -176,7 +182,14 @@ class Conv final : public OpKernel {
     // may change between plans, and a call does not learn its workspace size.
     const int t = std::max(1, omp_get_max_threads());
     slots_ = slots_ == 0 ? t : std::min(slots_, t);
-    return g.shared_floats() + g.thread_floats() * t;
+    size_t floats = g.shared_floats() + g.thread_floats() * t;
+    // Room for batch 1 too: DP-SGD's per-example pass calls Backward with one example in the
+    // batch's workspace (core/graph/graph_model_dp.cc), without a plan of its own.
+    Geo one = g;
+    one.n = 1;
+    for (const Geo& each : {g, one})
+      if (const Dnnl* d = FindDnnl(each)) floats = std::max(floats, d->conv->workspace_floats());
+    return floats;
   }
 
   Status Forward(const KernelCall& c) override {
@@ -185,6 +198,15 @@ class Conv final : public OpKernel {
     const float* wt = c.in[1];
     const float* bias = a_.has_bias ? c.in[2] : nullptr;
     float* y = c.out[0];
+    if (Dnnl* d = FindDnnl(g)) {
+      const OmpThreads team(std::min(d->threads, c.be ? c.be->threads() : 1));
+      last_forward_ = {};
+      if (!d->conv->Forward(x, wt, bias, y, c.workspace))
+        return Status::Internal(label_ + ": oneDNN's convolution failed (FEDMESH_CPU_CONV=im2col avoids it)");
+      last_forward_ = {d, x, c.workspace};
+      return Status::OK();
+    }
+    last_forward_ = {};
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
 #pragma omp parallel num_threads(Teams(c, items))
@@ -224,6 +246,27 @@ class Conv final : public OpKernel {
     float* dx = c.din[0];
     float* dw = c.din.size() > 1 ? c.din[1] : nullptr;
     float* db = a_.has_bias && c.din.size() > 2 ? c.din[2] : nullptr;
+    if (Dnnl* d = FindDnnl(g)) {
+      {
+        const OmpThreads team(std::min(d->threads, c.be ? c.be->threads() : 1));
+        const bool staged = last_forward_.conv == d && last_forward_.x == x && last_forward_.workspace == c.workspace;
+        if (!staged) last_forward_ = {};  // another instance's regions overlap the forward's
+        FM_CHECK(d->conv->Backward(x, wt, dy, dx, dw != nullptr || db != nullptr, staged, c.workspace));
+      }
+      const KernelCall::GradWrite ww = c.Write(1), wb = c.Write(2);
+      const size_t nw = static_cast<size_t>(g.m) * g.kdim();
+      // Assigned, not scaled by zero, where overwritten: the old value may be anything.
+      if (dw) {
+        const float* part = d->conv->weight_grad(c.workspace);
+        for (size_t i = 0; i < nw; ++i) dw[i] = (ww.keep == 0.0f ? 0.0f : dw[i]) + ww.scale * part[i];
+      }
+      if (db) {
+        const float* part = d->conv->bias_grad(c.workspace);
+        for (int64_t o = 0; o < g.m; ++o) db[o] = (wb.keep == 0.0f ? 0.0f : db[o]) + wb.scale * part[o];
+      }
+      return;
+    }
+    last_forward_ = {};  // the im2col path below writes over the workspace
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
     const size_t nw = static_cast<size_t>(g.m) * kd;
@@ -328,9 +371,56 @@ class Conv final : public OpKernel {
     return static_cast<int>(std::max<int64_t>(1, t));
   }
 
+  // oneDNN's convolution for one input shape, and the OpenMP team it was planned for (its
+  // scratchpad holds per-thread partial sums: a call may use fewer threads, never more).
+  struct Dnnl {
+    std::unique_ptr<DnnlConv> conv;
+    int threads = 1;
+  };
+
+  // The oneDNN convolution for g (made on first use; null when declined or off).
+  Dnnl* FindDnnl(const Geo& g) const {
+    if (!use_dnnl_) return nullptr;
+    const std::vector<int64_t> key = {g.n, g.c, g.h.in, g.w.in};
+    auto it = dnnl_.find(key);
+    if (it == dnnl_.end()) {
+      Dnnl d{DnnlConv::Create(g, a_.has_bias), std::max(1, omp_get_max_threads())};
+      it = dnnl_.emplace(key, std::move(d)).first;
+    }
+    return it->second.conv != nullptr ? &it->second : nullptr;
+  }
+
+  // The calling thread's OpenMP team size for one call (oneDNN forms its team from it).
+  class OmpThreads {
+   public:
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+      if (n != saved_) omp_set_num_threads(std::max(1, n));
+    }
+    ~OmpThreads() {
+      if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+    }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
+
+   private:
+    int saved_;
+  };
+
+  // The last call that wrote this kernel's workspace, when it was a oneDNN Forward: its
+  // Backward of the same x in the same workspace finds the reordered X still there. Any
+  // other call (DP-SGD's per-example passes, another plan) clears it.
+  struct ForwardMark {
+    const Dnnl* conv = nullptr;
+    const float* x = nullptr;
+    const float* workspace = nullptr;
+  };
+
   std::string label_;
   ConvAttrs a_;
+  bool use_dnnl_;
+  ForwardMark last_forward_;
   mutable int slots_ = 0;  // threads every planned workspace has room for
+  mutable std::map<std::vector<int64_t>, Dnnl> dnnl_;  // by input shape
 };
 
 }  // namespace
