@@ -375,12 +375,54 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   }
   for (KernelCall& c : p->sgd_calls) c.overwrite_input.clear();
   auto add_range = [](std::vector<std::pair<size_t, size_t>>& ranges, size_t offset, size_t size) {
+    if (size == 0) return;
     if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
       ranges.back().second += size;
     } else {
       ranges.push_back({offset, size});
     }
   };
+  // An activation read by one kernel input, whose kernel writes that gradient in one pass
+  // (CanOverwriteInputGradient), is not zeroed before Backward: the kernel assigns it.
+  // Saves a memset of most of the gradient arena and the kernels' reads of zeros.
+  std::vector<int> act_uses(table.num_acts, 0);
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    for (const std::string& in : graph_.nodes[k].inputs) {
+      if (in.empty()) continue;
+      const ValueRef& r = table.refs.at(in);
+      if (r.where == Where::kActivation) ++act_uses[r.index];
+    }
+  }
+  std::vector<bool> act_overwritten(table.num_acts, false);
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k] || !p->run_backward[k]) continue;
+    const Node& n = graph_.nodes[k];
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      const ValueRef& r = table.refs.at(n.inputs[i]);
+      if (r.where != Where::kActivation || act_uses[r.index] != 1 || is_output[r.index] ||
+          p->act_grad[r.index] == nullptr || !kernels_[k]->CanOverwriteInputGradient(i))
+        continue;
+      for (std::vector<KernelCall>* calls : {&p->calls, &p->sgd_calls}) {
+        KernelCall& c = (*calls)[k];
+        c.overwrite_input.resize(n.inputs.size(), false);
+        c.overwrite_input[i] = true;
+      }
+      act_overwritten[r.index] = true;
+    }
+  }
+  {
+    // The gradient arena past the output gradients, in its layout order (see above).
+    size_t offset = p->output_grad_floats;
+    for (size_t a = 0; a < table.num_acts; ++a) {
+      if (!act_needs_grad[a] || is_output[a]) continue;
+      const size_t size = NumElements(p->act_dims[a]);
+      if (!act_overwritten[a]) add_range(p->act_grad_zero, offset, size);
+      offset += size;
+    }
+    add_range(p->act_grad_zero, offset, p->grad_arena.size() - offset);  // input gradients
+  }
   for (const TensorSlot& s : param_slots_) {
     if (single.count(s.offset)) continue;
     add_range(p->sgd_rest, s.offset, s.size);
@@ -460,7 +502,7 @@ float* GraphModel::output_grad(size_t k) {
 void GraphModel::Backward() {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
-  backend_->Fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.size() - p.output_grad_floats, 0.0f);
+  for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.grad_zero) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
     if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
@@ -469,7 +511,7 @@ void GraphModel::Backward() {
 void GraphModel::BackwardSgd(float lr) {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
-  backend_->Fill(p.grad_arena.data() + p.output_grad_floats, p.grad_arena.size() - p.output_grad_floats, 0.0f);
+  for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.sgd_rest) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;) {
     if (!kernels_[k] || !p.run_backward[k]) continue;

@@ -40,6 +40,10 @@ struct GraphModel::Plan_ {
   // Backward: the (offset, size) ranges of the gradient vector to zero first; parameters
   // whose one reader overwrites their gradient (KernelCall::overwrite_input) are left out.
   std::vector<std::pair<size_t, size_t>> grad_zero;
+  // Backward and BackwardSgd: the (offset, size) ranges of grad_arena past the output
+  // gradients to zero first; activations whose one reader overwrites their gradient
+  // (OpKernel::CanOverwriteInputGradient) are left out.
+  std::vector<std::pair<size_t, size_t>> act_grad_zero;
   std::vector<bool> run_backward;      // per node
   std::vector<Dims> input_dims;        // per graph input
   std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at

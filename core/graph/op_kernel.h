@@ -51,7 +51,8 @@ struct KernelCall {
   std::vector<bool> step_input;
   float lr = 0.0f;
   // Where overwrite_input[i] is true, din[i] (a parameter gradient read by no one else) was
-  // not zeroed and the kernel writes din[i] = gradient. Only for CanStepInput inputs.
+  // not zeroed and the kernel writes din[i] = gradient. Only for CanStepInput inputs, and
+  // for activations' gradients where CanOverwriteInputGradient(i).
   std::vector<bool> overwrite_input;
 
   // How Backward writes input i's gradient g: din[i] = keep * din[i] + scale * g.
@@ -95,6 +96,13 @@ class OpKernel {
   // writes din[i] once, as KernelCall::Write(i) says, and reads the input's old value for
   // nothing after writing it.
   virtual bool CanStepInput(size_t i) const {
+    (void)i;
+    return false;
+  }
+  // The gradient of input i (an activation read by this node alone) may be overwritten:
+  // where KernelCall::overwrite_input[i] is set, din[i] was not zeroed and the kernel
+  // writes din[i] = gradient (KernelCall::Write(i)), every element of it.
+  virtual bool CanOverwriteInputGradient(size_t i) const {
     (void)i;
     return false;
   }

@@ -156,10 +156,10 @@ void CheckGradients(KernelRun& run, const std::vector<Floats>& r, const std::vec
   ASSERT_TRUE(run.Forward(training).ok());
   const std::vector<Floats> grad = run.Backward(r, want, 0.0f, training);
   const std::vector<Floats> grad_plus_one = run.Backward(r, want, 1.0f, training);
-  // Inputs the kernel may overwrite (a parameter with one reader): prefilled NaN, overwritten
+  // Inputs the kernel may overwrite (a parameter or an activation with one reader): prefilled NaN, overwritten
   // with the same gradient.
   std::vector<bool> overwrite(run.num_inputs(), false);
-  for (size_t i : want) overwrite[i] = run.kernel().CanStepInput(i);
+  for (size_t i : want) overwrite[i] = run.kernel().CanStepInput(i) || run.kernel().CanOverwriteInputGradient(i);
   const std::vector<Floats> grad_over =
       run.Backward(r, want, std::nanf(""), training, overwrite);
   for (size_t i : want) {
@@ -573,6 +573,34 @@ TEST(PoolValues, HandComputedCeilModeWindows) {
     auto din = run.Backward({{1, 10, 100}}, {0}, 0.0f, true);
     EXPECT_EQ(din[0], ceil ? Floats({0, 1, 0, 10, 100}) : Floats({0, 1, 0, 10, 0}));
   }
+}
+
+// The 2x2 stride-2 fast path (the ResNet's pool) picks as the general loop does: the first
+// of equal maxima, and a NaN anywhere in the window, as PyTorch does.
+TEST(PoolValues, MaxPoolTiesAndNaNOnTheTwoByTwoPath) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  KernelRun run;
+  ASSERT_TRUE(run.Init(ops::MakeMaxPool,
+                       MakeNode("MaxPool", {"x"}, {"y"},
+                                {{"kernel_shape", IntsAttr({2, 2})}, {"strides", IntsAttr({2, 2})}}),
+                       {{1, 1, 4, 5}})
+                  .ok());
+  // Windows (row-major): {1, nan, 3, 0}, {2, 2, 1, 1}, {nan, 5, 5, 4}, {0, 7, 7, 0}; the
+  // fifth column is left out (floor).
+  run.in[0] = {1, nan, 2, 2, 9,  //
+               3, 0,   1, 1, 9,  //
+               nan, 5, 0, 7, 9,  //
+               5, 4,   7, 0, 9};
+  ASSERT_TRUE(run.Forward(false).ok());
+  ASSERT_EQ(run.out[0].size(), 4u);
+  EXPECT_TRUE(std::isnan(run.out[0][0]));
+  EXPECT_EQ(run.out[0][1], 2.0f);
+  EXPECT_TRUE(std::isnan(run.out[0][2]));
+  EXPECT_EQ(run.out[0][3], 7.0f);
+  const auto din = run.Backward({{1, 10, 100, 1000}}, {0}, 0.0f, true);
+  EXPECT_EQ(din[0], Floats({0, 1, 10, 0, 0,  //
+                            0, 0, 0, 0, 0,   //
+                            100, 0, 0, 1000, 0, 0, 0, 0, 0, 0}));
 }
 
 TEST(PoolValues, GlobalAveragePool) {

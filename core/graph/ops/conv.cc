@@ -237,6 +237,7 @@ class Conv final : public OpKernel {
 
   // W and B: their gradients are summed from per-thread partials after dX is done.
   bool CanStepInput(size_t i) const override { return i == 1 || i == 2; }
+  bool CanOverwriteInputGradient(size_t i) const override { return i == 0; }
 
   void Backward(const KernelCall& c) override {
     const Geo g = Call(c);
@@ -251,7 +252,8 @@ class Conv final : public OpKernel {
         const OmpThreads team(std::min(d->threads, c.be ? c.be->threads() : 1));
         const bool staged = last_forward_.conv == d && last_forward_.x == x && last_forward_.workspace == c.workspace;
         if (!staged) last_forward_ = {};  // another instance's regions overlap the forward's
-        FM_CHECK(d->conv->Backward(x, wt, dy, dx, dw != nullptr || db != nullptr, staged, c.workspace));
+        FM_CHECK(d->conv->Backward(x, wt, dy, dx, c.Write(0).keep == 0.0f, dw != nullptr || db != nullptr, staged,
+                                   c.workspace));
       }
       const KernelCall::GradWrite ww = c.Write(1), wb = c.Write(2);
       const size_t nw = static_cast<size_t>(g.m) * g.kdim();
@@ -267,6 +269,8 @@ class Conv final : public OpKernel {
       return;
     }
     last_forward_ = {};  // the im2col path below writes over the workspace
+    // An overwritten dX (CanOverwriteInputGradient) starts from zero: the GEMMs below add.
+    if (dx && c.Write(0).keep == 0.0f) std::fill(dx, dx + g.n * g.c * g.in_pix(), 0.0f);
     const int64_t items = g.n * g.group;
     const int64_t mg = g.mg(), kd = g.kdim(), pix = g.pix();
     const size_t nw = static_cast<size_t>(g.m) * kd;

@@ -162,6 +162,7 @@ class Impl final : public DnnlConv {
     d_dst_.Init(dst_plain, bdpd.diff_dst_desc(), false, &layout);
     d_wei_.Init(wei_plain, bdpd.weights_desc(), false, &layout);
     d_src_.Init(src_plain, bdpd.diff_src_desc(), true, &layout, /*accumulate=*/true);
+    d_src_assign_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), bdpd.diff_src_desc(), Engine(), src_plain));
     w_src_.Init(src_plain, bwpd.src_desc(), false, &layout);
     w_ddst_.Init(dst_plain, bwpd.diff_dst_desc(), false, &layout);
     // The weight gradient always lands in the workspace (plain), for the caller to combine.
@@ -199,7 +200,7 @@ class Impl final : public DnnlConv {
     return ok && Copy(f_dst_, stream_, false);
   }
 
-  bool Backward(const float* x, const float* w, const float* dy, float* dx, bool want_weights,
+  bool Backward(const float* x, const float* w, const float* dy, float* dx, bool assign_dx, bool want_weights,
                 bool forward_src_staged, float* workspace) override {
     float* base = Base(workspace);
     scratch_mem_.set_data_handle(scratch_.In(base));
@@ -211,7 +212,12 @@ class Impl final : public DnnlConv {
       if (!Run(bwd_data_, stream_, {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()},
                                     {DNNL_ARG_DIFF_SRC, dsrc.get()}, {DNNL_ARG_SCRATCHPAD, scratch_mem_.get()}}))
         return false;
-      if (!Copy(d_src_, stream_, false)) return false;  // dx += dX (the reorder's sum post-op)
+      if (assign_dx) {
+        if (!Run(d_src_assign_, stream_, {{DNNL_ARG_FROM, d_src_.inner.get()}, {DNNL_ARG_TO, d_src_.user.get()}}))
+          return false;
+      } else if (!Copy(d_src_, stream_, false)) {  // dx += dX (the reorder's sum post-op)
+        return false;
+      }
     }
     if (!want_weights) return true;
     // The forward's reordered X and the data pass's reordered dY serve again where the
@@ -251,7 +257,7 @@ class Impl final : public DnnlConv {
 
   bool has_bias_;
   dnnl::stream stream_;
-  dnnl::primitive fwd_, bwd_data_, bwd_weights_;
+  dnnl::primitive fwd_, bwd_data_, bwd_weights_, d_src_assign_;
   std::string impl_;
   Staged f_src_, f_wei_, f_dst_, d_dst_, d_wei_, d_src_, w_src_, w_ddst_, w_dwei_;
   memory bias_, scratch_mem_;

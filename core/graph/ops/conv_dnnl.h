@@ -36,13 +36,13 @@ class DnnlConv {
   virtual size_t workspace_floats() const = 0;
   // y = conv(x, w) + b (b may be null). False when oneDNN failed (the kernel says so).
   virtual bool Forward(const float* x, const float* w, const float* b, float* y, float* workspace) = 0;
-  // dx += dX (dx may be null); when want_weights, the plain [M, C/group, kH, kW] dW and [M]
+  // dx += dX, or dx = dX where assign_dx (dx may be null); when want_weights, the plain [M, C/group, kH, kW] dW and [M]
   // dB are left in the workspace at weight_grad() / bias_grad(). Reads neither w nor x
   // after it returns, so the caller may then overwrite w (the fused SGD step).
   // forward_src_staged: this instance's Forward of this x was the last use of this
   // workspace, so the X it reordered is still there (the caller tracks that).
-  virtual bool Backward(const float* x, const float* w, const float* dy, float* dx, bool want_weights,
-                        bool forward_src_staged, float* workspace) = 0;
+  virtual bool Backward(const float* x, const float* w, const float* dy, float* dx, bool assign_dx,
+                        bool want_weights, bool forward_src_staged, float* workspace) = 0;
   virtual const float* weight_grad(const float* workspace) const = 0;
   virtual const float* bias_grad(const float* workspace) const = 0;
 };

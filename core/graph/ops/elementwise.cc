@@ -1,6 +1,7 @@
 // Binary elementwise ops with numpy broadcasting: Add, Sub, Mul, Div, Pow.
 // Forward reads each operand through a broadcast map; backward sums the gradient of
 // every output element back into the operand element it read.
+#include <algorithm>
 #include <cmath>
 
 #include "core/graph/ops/broadcast.h"
@@ -97,6 +98,8 @@ class Binary final : public OpKernel {
     return Status::OK();
   }
 
+  bool CanOverwriteInputGradient(size_t i) const override { return i < 2; }
+
   void Backward(const KernelCall& c) override {
     const Dims& od = *c.out_dims[0];
     const int64_t n = NumElements(od);
@@ -107,18 +110,27 @@ class Binary final : public OpKernel {
     const float* dy = c.dout[0];
     float* da = c.din[0];
     float* db = c.din[1];
+    // Overwritten gradients (CanOverwriteInputGradient): assigned by the vectorised loops,
+    // zeroed first for the accumulating ones.
+    const bool set_a = da && c.Write(0).keep == 0.0f, set_b = db && c.Write(1).keep == 0.0f;
     if (ra.kind == 0 && rb.kind == 0 && (op_ == BinOp::kAdd || op_ == BinOp::kSub || op_ == BinOp::kMul)) {
       // Operands of the output's shape: vectorised loops for the common ops.
       const float sb = op_ == BinOp::kSub ? -1.0f : 1.0f;
       if (op_ == BinOp::kMul) {
-        if (da) Each(n, [=](int64_t i) { da[i] += dy[i] * b[i]; });
-        if (db) Each(n, [=](int64_t i) { db[i] += dy[i] * a[i]; });
+        if (set_a) Each(n, [=](int64_t i) { da[i] = dy[i] * b[i]; });
+        else if (da) Each(n, [=](int64_t i) { da[i] += dy[i] * b[i]; });
+        if (set_b) Each(n, [=](int64_t i) { db[i] = dy[i] * a[i]; });
+        else if (db) Each(n, [=](int64_t i) { db[i] += dy[i] * a[i]; });
       } else {
-        if (da) Each(n, [=](int64_t i) { da[i] += dy[i]; });
-        if (db) Each(n, [=](int64_t i) { db[i] += sb * dy[i]; });
+        if (set_a) Each(n, [=](int64_t i) { da[i] = dy[i]; });
+        else if (da) Each(n, [=](int64_t i) { da[i] += dy[i]; });
+        if (set_b) Each(n, [=](int64_t i) { db[i] = sb * dy[i]; });
+        else if (db) Each(n, [=](int64_t i) { db[i] += sb * dy[i]; });
       }
       return;
     }
+    if (set_a) std::fill(da, da + NumElements(*c.in_dims[0]), 0.0f);
+    if (set_b) std::fill(db, db + NumElements(*c.in_dims[1]), 0.0f);
     // Scatter-adds stay serial unless the operand has the output's shape (no collisions).
     if (da) {
       if (ra.kind == 0) {

@@ -26,18 +26,24 @@ inline float LaneSum(const float* p, int64_t n) {
   return CombineLanes(acc, tail);
 }
 
-// sum (p[i] - m)^2
-inline float LaneSumSquaredDeviation(const float* p, int64_t n, float m) {
-  float acc[kSumLanes] = {};
+// *sum = sum (p[i] - k), *sum_sq = sum (p[i] - k)^2, in one pass: with k near the values'
+// mean (a sample of them), the variance sum_sq/n - (sum/n)^2 keeps its precision.
+inline void LaneShiftedSums(const float* p, int64_t n, float k, float* sum, float* sum_sq) {
+  float a[kSumLanes] = {}, b[kSumLanes] = {};
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes)
     for (int j = 0; j < kSumLanes; ++j) {
-      const float d = p[i + j] - m;
-      acc[j] += d * d;
+      const float d = p[i + j] - k;
+      a[j] += d;
+      b[j] += d * d;
     }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += (p[i] - m) * (p[i] - m);
-  return CombineLanes(acc, tail);
+  float ta = 0.0f, tb = 0.0f;
+  for (; i < n; ++i) {
+    ta += p[i] - k;
+    tb += (p[i] - k) * (p[i] - k);
+  }
+  *sum = CombineLanes(a, ta);
+  *sum_sq = CombineLanes(b, tb);
 }
 
 // *sum_g = sum g[i], *sum_gx = sum g[i] * (x[i] - m)

@@ -75,13 +75,19 @@ class BatchNorm final : public OpKernel {
     for (int64_t ch = 0; ch < C; ++ch) {
       double m, v;
       if (c.training) {
-        // Float sums over one plane (in lanes: they vectorise), double across planes.
-        double s = 0.0;
-        for (int64_t n = 0; n < N; ++n) s += LaneSum(x + (n * C + ch) * S, S);
-        m = s / static_cast<double>(count);
-        const float mf = static_cast<float>(m);
-        double q = 0.0;
-        for (int64_t n = 0; n < N; ++n) q += LaneSumSquaredDeviation(x + (n * C + ch) * S, S, mf);
+        // Float sums over one plane (in lanes: they vectorise), double across planes; one
+        // pass for both moments, shifted by the channel's first value so that the
+        // variance does not cancel away (activations' means are often far from 0).
+        const float k = x[ch * S];
+        double s = 0.0, ss = 0.0;
+        for (int64_t n = 0; n < N; ++n) {
+          float a, b;
+          LaneShiftedSums(x + (n * C + ch) * S, S, k, &a, &b);
+          s += a;
+          ss += b;
+        }
+        m = k + s / static_cast<double>(count);
+        const double q = std::max(0.0, ss - s * s / static_cast<double>(count));  // sum (x - m)^2
         v = q / static_cast<double>(count);  // biased: what the batch is normalised with
         const double unbiased = q / static_cast<double>(count - 1);
         run_mean[ch] = static_cast<float>(momentum_ * run_mean[ch] + (1.0 - momentum_) * m);
@@ -110,6 +116,8 @@ class BatchNorm final : public OpKernel {
     return Status::OK();
   }
 
+  bool CanOverwriteInputGradient(size_t i) const override { return i == 0; }
+
   // The gradient through Y only (the statistics outputs carry none). After a training
   // forward the batch statistics depend on X; after an eval forward they are constants.
   void Backward(const KernelCall& c) override {
@@ -125,6 +133,7 @@ class BatchNorm final : public OpKernel {
     float* dx = c.din[0];
     float* dscale = c.din[1];
     float* dbias = c.din[2];
+    const bool assign_dx = c.Write(0).keep == 0.0f;  // CanOverwriteInputGradient
 #pragma omp parallel for schedule(static) if (N * C * S > kParallelWork)
     for (int64_t ch = 0; ch < C; ++ch) {
       const double inv = inv_std[ch];
@@ -152,7 +161,11 @@ class BatchNorm final : public OpKernel {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
         float* d = dx + (n * C + ch) * S;
-        for (int64_t i = 0; i < S; ++i) d[i] += kf * g[i] - c0 - c1 * (p[i] - mf);
+        if (assign_dx) {
+          for (int64_t i = 0; i < S; ++i) d[i] = kf * g[i] - c0 - c1 * (p[i] - mf);
+        } else {
+          for (int64_t i = 0; i < S; ++i) d[i] += kf * g[i] - c0 - c1 * (p[i] - mf);
+        }
       }
     }
   }

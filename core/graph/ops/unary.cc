@@ -16,6 +16,10 @@ constexpr float kSqrt2OverPi = 0.797884560802865356f;
 
 enum class Fn { kRelu, kLeakyRelu, kSigmoid, kTanh, kGelu, kGeluTanh, kErf, kSqrt, kNeg, kExp, kLog, kIdentity, kIsNaN };
 
+// Elements above which the memory-bound loops (Relu, Identity's gradient) split over the
+// team: a ResNet activation (32 x 16 x 28 x 28) is 401,408.
+constexpr int64_t kParallelCopy = 1 << 17;
+
 class Unary final : public OpKernel {
  public:
   Unary(Fn fn, float alpha) : fn_(fn), alpha_(alpha) {}
@@ -34,6 +38,7 @@ class Unary final : public OpKernel {
         if (y != x) std::memcpy(y, x, n * sizeof(float));
         return Status::OK();
       case Fn::kRelu:
+#pragma omp parallel for schedule(static) if (n > kParallelCopy)
         for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
         return Status::OK();
       default:
@@ -51,14 +56,26 @@ class Unary final : public OpKernel {
     const float* x = c.in[0];
     const float* y = c.out[0];
     const float* dy = c.dout[0];
+    const bool assign = c.Write(0).keep == 0.0f;  // CanOverwriteInputGradient
     if (fn_ == Fn::kRelu || fn_ == Fn::kIdentity) {
       const bool relu = fn_ == Fn::kRelu;
-      for (int64_t i = 0; i < n; ++i) dx[i] += (!relu || x[i] > 0.0f) ? dy[i] : 0.0f;
+      if (assign) {
+#pragma omp parallel for schedule(static) if (n > kParallelCopy)
+        for (int64_t i = 0; i < n; ++i) dx[i] = (!relu || x[i] > 0.0f) ? dy[i] : 0.0f;
+      } else {
+#pragma omp parallel for schedule(static) if (n > kParallelCopy)
+        for (int64_t i = 0; i < n; ++i) dx[i] += (!relu || x[i] > 0.0f) ? dy[i] : 0.0f;
+      }
       return;
     }
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * D(x[i], y[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = dy[i] * D(x[i], y[i]);
+      dx[i] = assign ? g : dx[i] + g;
+    }
   }
+
+  bool CanOverwriteInputGradient(size_t i) const override { return i == 0; }
 
  private:
   float F(float x) const {
