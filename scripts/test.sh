@@ -11,7 +11,7 @@ cd "$build"
 # Unit tests run two at a time; the training runs (node_tests, each using both cores)
 # are marked RUN_SERIAL in CMakeLists.txt so they never share the machine.
 # --no-tests=error: a build that somehow produced no tests must not pass as green.
-# The longest serial runs (an ONNX ResNet federated to 0.85, about 130 s on 2 cores; the cnn
+# The longest serial runs (an ONNX ResNet federated to 0.85, about 65 s on 2 cores; the cnn
 # trained locally to 0.89, about 85 s; six gossip sites with two killed, about 42 s; external
 # PyTorch trainers under secure aggregation with a kill, about 40 s) keep CI under its 30
 # minutes by running only with FEDMESH_SLOW_TESTS=1 (or by hand:

@@ -258,7 +258,10 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     for (const Dims& d : input_dims) grad_floats += NumElements(d);
   p->arena = DeviceBuffer<float>(backend_, floats);
   p->grad_arena = DeviceBuffer<float>(backend_, grad_floats);
-  if (options_.poison_plans) backend_->Fill(p->arena.data(), floats, std::nanf(""));
+  if (options_.poison_plans) {
+    backend_->Fill(p->arena.data(), floats, std::nanf(""));
+    backend_->Fill(p->grad_arena.data(), grad_floats, std::nanf(""));
+  }
   float* cursor = p->arena.data();
   p->act.assign(table.num_acts, nullptr);
   p->act_grad.assign(table.num_acts, nullptr);
@@ -342,13 +345,15 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     cursor += workspace[k];
   }
   // The fused-SGD variant of the calls.
-  std::map<size_t, int> uses;  // parameter offset -> reads by kernels
+  std::map<size_t, int> uses;                   // parameter offset -> reads by kernels
+  std::vector<int> act_uses(table.num_acts, 0);  // activation slot -> reads by kernels
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     if (!kernels_[k]) continue;
     for (const std::string& in : graph_.nodes[k].inputs) {
       if (in.empty()) continue;
       const ValueRef& r = table.refs.at(in);
       if (r.where == Where::kParam) ++uses[r.index];
+      if (r.where == Where::kActivation) ++act_uses[r.index];
     }
   }
   // A parameter read by one kernel that writes its gradient in one pass (CanStepInput):
@@ -385,15 +390,6 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   // An activation read by one kernel input, whose kernel writes that gradient in one pass
   // (CanOverwriteInputGradient), is not zeroed before Backward: the kernel assigns it.
   // Saves a memset of most of the gradient arena and the kernels' reads of zeros.
-  std::vector<int> act_uses(table.num_acts, 0);
-  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
-    if (!kernels_[k]) continue;
-    for (const std::string& in : graph_.nodes[k].inputs) {
-      if (in.empty()) continue;
-      const ValueRef& r = table.refs.at(in);
-      if (r.where == Where::kActivation) ++act_uses[r.index];
-    }
-  }
   std::vector<bool> act_overwritten(table.num_acts, false);
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     if (!kernels_[k] || !p->run_backward[k]) continue;

@@ -41,8 +41,9 @@ struct GraphModelOptions {
   // off, since training never needs it.
   bool input_gradients = false;
   GraphLimits limits;
-  // Fill every planned activation, input and workspace buffer with NaN when it is made
-  // (tests: an element a kernel leaves unwritten shows). Default off.
+  // Fill every planned activation, input, workspace and gradient buffer with NaN when it is
+  // made (tests: an element a kernel leaves unwritten, or a gradient it adds to without
+  // the executor having zeroed it, shows). Default off.
   bool poison_plans = false;
 };
 
