@@ -86,6 +86,7 @@ class ConvRun {
   }
 
   Floats x, w, b, y, dy;
+  size_t workspace_floats() const { return workspace_.size(); }
 
  private:
   KernelCall Call(const Dims& xd, const Dims& yd, const float* xp, const float* dyp) {
@@ -157,6 +158,17 @@ TEST(ConvDnnlChoice, OneDnnRunsTheResNetLayersWhereBuilt) {
   g.h = {28, 3, 1, 1, 1, 1, 28};
   g.w = g.h;
   EXPECT_NE(ops::DnnlConv::Create(g, true), nullptr);
+}
+
+// The workspace holds three activation-sized buffers (the forward's X kept for the weight
+// pass; dY and dX over the forward's Y), not one per staging: at an evaluation batch of 500
+// a ResNet layer's workspace would otherwise be six times its 25 MB input.
+TEST(ConvDnnlChoice, WorkspaceStaysNearThreeActivations) {
+  if (!ops::DnnlConvBuilt()) GTEST_SKIP() << "this build has no oneDNN (libdnnl-dev)";
+  ConvRun run(ops::CpuConvEngine::kDnnl, Shape{500, 16, 28, 16, 1}, 2);
+  const double activation = 500.0 * 16 * 28 * 28;
+  EXPECT_LE(run.workspace_floats(), 3.2 * activation) << run.workspace_floats() / activation << " activations";
+  EXPECT_GE(run.workspace_floats(), 3.0 * activation);
 }
 
 }  // namespace

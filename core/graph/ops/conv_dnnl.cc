@@ -58,8 +58,10 @@ struct Region {
   float* In(float* base) const { return base + offset; }
 };
 
+// Regions taken one after another from `start`.
 class Layout {
  public:
+  explicit Layout(size_t start = 0) : floats_(start) {}
   Region Take(const memory::desc& d) {
     Region r{floats_, (d.get_size() + sizeof(float) - 1) / sizeof(float)};
     floats_ += (r.floats + 15) / 16 * 16;
@@ -154,28 +156,45 @@ class Impl final : public DnnlConv {
     bwd_weights_ = BwdWeights(bwpd);
     impl_ = std::string(fpd.impl_info_str()) + " / " + bdpd.impl_info_str() + " / " + bwpd.impl_info_str();
 
-    Layout layout;
-    f_src_.Init(src_plain, fpd.src_desc(), false, &layout);
-    f_wei_.Init(wei_plain, fpd.weights_desc(), false, &layout);
-    f_dst_.Init(dst_plain, fpd.dst_desc(), true, &layout);
-    bias_ = memory(bias_plain, Engine(), DNNL_MEMORY_NONE);
-    d_dst_.Init(dst_plain, bdpd.diff_dst_desc(), false, &layout);
-    d_wei_.Init(wei_plain, bdpd.weights_desc(), false, &layout);
-    d_src_.Init(src_plain, bdpd.diff_src_desc(), true, &layout, /*accumulate=*/true);
-    d_src_assign_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), bdpd.diff_src_desc(), Engine(), src_plain));
-    w_src_.Init(src_plain, bwpd.src_desc(), false, &layout);
-    w_ddst_.Init(dst_plain, bwpd.diff_dst_desc(), false, &layout);
-    // The weight gradient always lands in the workspace (plain), for the caller to combine.
-    w_dwei_.Init(wei_plain, bwpd.diff_weights_desc(), true, &layout, false, /*force_region=*/true);
-    dw_plain_ = layout.Take(wei_plain);
-    db_ = layout.Take(bias_plain);
+    // The workspace: the forward's reordered X (kept for the weight pass) and the
+    // scratchpad, then the forward's other buffers and the backward's over the same floats
+    // (the forward's are dead once Y is written back): three activation-sized buffers, not
+    // six, which matters for large evaluation batches.
+    Layout kept;
+    f_src_.Init(src_plain, fpd.src_desc(), false, &kept);
     size_t scratch = 0;
     for (const memory::desc& d : {fpd.scratchpad_desc(), bdpd.scratchpad_desc(), bwpd.scratchpad_desc()})
       scratch = std::max(scratch, d.get_size());
     const memory::desc scratch_md({static_cast<memory::dim>(scratch)}, Dt::u8, Tag::x);
-    scratch_ = layout.Take(scratch_md);
+    scratch_ = kept.Take(scratch_md);
     scratch_mem_ = memory(scratch_md, Engine(), DNNL_MEMORY_NONE);
-    floats_ = layout.floats() + 16;  // 64-byte alignment of the base
+    Layout fwd(kept.floats()), back(kept.floats());
+    f_wei_.Init(wei_plain, fpd.weights_desc(), false, &fwd);
+    f_dst_.Init(dst_plain, fpd.dst_desc(), true, &fwd);
+    bias_ = memory(bias_plain, Engine(), DNNL_MEMORY_NONE);
+    d_dst_.Init(dst_plain, bdpd.diff_dst_desc(), false, &back);
+    d_wei_.Init(wei_plain, bdpd.weights_desc(), false, &back);
+    d_src_.Init(src_plain, bdpd.diff_src_desc(), true, &back, /*accumulate=*/true);
+    d_src_assign_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), bdpd.diff_src_desc(), Engine(), src_plain));
+    // The weight pass reads X and dY in the layouts the other passes staged them in, as a
+    // rule; where it wants others, it has its own.
+    if (bwpd.src_desc() == fpd.src_desc()) {
+      w_src_ = &f_src_;
+    } else {
+      w_src_own_.Init(src_plain, bwpd.src_desc(), false, &back);
+      w_src_ = &w_src_own_;
+    }
+    if (bwpd.diff_dst_desc() == bdpd.diff_dst_desc()) {
+      w_ddst_ = &d_dst_;
+    } else {
+      w_ddst_own_.Init(dst_plain, bwpd.diff_dst_desc(), false, &back);
+      w_ddst_ = &w_ddst_own_;
+    }
+    // The weight gradient always lands in the workspace (plain), for the caller to combine.
+    w_dwei_.Init(wei_plain, bwpd.diff_weights_desc(), true, &back, false, /*force_region=*/true);
+    dw_plain_ = back.Take(wei_plain);
+    db_ = back.Take(bias_plain);
+    floats_ = std::max(fwd.floats(), back.floats()) + 16;  // 64-byte alignment of the base
   }
 
   const std::string& impl() const { return impl_; }
@@ -220,14 +239,15 @@ class Impl final : public DnnlConv {
       }
     }
     if (!want_weights) return true;
-    // The forward's reordered X and the data pass's reordered dY serve again where the
-    // weight pass wants the same layouts: two activation-sized reorders fewer per call.
-    const bool reuse_src = forward_src_staged && f_src_.region && w_src_.inner.get_desc() == f_src_.inner.get_desc();
-    const bool reuse_ddst = dx != nullptr && d_dst_.region && w_ddst_.inner.get_desc() == d_dst_.inner.get_desc();
-    const memory& src = reuse_src ? f_src_.Bind(x, base) : w_src_.Bind(x, base);
-    const memory& ddst = reuse_ddst ? d_dst_.Bind(dy, base) : w_ddst_.Bind(dy, base);
+    // The forward's reordered X and the data pass's reordered dY serve again (w_src_ and
+    // w_ddst_ are those stagings where the weight pass wants the same layouts): two
+    // activation-sized reorders fewer per call.
+    const bool src_ready = forward_src_staged && w_src_ == &f_src_;
+    const bool ddst_ready = dx != nullptr && w_ddst_ == &d_dst_;
+    const memory& src = w_src_->Bind(x, base);
+    const memory& ddst = w_ddst_->Bind(dy, base);
     const memory& dwei = w_dwei_.Bind(dw_plain_.In(base), base);
-    if ((!reuse_src && !Copy(w_src_, stream_, true)) || (!reuse_ddst && !Copy(w_ddst_, stream_, true)))
+    if ((!src_ready && !Copy(*w_src_, stream_, true)) || (!ddst_ready && !Copy(*w_ddst_, stream_, true)))
       return false;
     bool ok;
     if (has_bias_) {
@@ -259,7 +279,9 @@ class Impl final : public DnnlConv {
   dnnl::stream stream_;
   dnnl::primitive fwd_, bwd_data_, bwd_weights_, d_src_assign_;
   std::string impl_;
-  Staged f_src_, f_wei_, f_dst_, d_dst_, d_wei_, d_src_, w_src_, w_ddst_, w_dwei_;
+  Staged f_src_, f_wei_, f_dst_, d_dst_, d_wei_, d_src_, w_src_own_, w_ddst_own_, w_dwei_;
+  Staged* w_src_ = nullptr;   // &f_src_ or &w_src_own_
+  Staged* w_ddst_ = nullptr;  // &d_dst_ or &w_ddst_own_
   memory bias_, scratch_mem_;
   Region dw_plain_, db_, scratch_;
   size_t floats_ = 0;
