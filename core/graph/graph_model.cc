@@ -359,26 +359,37 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   // A parameter read by one kernel that writes its gradient in one pass (CanStepInput):
   // Backward lets the kernel overwrite its gradient instead of zeroing and accumulating,
   // BackwardSgd lets it step the parameter in place.
+  // An activation read by one kernel input, whose kernel writes that gradient in one pass
+  // (CanOverwriteInputGradient), is not zeroed before Backward or BackwardSgd: the kernel
+  // assigns it. Saves a memset of most of the gradient arena and the kernels' reads of zeros.
   std::set<size_t> single;  // offsets of such parameters
-  p->sgd_calls = p->calls;
+  std::vector<bool> act_overwritten(table.num_acts, false);
+  p->sgd_calls = p->calls;  // no overwrite_input set yet
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     if (!kernels_[k] || !p->run_backward[k]) continue;
     const Node& n = graph_.nodes[k];
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
       const ValueRef& r = table.refs.at(n.inputs[i]);
-      if (r.where != Where::kParam || uses[r.index] != 1 || !kernels_[k]->CanStepInput(i)) continue;
       KernelCall& sgd = p->sgd_calls[k];
-      sgd.step_input.resize(n.inputs.size(), false);
-      sgd.step_input[i] = true;
-      sgd.din[i] = params_.data() + r.index;
       KernelCall& plain = p->calls[k];
-      plain.overwrite_input.resize(n.inputs.size(), false);
-      plain.overwrite_input[i] = true;
-      single.insert(r.index);
+      if (r.where == Where::kParam && uses[r.index] == 1 && kernels_[k]->CanStepInput(i)) {
+        sgd.step_input.resize(n.inputs.size(), false);
+        sgd.step_input[i] = true;
+        sgd.din[i] = params_.data() + r.index;
+        plain.overwrite_input.resize(n.inputs.size(), false);
+        plain.overwrite_input[i] = true;
+        single.insert(r.index);
+      } else if (r.where == Where::kActivation && act_uses[r.index] == 1 && !is_output[r.index] &&
+                 p->act_grad[r.index] != nullptr && kernels_[k]->CanOverwriteInputGradient(i)) {
+        for (KernelCall* c : {&plain, &sgd}) {
+          c->overwrite_input.resize(n.inputs.size(), false);
+          c->overwrite_input[i] = true;
+        }
+        act_overwritten[r.index] = true;
+      }
     }
   }
-  for (KernelCall& c : p->sgd_calls) c.overwrite_input.clear();
   auto add_range = [](std::vector<std::pair<size_t, size_t>>& ranges, size_t offset, size_t size) {
     if (size == 0) return;
     if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
@@ -387,27 +398,6 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       ranges.push_back({offset, size});
     }
   };
-  // An activation read by one kernel input, whose kernel writes that gradient in one pass
-  // (CanOverwriteInputGradient), is not zeroed before Backward: the kernel assigns it.
-  // Saves a memset of most of the gradient arena and the kernels' reads of zeros.
-  std::vector<bool> act_overwritten(table.num_acts, false);
-  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
-    if (!kernels_[k] || !p->run_backward[k]) continue;
-    const Node& n = graph_.nodes[k];
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i].empty()) continue;
-      const ValueRef& r = table.refs.at(n.inputs[i]);
-      if (r.where != Where::kActivation || act_uses[r.index] != 1 || is_output[r.index] ||
-          p->act_grad[r.index] == nullptr || !kernels_[k]->CanOverwriteInputGradient(i))
-        continue;
-      for (std::vector<KernelCall>* calls : {&p->calls, &p->sgd_calls}) {
-        KernelCall& c = (*calls)[k];
-        c.overwrite_input.resize(n.inputs.size(), false);
-        c.overwrite_input[i] = true;
-      }
-      act_overwritten[r.index] = true;
-    }
-  }
   {
     // The gradient arena past the output gradients, in its layout order (see above).
     size_t offset = p->output_grad_floats;
