@@ -292,10 +292,10 @@ class Impl final : public DnnlConv {
 std::unique_ptr<DnnlConv> DnnlConv::Create(const ConvGeometry& g, bool has_bias) {
   try {
     auto impl = std::make_unique<Impl>(g, has_bias);
-    spdlog::warn("Conv [{}, {}, {}x{}] -> {} channels: oneDNN {}", g.n, g.c, g.h.in, g.w.in, g.m, impl->impl());
+    spdlog::debug("Conv [{}, {}, {}x{}] -> {} channels: oneDNN {}", g.n, g.c, g.h.in, g.w.in, g.m, impl->impl());
     return impl;
   } catch (const dnnl::error& e) {
-    spdlog::warn("Conv [{}, {}, {}x{}] -> {} channels: no oneDNN primitive ({}); im2col", g.n, g.c, g.h.in,
+    spdlog::debug("Conv [{}, {}, {}x{}] -> {} channels: no oneDNN primitive ({}); im2col", g.n, g.c, g.h.in,
                   g.w.in, g.m, e.what());
     return nullptr;
   }
