@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/graph/graph_model_internal.h"
+#include "core/graph/ops/conv_dnnl.h"
 #include "core/rng.h"
 
 namespace fedmesh::graph {
@@ -97,6 +99,9 @@ Status GraphModel::Init(const GraphModelOptions& options) {
     if (backend_->kind() == BackendKind::kCuda) {
       FM_ASSIGN_OR_RETURN(kernels_[k], MakeCudaKernel(ctx));
     } else {
+      // The engine a CPU Conv runs on comes from the environment: a bad value is an error
+      // here, not a silent default.
+      if (n.op_type == "Conv") FM_RETURN_IF_ERROR(ops::CpuConvEngineFromEnvironment().status());
       FM_ASSIGN_OR_RETURN(kernels_[k], MakeKernel(ctx));
     }
     for (size_t i = 0; i < n.inputs.size(); ++i)
@@ -197,6 +202,8 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   node_out.resize(graph_.nodes.size());
   std::vector<size_t> workspace(graph_.nodes.size(), 0);
   p->run_backward.assign(graph_.nodes.size(), false);
+  p->fused.assign(graph_.nodes.size(), false);
+  std::vector<size_t> producer(table.num_acts, SIZE_MAX);  // activation slot -> node (output 0)
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     const Node& n = graph_.nodes[k];
     if (!kernels_[k]) continue;
@@ -230,6 +237,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       const ValueRef& r = table.refs.at(n.outputs[o]);
       p->act_dims[r.index] = node_out[k][o];
       act_needs_grad[r.index] = grad;
+      if (o == 0) producer[r.index] = k;
     }
     p->run_backward[k] = grad;
     workspace[k] = kernels_[k]->WorkspaceFloats(node_in[k], node_out[k]);
@@ -251,6 +259,31 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       return Status::InvalidArgument("graph output '" + o.name + "' must be computed by a node");
     is_output[r.index] = true;
     act_needs_grad[r.index] = true;  // the loss writes it, whether or not it flows further
+  }
+  std::map<size_t, int> uses;                   // parameter offset -> reads by kernels
+  std::vector<int> act_uses(table.num_acts, 0);  // activation slot -> reads by kernels
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    for (const std::string& in : graph_.nodes[k].inputs) {
+      if (in.empty()) continue;
+      const ValueRef& r = table.refs.at(in);
+      if (r.where == Where::kParam) ++uses[r.index];
+      if (r.where == Where::kActivation) ++act_uses[r.index];
+    }
+  }
+  // Relus fused into their input's producer (options_.fuse_relu): the value between them
+  // is neither written nor differentiated (no gradient buffer).
+  std::vector<std::pair<size_t, size_t>> fusions;  // (producer, relu)
+  for (size_t j = 0; j < graph_.nodes.size() && options_.fuse_relu; ++j) {
+    const Node& n = graph_.nodes[j];
+    if (!kernels_[j] || n.op_type != "Relu" || n.inputs.size() != 1) continue;
+    const ValueRef& r = table.refs.at(n.inputs[0]);
+    if (r.where != Where::kActivation || act_uses[r.index] != 1 || is_output[r.index]) continue;
+    const size_t k = producer[r.index];
+    if (k == SIZE_MAX || !kernels_[k]->CanFuseRelu(node_in[k], node_out[k])) continue;
+    p->fused[j] = true;
+    act_needs_grad[r.index] = false;
+    fusions.push_back({k, j});
   }
   for (size_t a = 0; a < table.num_acts; ++a)
     if (act_needs_grad[a]) grad_floats += NumElements(p->act_dims[a]);
@@ -344,18 +377,13 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     c.workspace = cursor;
     cursor += workspace[k];
   }
-  // The fused-SGD variant of the calls.
-  std::map<size_t, int> uses;                   // parameter offset -> reads by kernels
-  std::vector<int> act_uses(table.num_acts, 0);  // activation slot -> reads by kernels
-  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
-    if (!kernels_[k]) continue;
-    for (const std::string& in : graph_.nodes[k].inputs) {
-      if (in.empty()) continue;
-      const ValueRef& r = table.refs.at(in);
-      if (r.where == Where::kParam) ++uses[r.index];
-      if (r.where == Where::kActivation) ++act_uses[r.index];
-    }
+  for (const auto& [k, j] : fusions) {
+    KernelCall& c = p->calls[k];
+    c.out[0] = p->calls[j].out[0];
+    c.dout[0] = p->calls[j].dout[0];
+    c.relu_epilogue = true;
   }
+  // The fused-SGD variant of the calls.
   // A parameter read by one kernel that writes its gradient in one pass (CanStepInput):
   // Backward lets the kernel overwrite its gradient instead of zeroing and accumulating,
   // BackwardSgd lets it step the parameter in place.
@@ -366,7 +394,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   std::vector<bool> act_overwritten(table.num_acts, false);
   p->sgd_calls = p->calls;  // no overwrite_input set yet
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
-    if (!kernels_[k] || !p->run_backward[k]) continue;
+    if (!kernels_[k] || !p->run_backward[k] || p->fused[k]) continue;
     const Node& n = graph_.nodes[k];
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
@@ -455,7 +483,7 @@ Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed, uint32_t
   }
   current_ = it->second.get();
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
-    if (!kernels_[k]) continue;
+    if (!kernels_[k] || current_->fused[k]) continue;
     KernelCall& c = current_->calls[k];
     c.training = training;
     c.seed = SplitMix64(seed + 0x9e3779b97f4a7c15ull * (k + 1));
@@ -491,7 +519,7 @@ void GraphModel::Backward() {
   for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.grad_zero) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
-    if (kernels_[k] && p.run_backward[k]) kernels_[k]->Backward(p.calls[k]);
+    if (kernels_[k] && p.run_backward[k] && !p.fused[k]) kernels_[k]->Backward(p.calls[k]);
 }
 
 void GraphModel::BackwardSgd(float lr) {
@@ -500,13 +528,18 @@ void GraphModel::BackwardSgd(float lr) {
   for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.sgd_rest) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;) {
-    if (!kernels_[k] || !p.run_backward[k]) continue;
+    if (!kernels_[k] || !p.run_backward[k] || p.fused[k]) continue;
     p.sgd_calls[k].lr = lr;
     kernels_[k]->Backward(p.sgd_calls[k]);
   }
   for (const auto& [offset, size] : p.sgd_rest)
     backend_->SgdStep(params_.data() + offset, grads_.data() + offset, /*velocity=*/nullptr,
                       nullptr, size, SgdStepParams{.lr = lr});
+}
+
+size_t GraphModel::num_fused_relus(int64_t batch) const {
+  const std::vector<bool>& f = AnyPlan(batch).fused;
+  return static_cast<size_t>(std::count(f.begin(), f.end(), true));
 }
 
 const float* GraphModel::input_grad(size_t k) const {

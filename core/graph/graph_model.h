@@ -45,6 +45,12 @@ struct GraphModelOptions {
   // made (tests: an element a kernel leaves unwritten, or a gradient it adds to without
   // the executor having zeroed it, shows). Default off.
   bool poison_plans = false;
+  // Run a Relu inside the node that produces its input where that node's kernel can
+  // (OpKernel::CanFuseRelu: BatchNormalization, an Add or Sub of same-shape operands on the
+  // CPU) and the Relu is that value's only reader: one pass over the activation fewer in
+  // Forward and in Backward, same results to the bit. The fused-away value itself is then
+  // not kept (value() of it is unspecified). Default on.
+  bool fuse_relu = true;
 };
 
 // Where one named tensor sits in a flat buffer.
@@ -133,6 +139,9 @@ class GraphModel {
   // each example's output gradient rows rescaled. REQUIRES: PerExampleRulesCover() is OK.
   // Unimplemented (grads() then unspecified) where a shape defeats a rule at run time.
   Status ClippedBackward(double clip, float* norms);
+  // Relus of the plan for `batch` that run inside the node before them (fuse_relu).
+  // REQUIRES: Plan(batch) succeeded.
+  size_t num_fused_relus(int64_t batch) const;
   // Any value of the last Forward by name (tests, debugging); null if unknown.
   const float* value(const std::string& name, Dims* dims = nullptr) const;
 

@@ -45,6 +45,9 @@ struct GraphModel::Plan_ {
   // (OpKernel::CanOverwriteInputGradient) are left out.
   std::vector<std::pair<size_t, size_t>> act_grad_zero;
   std::vector<bool> run_backward;      // per node
+  // Per node: a Relu that runs inside the kernel producing its input (that call's
+  // relu_epilogue), so Forward and Backward skip it. See GraphModelOptions::fuse_relu.
+  std::vector<bool> fused;
   std::vector<Dims> input_dims;        // per graph input
   std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
   DeviceBuffer<float> arena;           // activations, workspaces

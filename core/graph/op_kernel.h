@@ -67,6 +67,11 @@ struct KernelCall {
   }
   std::vector<const float*> dout;  // backward: gradient of each output (zeros if unused)
   float* workspace = nullptr;      // WorkspaceFloats() floats, kept from Forward to Backward
+  // A Relu fused into this node (OpKernel::CanFuseRelu): Forward writes max(0, result) to
+  // out[0] (the Relu's output: x > 0 ? x : 0, NaN to 0, as the Relu kernel), and Backward's
+  // dout[0] is the gradient of that output, which the kernel masks by out[0] > 0 (the
+  // Relu's own rule, since out[0] > 0 exactly where the result was) before using it.
+  bool relu_epilogue = false;
   bool training = false;
   uint64_t seed = 0;  // varies per step; only stochastic kernels read it
 };
@@ -104,6 +109,12 @@ class OpKernel {
   // writes din[i] = gradient (KernelCall::Write(i)), every element of it.
   virtual bool CanOverwriteInputGradient(size_t i) const {
     (void)i;
+    return false;
+  }
+  // A Relu that alone reads output 0 may run inside this kernel for these shapes
+  // (KernelCall::relu_epilogue): saves the Relu's pass over memory each way.
+  virtual bool CanFuseRelu(const std::vector<Dims>& in, const std::vector<Dims>& out) const {
+    (void)in, (void)out;
     return false;
   }
   // Fails only on data a shape check cannot see (an embedding index out of range).

@@ -3,8 +3,10 @@
 // dW and dB up to float rounding, and a Backward that follows DP-SGD's per-example calls in
 // the same workspace (batch 1, no Forward of their own) still finds the right X. The
 // finite-difference and reference checks of both paths are in graph_conv_pool_norm_test.cc.
+// Also: FEDMESH_CPU_CONV values other than the two engines are refused by name.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -13,6 +15,7 @@
 
 #include "core/backend.h"
 #include "core/graph/graph.h"
+#include "core/graph/graph_model.h"
 #include "core/graph/op_kernel.h"
 #include "core/graph/ops/conv_dnnl.h"
 #include "core/graph/ops/ops.h"
@@ -169,6 +172,48 @@ TEST(ConvDnnlChoice, WorkspaceStaysNearThreeActivations) {
   const double activation = 500.0 * 16 * 28 * 28;
   EXPECT_LE(run.workspace_floats(), 3.2 * activation) << run.workspace_floats() / activation << " activations";
   EXPECT_GE(run.workspace_floats(), 3.0 * activation);
+}
+
+}  // namespace
+}  // namespace fedmesh::graph
+
+namespace fedmesh::graph {
+namespace {
+
+// FEDMESH_CPU_CONV: unset, empty, "dnnl" and "im2col" are engines; anything else (a typo) is
+// refused by name when a graph with a Conv is made on the CPU, not silently the default.
+TEST(ConvDnnlChoice, EnvironmentValueIsCheckedNotGuessed) {
+  const char* old = std::getenv("FEDMESH_CPU_CONV");
+  const std::string saved = old ? old : "";
+  unsetenv("FEDMESH_CPU_CONV");
+  EXPECT_EQ(*ops::CpuConvEngineFromEnvironment(), ops::CpuConvEngine::kDnnl);
+  setenv("FEDMESH_CPU_CONV", "", 1);
+  EXPECT_EQ(*ops::CpuConvEngineFromEnvironment(), ops::CpuConvEngine::kDnnl);
+  setenv("FEDMESH_CPU_CONV", "dnnl", 1);
+  EXPECT_EQ(*ops::CpuConvEngineFromEnvironment(), ops::CpuConvEngine::kDnnl);
+  setenv("FEDMESH_CPU_CONV", "im2col", 1);
+  EXPECT_EQ(*ops::CpuConvEngineFromEnvironment(), ops::CpuConvEngine::kIm2col);
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 1, 4, 4}}};
+  g.initializers = {Tensor{"w", DType::kFloat32, {1, 1, 3, 3}, Floats(9, 0.5f), {}}};
+  g.nodes = {Node{"conv", "Conv", {"x", "w"}, {"y"}, {}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto be = MakeCpuBackend(1);
+  EXPECT_TRUE(GraphModel::Create(g, be.get()).ok());
+  for (const char* bad : {"im2coll", "onednn", "IM2COL"}) {
+    setenv("FEDMESH_CPU_CONV", bad, 1);
+    const auto e = ops::CpuConvEngineFromEnvironment();
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("FEDMESH_CPU_CONV = '" + std::string(bad) + "'"), std::string::npos)
+        << e.status().ToString();
+    const auto m = GraphModel::Create(g, be.get());
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find("FEDMESH_CPU_CONV"), std::string::npos) << m.status().ToString();
+  }
+  if (old) setenv("FEDMESH_CPU_CONV", saved.c_str(), 1);
+  else unsetenv("FEDMESH_CPU_CONV");
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #ifdef FEDMESH_HAVE_DNNL
 #include <spdlog/spdlog.h>
@@ -17,9 +19,8 @@ namespace fedmesh::graph::ops {
 namespace {
 
 CpuConvEngine DefaultEngine() {
-  const char* v = std::getenv("FEDMESH_CPU_CONV");
-  if (v != nullptr && std::strcmp(v, "im2col") == 0) return CpuConvEngine::kIm2col;
-  return CpuConvEngine::kDnnl;
+  auto e = CpuConvEngineFromEnvironment();
+  return e.ok() ? *e : CpuConvEngine::kDnnl;  // a bad value is refused at model creation
 }
 
 std::atomic<CpuConvEngine>& EngineSetting() {
@@ -28,6 +29,15 @@ std::atomic<CpuConvEngine>& EngineSetting() {
 }
 
 }  // namespace
+
+Result<CpuConvEngine> CpuConvEngineFromEnvironment() {
+  const char* env = std::getenv("FEDMESH_CPU_CONV");
+  const std::string_view v = env == nullptr ? "" : env;
+  if (v.empty() || v == "dnnl") return CpuConvEngine::kDnnl;
+  if (v == "im2col") return CpuConvEngine::kIm2col;
+  return Status::InvalidArgument("environment variable FEDMESH_CPU_CONV = '" + std::string(v) +
+                                 "': expected dnnl or im2col (or unset: oneDNN where built)");
+}
 
 void SetCpuConvEngine(CpuConvEngine engine) { EngineSetting().store(engine); }
 CpuConvEngine GetCpuConvEngine() { return EngineSetting().load(); }

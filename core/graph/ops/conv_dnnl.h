@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/graph/ops/window_geometry.h"
+#include "core/status.h"
 
 namespace fedmesh::graph::ops {
 
@@ -21,6 +22,10 @@ namespace fedmesh::graph::ops {
 // creation). The default is oneDNN where built, unless FEDMESH_CPU_CONV=im2col is set in the
 // environment (benchmarks compare the two that way); tests switch it to run both.
 enum class CpuConvEngine { kDnnl, kIm2col };
+// FEDMESH_CPU_CONV as an engine: unset or empty is the default (oneDNN where built), "dnnl"
+// kDnnl, "im2col" kIm2col; any other value InvalidArgument naming the variable, so that a
+// typo does not silently keep the default (GraphModel::Create on the CPU refuses it).
+Result<CpuConvEngine> CpuConvEngineFromEnvironment();
 void SetCpuConvEngine(CpuConvEngine engine);
 CpuConvEngine GetCpuConvEngine();
 // True when this build links oneDNN.

@@ -84,6 +84,14 @@ class Binary final : public OpKernel {
     const float* b = c.in[1];
     float* y = c.out[0];
     // Operands of the output's shape (a residual Add): one vectorised loop per op.
+    if (c.relu_epilogue) {  // CanFuseRelu: Add or Sub of same-shape operands
+      const float sb = op_ == BinOp::kSub ? -1.0f : 1.0f;
+      Each(n, [=](int64_t i) {
+        const float v = a[i] + sb * b[i];
+        y[i] = v > 0.0f ? v : 0.0f;
+      });
+      return Status::OK();
+    }
     if (ra.kind == 0 && rb.kind == 0 && op_ != BinOp::kPow) {
       switch (op_) {
         case BinOp::kAdd: Each(n, [=](int64_t i) { y[i] = a[i] + b[i]; }); break;
@@ -99,6 +107,9 @@ class Binary final : public OpKernel {
   }
 
   bool CanOverwriteInputGradient(size_t i) const override { return i < 2; }
+  bool CanFuseRelu(const std::vector<Dims>& in, const std::vector<Dims>& out) const override {
+    return (op_ == BinOp::kAdd || op_ == BinOp::kSub) && in[0] == out[0] && in[1] == out[0];
+  }
 
   void Backward(const KernelCall& c) override {
     const Dims& od = *c.out_dims[0];
@@ -113,6 +124,16 @@ class Binary final : public OpKernel {
     // Overwritten gradients (CanOverwriteInputGradient): assigned by the vectorised loops,
     // zeroed first for the accumulating ones.
     const bool set_a = da && c.Write(0).keep == 0.0f, set_b = db && c.Write(1).keep == 0.0f;
+    if (c.relu_epilogue) {  // dy masked by the fused Relu's output (y > 0)
+      const float sb = op_ == BinOp::kSub ? -1.0f : 1.0f;
+      // One simple loop per case, dy loaded unconditionally: each vectorises (a blend).
+      auto m = [=](int64_t i) { const float g = dy[i]; return y[i] > 0.0f ? g : 0.0f; };
+      if (set_a) Each(n, [=](int64_t i) { da[i] = m(i); });
+      else if (da) Each(n, [=](int64_t i) { da[i] += m(i); });
+      if (set_b) Each(n, [=](int64_t i) { db[i] = sb * m(i); });
+      else if (db) Each(n, [=](int64_t i) { db[i] += sb * m(i); });
+      return;
+    }
     if (ra.kind == 0 && rb.kind == 0 && (op_ == BinOp::kAdd || op_ == BinOp::kSub || op_ == BinOp::kMul)) {
       // Operands of the output's shape: vectorised loops for the common ops.
       const float sb = op_ == BinOp::kSub ? -1.0f : 1.0f;

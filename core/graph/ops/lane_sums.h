@@ -1,26 +1,37 @@
 // Float reductions in 8 interleaved partial sums. Kernels are built without -ffast-math, so
 // a plain `acc += p[i]` loop stays scalar (the compiler may not reorder the additions); 8
-// independent lanes vectorise (AVX2: one register) and keep a fixed order, so results are
-// the same on every run. The lanes are combined pairwise, then the tail.
+// independent lanes vectorise and keep a fixed order, so results are the same on every run.
+// The lanes are one GCC vector (AVX2: one register; SSE: two), written with the vector
+// extension because lane loops with a select in them stayed scalar; they are combined
+// pairwise, then the tail.
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace fedmesh::graph::ops {
 
 constexpr int kSumLanes = 8;
+typedef float Lanes __attribute__((vector_size(kSumLanes * sizeof(float))));
 
-inline float CombineLanes(const float* acc, float tail) {
+inline Lanes LoadLanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);  // unaligned
+  return v;
+}
+
+inline float CombineLanes(const Lanes& v, float tail) {
+  float acc[kSumLanes];
+  std::memcpy(acc, &v, sizeof acc);
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
 }
 
 // sum p[i]
 inline float LaneSum(const float* p, int64_t n) {
-  float acc[kSumLanes] = {};
+  Lanes acc = {};
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int j = 0; j < kSumLanes; ++j) acc[j] += p[i + j];
+  for (; i + kSumLanes <= n; i += kSumLanes) acc += LoadLanes(p + i);
   float tail = 0.0f;
   for (; i < n; ++i) tail += p[i];
   return CombineLanes(acc, tail);
@@ -29,14 +40,14 @@ inline float LaneSum(const float* p, int64_t n) {
 // *sum = sum (p[i] - k), *sum_sq = sum (p[i] - k)^2, in one pass: with k near the values'
 // mean (a sample of them), the variance sum_sq/n - (sum/n)^2 keeps its precision.
 inline void LaneShiftedSums(const float* p, int64_t n, float k, float* sum, float* sum_sq) {
-  float a[kSumLanes] = {}, b[kSumLanes] = {};
+  Lanes a = {}, b = {};
+  const Lanes kv = Lanes{} + k;
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int j = 0; j < kSumLanes; ++j) {
-      const float d = p[i + j] - k;
-      a[j] += d;
-      b[j] += d * d;
-    }
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    const Lanes d = LoadLanes(p + i) - kv;
+    a += d;
+    b += d * d;
+  }
   float ta = 0.0f, tb = 0.0f;
   for (; i < n; ++i) {
     ta += p[i] - k;
@@ -48,17 +59,41 @@ inline void LaneShiftedSums(const float* p, int64_t n, float k, float* sum, floa
 
 // *sum_g = sum g[i], *sum_gx = sum g[i] * (x[i] - m)
 inline void LaneSumAndDot(const float* g, const float* x, int64_t n, float m, float* sum_g, float* sum_gx) {
-  float a[kSumLanes] = {}, b[kSumLanes] = {};
+  Lanes a = {}, b = {};
+  const Lanes mv = Lanes{} + m;
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int j = 0; j < kSumLanes; ++j) {
-      a[j] += g[i + j];
-      b[j] += g[i + j] * (x[i + j] - m);
-    }
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    const Lanes gv = LoadLanes(g + i);
+    a += gv;
+    b += gv * (LoadLanes(x + i) - mv);
+  }
   float ta = 0.0f, tb = 0.0f;
   for (; i < n; ++i) {
     ta += g[i];
     tb += g[i] * (x[i] - m);
+  }
+  *sum_g = CombineLanes(a, ta);
+  *sum_gx = CombineLanes(b, tb);
+}
+
+// The same over g masked by a Relu's output r: g[i] where r[i] > 0, else 0 (the sums
+// LaneSumAndDot gives over the Relu's input gradient, up to rounding).
+inline void LaneMaskedSumAndDot(const float* g, const float* r, const float* x, int64_t n, float m,
+                                float* sum_g, float* sum_gx) {
+  Lanes a = {}, b = {};
+  const Lanes zero = {}, mv = zero + m;
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    const Lanes gm = LoadLanes(r + i) > zero ? LoadLanes(g + i) : zero;
+    a += gm;
+    b += gm * (LoadLanes(x + i) - mv);
+  }
+  float ta = 0.0f, tb = 0.0f;
+  for (; i < n; ++i) {
+    const float v = g[i];
+    const float gm = r[i] > 0.0f ? v : 0.0f;
+    ta += gm;
+    tb += gm * (x[i] - m);
   }
   *sum_g = CombineLanes(a, ta);
   *sum_gx = CombineLanes(b, tb);

@@ -104,7 +104,14 @@ class BatchNorm final : public OpKernel {
       for (int64_t n = 0; n < N; ++n) {
         const float* p = x + (n * C + ch) * S;
         float* q = y + (n * C + ch) * S;
-        for (int64_t i = 0; i < S; ++i) q[i] = a * p[i] + b;
+        if (c.relu_epilogue) {
+          for (int64_t i = 0; i < S; ++i) {
+            const float v = a * p[i] + b;
+            q[i] = v > 0.0f ? v : 0.0f;
+          }
+        } else {
+          for (int64_t i = 0; i < S; ++i) q[i] = a * p[i] + b;
+        }
       }
       // Optional outputs: running mean and var after the update, then the batch mean and
       // (biased) variance the batch was normalised with: opset 9's saved_mean, saved_var.
@@ -117,9 +124,11 @@ class BatchNorm final : public OpKernel {
   }
 
   bool CanOverwriteInputGradient(size_t i) const override { return i == 0; }
+  bool CanFuseRelu(const std::vector<Dims>&, const std::vector<Dims>&) const override { return true; }
 
   // The gradient through Y only (the statistics outputs carry none). After a training
   // forward the batch statistics depend on X; after an eval forward they are constants.
+  // With a fused Relu, Y's gradient is dout[0] where out[0] > 0, else 0.
   void Backward(const KernelCall& c) override {
     const Dims& xd = *c.in_dims[0];
     const int64_t N = xd[0], C = xd[1], S = NumElements(xd) / std::max<int64_t>(1, N * C);
@@ -134,6 +143,7 @@ class BatchNorm final : public OpKernel {
     float* dscale = c.din[1];
     float* dbias = c.din[2];
     const bool assign_dx = c.Write(0).keep == 0.0f;  // CanOverwriteInputGradient
+    const float* relu_y = c.relu_epilogue ? c.out[0] : nullptr;
 #pragma omp parallel for schedule(static) if (N * C * S > kParallelWork)
     for (int64_t ch = 0; ch < C; ++ch) {
       const double inv = inv_std[ch];
@@ -143,7 +153,11 @@ class BatchNorm final : public OpKernel {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
         float a = 0.0f, b = 0.0f;
-        LaneSumAndDot(g, p, S, mf, &a, &b);
+        if (relu_y) {
+          LaneMaskedSumAndDot(g, relu_y + (n * C + ch) * S, p, S, mf, &a, &b);
+        } else {
+          LaneSumAndDot(g, p, S, mf, &a, &b);
+        }
         sg += a;
         sgx += b * inv;
       }
@@ -161,7 +175,15 @@ class BatchNorm final : public OpKernel {
         const float* p = x + (n * C + ch) * S;
         const float* g = dy + (n * C + ch) * S;
         float* d = dx + (n * C + ch) * S;
-        if (assign_dx) {
+        if (relu_y) {
+          const float* r = relu_y + (n * C + ch) * S;
+          auto masked = [&](int64_t i) { const float v = g[i]; return r[i] > 0.0f ? v : 0.0f; };
+          if (assign_dx) {
+            for (int64_t i = 0; i < S; ++i) d[i] = kf * masked(i) - c0 - c1 * (p[i] - mf);
+          } else {
+            for (int64_t i = 0; i < S; ++i) d[i] += kf * masked(i) - c0 - c1 * (p[i] - mf);
+          }
+        } else if (assign_dx) {
           for (int64_t i = 0; i < S; ++i) d[i] = kf * g[i] - c0 - c1 * (p[i] - mf);
         } else {
           for (int64_t i = 0; i < S; ++i) d[i] += kf * g[i] - c0 - c1 * (p[i] - mf);
