@@ -109,9 +109,10 @@ class Model {
   // ||dy_j||^2 (||x_j||^2 + 1) from its input and output gradient rows, and its clipped sum
   // one GEMM over dy with each row rescaled (no per-example gradient); a Conv2d layer's
   // per-example gradients come from one batched pass (Backend::Conv2dPerExampleBackward,
-  // batch x its parameters floats) and are summed with their factors. Graph models run each
-  // example alone (batch 1) and add its clipped gradient. Fails, changing nothing, where
-  // SupportsPerExampleClipping() does.
+  // batch x its parameters floats) and are summed with their factors. Graph models use
+  // GraphModel::ClippedBackward's rule per parameterised op (Gemm, LayerNormalization, Conv)
+  // where every such node has one, and otherwise run each example alone (batch 1) and add
+  // its clipped gradient. Fails, changing nothing, where SupportsPerExampleClipping() does.
   Result<Backend::LossResult> ForwardBackwardClipped(int batch, uint64_t seed, double clip,
                                                      float* norms);
   // OK when ForwardBackwardClipped can run: a layer model whose parameterised layers are

@@ -165,6 +165,13 @@ void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
   }
 }
 
+// d[i] = (assign ? 0 : d[i]) + w.scale * part[i] for i < n: a W or B gradient written as
+// KernelCall::Write says, assigned (not scaled by zero: the old value may be anything, NaN
+// included) where the executor let the kernel overwrite it.
+void AddPart(float* d, const float* part, int64_t n, KernelCall::GradWrite w, bool assign) {
+  for (int64_t i = 0; i < n; ++i) d[i] = (assign ? 0.0f : d[i]) + w.scale * part[i];
+}
+
 class Conv final : public OpKernel {
  public:
   Conv(const Node& n, ConvAttrs a)
@@ -256,16 +263,8 @@ class Conv final : public OpKernel {
                                    c.workspace));
       }
       const KernelCall::GradWrite ww = c.Write(1), wb = c.Write(2);
-      const size_t nw = static_cast<size_t>(g.m) * g.kdim();
-      // Assigned, not scaled by zero, where overwritten: the old value may be anything.
-      if (dw) {
-        const float* part = d->conv->weight_grad(c.workspace);
-        for (size_t i = 0; i < nw; ++i) dw[i] = (ww.keep == 0.0f ? 0.0f : dw[i]) + ww.scale * part[i];
-      }
-      if (db) {
-        const float* part = d->conv->bias_grad(c.workspace);
-        for (int64_t o = 0; o < g.m; ++o) db[o] = (wb.keep == 0.0f ? 0.0f : db[o]) + wb.scale * part[o];
-      }
+      if (dw) AddPart(dw, d->conv->weight_grad(c.workspace), g.m * g.kdim(), ww, ww.keep == 0.0f);
+      if (db) AddPart(db, d->conv->bias_grad(c.workspace), g.m, wb, wb.keep == 0.0f);
       return;
     }
     last_forward_ = {};  // the im2col path below writes over the workspace
@@ -349,8 +348,7 @@ class Conv final : public OpKernel {
             float& d = dw[o * kd + i];
             d = (set_w ? 0.0f : d) + ww.scale * part[i * g.m + o];
           }
-      if (db)
-        for (int64_t o = 0; o < g.m; ++o) db[o] = (set_b ? 0.0f : db[o]) + wb.scale * part[nw + o];
+      if (db) AddPart(db, part + nw, g.m, wb, set_b);
     }
   }
 
