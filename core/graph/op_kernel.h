@@ -111,6 +111,10 @@ class OpKernel {
     (void)i;
     return false;
   }
+  // Output 0 holds input 0's values unchanged, in order (a reshape): the executor may make
+  // output 0 the same buffer as input 0 (an activation or a graph input), and Forward then
+  // sees c.out[0] == c.in[0] and must copy nothing. Gradients keep their own buffers.
+  virtual bool IsView() const { return false; }
   // A Relu that alone reads output 0 may run inside this kernel for these shapes
   // (KernelCall::relu_epilogue): saves the Relu's pass over memory each way.
   virtual bool CanFuseRelu(const std::vector<Dims>& in, const std::vector<Dims>& out) const {

@@ -1,5 +1,6 @@
-// Ops that move elements without arithmetic: Flatten, Reshape, Squeeze, Unsqueeze (a copy
-// under new dims), Transpose, Concat and Gather (embedding lookup). Shape arguments
+// Ops that move elements without arithmetic: Flatten, Reshape, Squeeze, Unsqueeze (new dims
+// over the same floats: the CPU executor lets them share their input's buffer, IsView), Transpose,
+// Concat and Gather (embedding lookup). Shape arguments
 // (Reshape's shape, Unsqueeze's axes from opset 13) must be constants: they are read once
 // at load, and the batch dimension stays free.
 #include <algorithm>
@@ -127,6 +128,7 @@ class Relabel final : public OpKernel {
     return Status::OK();
   }
 
+  bool IsView() const override { return true; }
   Status Forward(const KernelCall& c) override {
     if (c.out[0] != c.in[0])
       std::memcpy(c.out[0], c.in[0], NumElements(*c.in_dims[0]) * sizeof(float));

@@ -1,0 +1,100 @@
+// Reshapes share their input's buffer (OpKernel::IsView, GraphModel::Plan on the CPU): a
+// Flatten / Unsqueeze / Squeeze chain over an activation, and a Flatten of the graph input,
+// point at the same floats as what they reshape (no copy per step), and the outputs and
+// gradients through them are still exact (checked against sums written out here).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/backend.h"
+#include "core/graph/graph.h"
+#include "core/graph/graph_model.h"
+
+namespace fedmesh::graph {
+namespace {
+
+// x [N, 2, 3] -> Relu -> Flatten -> Unsqueeze(1) -> Squeeze(1) -> Gemm(W [6, 2], B [2]).
+Graph Chain() {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 2, 3}}};
+  Tensor w{"W", DType::kFloat32, {6, 2}, {0.5f, -1.0f, 0.25f, 0.75f, -0.5f, 1.5f, 2.0f, 0.1f, -0.3f, 0.2f, 1.1f, -0.7f}, {}};
+  Tensor b{"B", DType::kFloat32, {2}, {0.1f, -0.2f}, {}};
+  Tensor axes{"axes", DType::kInt64, {1}, {}, {1}};
+  g.initializers = {w, b, axes};
+  g.nodes = {Node{"relu", "Relu", {"x"}, {"r"}, {}},
+             Node{"flat", "Flatten", {"r"}, {"f"}, {{"axis", Attribute::OfInt(1)}}},
+             Node{"unsq", "Unsqueeze", {"f", "axes"}, {"u"}, {}},
+             Node{"sq", "Squeeze", {"u", "axes"}, {"s"}, {}},
+             Node{"gemm", "Gemm", {"s", "W", "B"}, {"y"}, {}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  return g;
+}
+
+TEST(GraphViews, ReshapesShareTheirInputsBufferAndStayExact) {
+  auto be = MakeCpuBackend(1);
+  GraphModelOptions o;
+  o.input_gradients = true;
+  o.poison_plans = true;  // a view left pointing at its own (NaN) slot would show
+  auto m = GraphModel::Create(Chain(), be.get(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  GraphModel& model = **m;
+  const int64_t n = 2;
+  ASSERT_TRUE(model.Plan(n).ok());
+  const std::vector<float> x = {1.0f, -2.0f, 3.0f, 0.5f, -0.5f, 2.0f, -1.0f, 4.0f, 0.0f, 1.5f, 2.5f, -3.0f};
+  std::copy(x.begin(), x.end(), model.input(0, n));
+  ASSERT_TRUE(model.Forward(n, true, 1).ok());
+  const float* r = model.value("r");
+  EXPECT_EQ(model.value("f"), r);
+  EXPECT_EQ(model.value("u"), r);
+  EXPECT_EQ(model.value("s"), r);
+  const float* w = model.value("W");
+  std::vector<float> relu(x.size());
+  for (size_t i = 0; i < x.size(); ++i) relu[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < 2; ++j) {
+      float want = j == 0 ? 0.1f : -0.2f;
+      for (int k = 0; k < 6; ++k) want += relu[i * 6 + k] * w[k * 2 + j];
+      EXPECT_NEAR(model.output(0)[i * 2 + j], want, 1e-5) << i << "," << j;
+    }
+  // dy = [[1, 2], [3, 4]]: dW[k, j] = sum_i s[i, k] dy[i, j]; dx = (dy W^T) where x > 0.
+  const std::vector<float> dy = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::copy(dy.begin(), dy.end(), model.output_grad(0));
+  model.Backward();
+  const TensorSlot& ws = model.param_slots()[0];
+  ASSERT_EQ(ws.name, "W");
+  for (int k = 0; k < 6; ++k)
+    for (int j = 0; j < 2; ++j) {
+      const float want = relu[k] * dy[j] + relu[6 + k] * dy[2 + j];
+      EXPECT_NEAR(model.grads()[ws.offset + k * 2 + j], want, 1e-5) << k << "," << j;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int k = 0; k < 6; ++k) {
+      const float back = dy[i * 2] * w[k * 2] + dy[i * 2 + 1] * w[k * 2 + 1];
+      EXPECT_NEAR(model.input_grad(0)[i * 6 + k], x[i * 6 + k] > 0.0f ? back : 0.0f, 1e-5);
+    }
+}
+
+// The mlp's case: Flatten of the graph input itself.
+TEST(GraphViews, AFlattenOfTheGraphInputReadsTheInputBuffer) {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 1, 2, 2}}};
+  g.initializers = {Tensor{"W", DType::kFloat32, {1, 4}, {1.0f, 2.0f, 3.0f, 4.0f}, {}}};
+  g.nodes = {Node{"flat", "Flatten", {"x"}, {"f"}, {}},
+             Node{"gemm", "Gemm", {"f", "W"}, {"y"}, {{"transB", Attribute::OfInt(1)}}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto be = MakeCpuBackend(1);
+  auto m = GraphModel::Create(g, be.get());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE((*m)->Plan(3).ok());
+  float* in = (*m)->input(0, 3);
+  for (int i = 0; i < 12; ++i) in[i] = float(i);
+  ASSERT_TRUE((*m)->Forward(3, false, 0).ok());
+  EXPECT_EQ((*m)->value("f"), in);
+  EXPECT_FLOAT_EQ((*m)->output(0)[0], 0 * 1 + 1 * 2 + 2 * 3 + 3 * 4);
+  EXPECT_FLOAT_EQ((*m)->output(0)[2], 8 * 1 + 9 * 2 + 10 * 3 + 11 * 4);
+}
+
+}  // namespace
+}  // namespace fedmesh::graph
