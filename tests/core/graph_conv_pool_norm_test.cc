@@ -603,6 +603,55 @@ TEST(PoolValues, MaxPoolTiesAndNaNOnTheTwoByTwoPath) {
                             100, 0, 0, 1000, 0, 0, 0, 0, 0, 0}));
 }
 
+// The 2x2 path's vector loop (eight outputs a step) and scalar tail against the rule written
+// out: 37 columns give 18 outputs a row (two vector steps and a tail of 2); values drawn
+// from a few levels so windows tie, and NaNs sprinkled in. The argmax is read back through
+// Backward with a distinct gradient per output.
+TEST(PoolValues, MaxPoolTwoByTwoVectorLoopMatchesTheRule) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t planes = 6, H = 7, W = 37, OH = 3, OW = 18;
+  KernelRun run;
+  ASSERT_TRUE(run.Init(ops::MakeMaxPool,
+                       MakeNode("MaxPool", {"x"}, {"y"},
+                                {{"kernel_shape", IntsAttr({2, 2})}, {"strides", IntsAttr({2, 2})}}),
+                       {{2, 3, H, W}})
+                  .ok());
+  for (size_t i = 0; i < run.in[0].size(); ++i) {
+    const uint32_t h = static_cast<uint32_t>(i * 2654435761u) >> 7;
+    run.in[0][i] = h % 29 == 0 ? nan : static_cast<float>(h % 5) - 2.0f;
+  }
+  ASSERT_TRUE(run.Forward(false).ok());
+  ASSERT_EQ(run.out[0].size(), static_cast<size_t>(planes * OH * OW));
+  Floats dy(run.out[0].size());
+  for (size_t o = 0; o < dy.size(); ++o) dy[o] = static_cast<float>(o + 1);
+  const auto din = run.Backward({dy}, {0}, 0.0f, true);
+  Floats want_dx(run.in[0].size(), 0.0f);
+  int nans = 0;
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t base = p * H * W;
+        const int64_t at[4] = {(2 * oh) * W + 2 * ow, (2 * oh) * W + 2 * ow + 1, (2 * oh + 1) * W + 2 * ow,
+                               (2 * oh + 1) * W + 2 * ow + 1};
+        int64_t best_at = at[0];
+        float best = run.in[0][base + at[0]];
+        for (int j = 1; j < 4; ++j) {
+          const float v = run.in[0][base + at[j]];
+          if (v > best || std::isnan(v)) best = v, best_at = at[j];
+        }
+        const int64_t o = (p * OH + oh) * OW + ow;
+        if (std::isnan(best)) {
+          ++nans;
+          EXPECT_TRUE(std::isnan(run.out[0][o])) << o;
+        } else {
+          EXPECT_EQ(run.out[0][o], best) << o;
+        }
+        want_dx[base + best_at] += dy[o];
+      }
+  EXPECT_GT(nans, 3);
+  EXPECT_EQ(din[0], want_dx);
+}
+
 TEST(PoolValues, GlobalAveragePool) {
   KernelRun run;
   ASSERT_TRUE(run.Init(ops::MakeGlobalAveragePool, MakeNode("GlobalAveragePool", {"x"}, {"y"}),

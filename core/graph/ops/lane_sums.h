@@ -15,11 +15,9 @@ namespace fedmesh::graph::ops {
 constexpr int kSumLanes = 8;
 typedef float Lanes __attribute__((vector_size(kSumLanes * sizeof(float))));
 
-inline Lanes LoadLanes(const float* p) {
-  Lanes v;
-  std::memcpy(&v, p, sizeof v);  // unaligned
-  return v;
-}
+// Unaligned load. An out parameter, not a return value: without AVX enabled (FEDMESH_ARCH_FLAGS
+// emptied) a 32-byte vector passed by value draws GCC's ABI-change warning.
+inline void Load(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 inline float CombineLanes(const Lanes& v, float tail) {
   float acc[kSumLanes];
@@ -31,7 +29,11 @@ inline float CombineLanes(const Lanes& v, float tail) {
 inline float LaneSum(const float* p, int64_t n) {
   Lanes acc = {};
   int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes) acc += LoadLanes(p + i);
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    Lanes v;
+    Load(v, p + i);
+    acc += v;
+  }
   float tail = 0.0f;
   for (; i < n; ++i) tail += p[i];
   return CombineLanes(acc, tail);
@@ -44,7 +46,9 @@ inline void LaneShiftedSums(const float* p, int64_t n, float k, float* sum, floa
   const Lanes kv = Lanes{} + k;
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    const Lanes d = LoadLanes(p + i) - kv;
+    Lanes d;
+    Load(d, p + i);
+    d -= kv;
     a += d;
     b += d * d;
   }
@@ -63,9 +67,11 @@ inline void LaneSumAndDot(const float* g, const float* x, int64_t n, float m, fl
   const Lanes mv = Lanes{} + m;
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    const Lanes gv = LoadLanes(g + i);
+    Lanes gv, xv;
+    Load(gv, g + i);
+    Load(xv, x + i);
     a += gv;
-    b += gv * (LoadLanes(x + i) - mv);
+    b += gv * (xv - mv);
   }
   float ta = 0.0f, tb = 0.0f;
   for (; i < n; ++i) {
@@ -84,9 +90,13 @@ inline void LaneMaskedSumAndDot(const float* g, const float* r, const float* x, 
   const Lanes zero = {}, mv = zero + m;
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    const Lanes gm = LoadLanes(r + i) > zero ? LoadLanes(g + i) : zero;
+    Lanes rv, gv, xv;
+    Load(rv, r + i);
+    Load(gv, g + i);
+    Load(xv, x + i);
+    const Lanes gm = rv > zero ? gv : zero;
     a += gm;
-    b += gm * (LoadLanes(x + i) - mv);
+    b += gm * (xv - mv);
   }
   float ta = 0.0f, tb = 0.0f;
   for (; i < n; ++i) {
