@@ -48,8 +48,9 @@ struct GraphModelOptions {
   // Run a Relu inside the node that produces its input where that node's kernel can
   // (OpKernel::CanFuseRelu: BatchNormalization, an Add or Sub of same-shape operands on the
   // CPU) and the Relu is that value's only reader: one pass over the activation fewer in
-  // Forward and in Backward, same results to the bit. The fused-away value itself is then
-  // not kept (value() of it is unspecified). Default on.
+  // Forward and in Backward; results equal the unfused graph's up to float rounding (the
+  // compiler contracts the fused loops' products into FMAs differently). The fused-away
+  // value itself is then not kept (value() of it is unspecified). Default on.
   bool fuse_relu = true;
 };
 

@@ -60,7 +60,8 @@ class Gemm final : public OpKernel {
     const int m = static_cast<int>(y[0]), n = static_cast<int>(y[1]);
     const int k = static_cast<int>(trans_a_ ? a[0] : a[1]);
     float* out = c.out[0];
-    const bool row_bias = has_c_ && IsRowBias(*c.in_dims[2], n);  // nn.Linear's bias
+    // nn.Linear's bias: one row per sample, beta 1.
+    const bool row_bias = has_c_ && beta_ == 1.0f && IsRowBias(*c.in_dims[2], n);
     float beta = 0.0f;
     if (has_c_ && !row_bias) {  // C broadcast into Y first, the product added onto it
       const BroadcastIndex bc(*c.in_dims[2], y);
@@ -71,11 +72,7 @@ class Gemm final : public OpKernel {
     // GEMM has a faster form for few rows times a large B^T only when it need not read Y.
     c.be->Gemm(trans_a_, trans_b_, m, n, k, alpha_, c.in[0], trans_a_ ? m : k, c.in[1],
                trans_b_ ? k : n, beta, out, n);
-    if (row_bias) {
-      const float* cv = c.in[2];
-      for (int r = 0; r < m; ++r)
-        for (int j = 0; j < n; ++j) out[int64_t{r} * n + j] += beta_ * cv[j];
-    }
+    if (row_bias) c.be->AddBias(out, c.in[2], m, n);
     return Status::OK();
   }
 

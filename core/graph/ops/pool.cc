@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/graph/ops/lane_sums.h"
 #include "core/graph/ops/ops.h"
 #include "core/graph/ops/window_geometry.h"
 
@@ -47,13 +48,13 @@ class MaxPool final : public OpKernel {
            2 * g.h.out <= g.h.in && 2 * g.w.out <= g.w.in;
   }
   // The general loop's choice, in its order: the first maximum, a NaN once seen (the last
-  // NaN of the window). Eight outputs at a time as GCC vectors, the even and odd columns of
-  // two rows split by shuffles, and selects instead of branches: on real activations which
-  // of the four wins is a coin toss, and the branchy scalar loop was 17% of a small CNN's
-  // step. The scalar tail makes the same choice.
+  // NaN of the window). Eight outputs at a time as GCC vectors (lane_sums.h's Lanes), the
+  // even and odd columns of two rows split by shuffles, and selects instead of branches: on
+  // real activations which of the four wins is a coin toss, and the branchy scalar loop was
+  // 17% of a small CNN's step. The scalar tail makes the same choice.
   static void Forward2x2(const Geo& g, const float* xp, float* yp, float* ap) {
-    typedef float F8 __attribute__((vector_size(32)));
-    typedef int32_t I8 __attribute__((vector_size(32)));
+    static_assert(kSumLanes == 8, "the shuffles below split 16 floats into 8 even and 8 odd");
+    typedef int32_t I8 __attribute__((vector_size(sizeof(Lanes))));  // Lanes' compare mask
     const I8 even = {0, 2, 4, 6, 8, 10, 12, 14};  // an output's first column, 2 ow
     const int64_t W = g.w.in, OW = g.w.out;
     const int32_t w32 = static_cast<int32_t>(W);
@@ -66,15 +67,15 @@ class MaxPool final : public OpKernel {
       int64_t ow = 0;
       // 16 inputs per row per step; the last step may not read past the row (2 * OW <= W).
       for (; ow + 8 <= OW; ow += 8) {
-        F8 a0, a1, b0, b1;
-        std::memcpy(&a0, r0 + 2 * ow, 32);
-        std::memcpy(&a1, r0 + 2 * ow + 8, 32);
-        std::memcpy(&b0, r1 + 2 * ow, 32);
-        std::memcpy(&b1, r1 + 2 * ow + 8, 32);
+        Lanes a0, a1, b0, b1;
+        Load(a0, r0 + 2 * ow);
+        Load(a1, r0 + 2 * ow + 8);
+        Load(b0, r1 + 2 * ow);
+        Load(b1, r1 + 2 * ow + 8);
         const I8 i0 = row + static_cast<int32_t>(2 * ow) + even;
-        F8 best = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
+        Lanes best = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
         I8 at = i0;
-        auto take = [&](const F8& v, const I8& where) {
+        auto take = [&](const Lanes& v, const I8& where) {
           const I8 win = (v > best) | (v != v);
           best = win ? v : best;
           at = win ? where : at;
@@ -82,8 +83,8 @@ class MaxPool final : public OpKernel {
         take(__builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15), i0 + 1);
         take(__builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14), i0 + w32);
         take(__builtin_shufflevector(b0, b1, 1, 3, 5, 7, 9, 11, 13, 15), i0 + w32 + 1);
-        std::memcpy(yr + ow, &best, 32);
-        std::memcpy(ar + ow, &at, 32);  // int32 indices in float-sized slots
+        std::memcpy(yr + ow, &best, sizeof best);
+        std::memcpy(ar + ow, &at, sizeof at);  // int32 indices in float-sized slots
       }
       for (; ow < OW; ++ow) {
         const int32_t i0 = row + static_cast<int32_t>(2 * ow);
