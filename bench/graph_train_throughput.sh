@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training throughput of imported ONNX models (issue 18), side by side in one run:
-#   mlp (built-in)    fedmesh --model mlp --hidden 256                    vs PyTorch FmnistMLP
+#   mlp (built-in)    fedmesh --model mlp --hidden 256 --engine layers    vs PyTorch FmnistMLP
+#                     (the layer code, the "fixed mlp" the graph executor is measured against)
 #   mlp (onnx graph)  fedmesh --model fmnist_mlp.onnx (the same 784-256-10) vs PyTorch FmnistMLP
 #   resnet (onnx)     fedmesh --model fmnist_resnet.onnx                  vs PyTorch FmnistResNet
 # The ONNX files are exported here from examples/pytorch/models.py, the nn.Modules PyTorch
@@ -47,13 +48,13 @@ field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p" | tail -1; }
 best() { sort -g | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a/b; else print "nan" }'; }
 
-# run_fedmesh MODEL BATCH PARTITIONS -> "epoch_samples_per_s train_samples"
+# run_fedmesh MODEL BATCH PARTITIONS ENGINE -> "epoch_samples_per_s train_samples"
 run_fedmesh() {
   local m="$work/metrics.jsonl" log="$work/fedmesh.log"
   rm -f "$m"
   if ! "$node" --local-only --model "$1" --hidden 256 --data fashion-mnist --num-partitions "$3" \
       --index 0 --epochs 1 --batch "$2" --lr "$lr" --momentum "$momentum" --threads "$threads" \
-      --metrics "$m" >"$log" 2>&1; then
+      --engine "$4" --metrics "$m" >"$log" 2>&1; then
     cat "$log" >&2; exit 1
   fi
   echo "$(field epoch_samples_per_s <"$m") $(field train_samples <"$m")"
@@ -68,12 +69,12 @@ echo "threads $threads, repeats $repeats (best of each), lr $lr, momentum $momen
 printf "%-17s %-6s %-8s %12s %12s %9s\n" config batch samples fedmesh_sps torch_sps ratio
 for batch in $batches; do
   builtin_best=
-  for cfg in "mlp-builtin mlp $mlp_parts mlp" "mlp-onnx $work/fmnist_mlp.onnx $mlp_parts mlp" \
-             "resnet-onnx $work/fmnist_resnet.onnx $resnet_parts resnet"; do
-    read -r name model parts tmodel <<<"$cfg"
+  for cfg in "mlp-builtin mlp $mlp_parts mlp layers" "mlp-onnx $work/fmnist_mlp.onnx $mlp_parts mlp auto" \
+             "resnet-onnx $work/fmnist_resnet.onnx $resnet_parts resnet auto"; do
+    read -r name model parts tmodel engine <<<"$cfg"
     fms=() pts=()
     for ((r = 0; r < repeats; ++r)); do
-      out=$(run_fedmesh "$model" "$batch" "$parts")  # a plain assignment: set -e sees a failure
+      out=$(run_fedmesh "$model" "$batch" "$parts" "$engine")  # a plain assignment: set -e sees a failure
       read -r sps samples <<<"$out"
       fms+=("$sps")
       out=$(run_torch "$tmodel" "$batch" "$samples")

@@ -15,7 +15,7 @@
 #include "core/sgd.h"
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp", device = "cpu";
+  std::string model_name = "mlp", device = "cpu", engine = "auto";
   int batch = 32, threads = 2, steps = 300, warmup = 30;
   CLI::App app{"fedmesh training throughput"};
   app.add_option("--model", model_name);
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps);
   app.add_option("--warmup", warmup);
   app.add_option("--device", device, "cpu, auto, cuda or cuda:N");
+  app.add_option("--engine", engine, "built-in models: auto, graph or layers");
   CLI11_PARSE(app, argc, argv);
 
   auto data = fedmesh::LoadFashionMnist(fedmesh::DataSplit::kTrain);
@@ -39,7 +40,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<fedmesh::Backend> backend = std::move(*made);
   fedmesh::ModelSpec spec;
   spec.name = model_name;
-  auto model = fedmesh::BuildModel(spec, backend.get());
+  auto engine_choice = fedmesh::ParseBuiltinEngine(engine);
+  if (!engine_choice.ok()) {
+    std::fprintf(stderr, "%s\n", engine_choice.status().ToString().c_str());
+    return 2;
+  }
+  auto model = fedmesh::BuildModel(spec, backend.get(), {*engine_choice});
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 2;
@@ -64,7 +70,8 @@ int main(int argc, char** argv) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fedmesh::JsonLine j;
-  j.Add("impl", "fedmesh").Add("device", backend->name()).Add("model", model_name).Add("batch", batch).Add("threads", threads)
+  j.Add("impl", "fedmesh").Add("device", backend->name()).Add("model", model_name)
+      .Add("engine", m.executor_graph() ? "graph" : "layers").Add("batch", batch).Add("threads", threads)
       .Add("steps", steps).Add("seconds", secs).Add("samples_per_s", steps * double(batch) / secs)
       .Add("loss", loss);
   std::printf("%s\n", j.str().c_str());

@@ -53,18 +53,26 @@ class Builder {
     const std::string bn = Init(name + ".bias", {out}, std::move(b));
     return Add("Gemm", {x, wn, bn}, {{"transB", Int(1)}});
   }
-  // Conv2d(kernel k, stride 1, padding p) from OHWI weights.
+  // Conv2d(kernel k, stride 1, padding p) from OHWI weights: transposed to OIHW here, or
+  // (layer_layout) kept OHWI in the initializer and transposed by a Transpose node, so the
+  // graph's parameters stay in the layer's order and layout.
   Result<std::string> Conv(const std::string& x, int c, int out, int k, int pad,
-                           const std::string& name) {
+                           const std::string& name, bool layer_layout) {
     FM_ASSIGN_OR_RETURN(std::vector<float> w, Take(static_cast<size_t>(out) * k * k * c));
     FM_ASSIGN_OR_RETURN(std::vector<float> b, Take(out));
-    std::vector<float> oihw(w.size());
-    for (int o = 0; o < out; ++o)
-      for (int kh = 0; kh < k; ++kh)
-        for (int kw = 0; kw < k; ++kw)
-          for (int ci = 0; ci < c; ++ci)
-            oihw[((int64_t{o} * c + ci) * k + kh) * k + kw] = w[((int64_t{o} * k + kh) * k + kw) * c + ci];
-    const std::string wn = Init(name + ".weight", {out, c, k, k}, std::move(oihw));
+    std::string wn;
+    if (layer_layout) {
+      wn = Add("Transpose", {Init(name + ".weight", {out, k, k, c}, std::move(w))},
+               {{"perm", Ints({0, 3, 1, 2})}});
+    } else {
+      std::vector<float> oihw(w.size());
+      for (int o = 0; o < out; ++o)
+        for (int kh = 0; kh < k; ++kh)
+          for (int kw = 0; kw < k; ++kw)
+            for (int ci = 0; ci < c; ++ci)
+              oihw[((int64_t{o} * c + ci) * k + kh) * k + kw] = w[((int64_t{o} * k + kh) * k + kw) * c + ci];
+      wn = Init(name + ".weight", {out, c, k, k}, std::move(oihw));
+    }
     const std::string bn = Init(name + ".bias", {out}, std::move(b));
     return Add("Conv", {x, wn, bn},
                {{"kernel_shape", Ints({k, k})}, {"pads", Ints({pad, pad, pad, pad})},
@@ -102,21 +110,22 @@ std::vector<int64_t> ChwToHwc(int h, int w, int c) {
   return col;
 }
 
-}  // namespace
-
-Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params,
-                                       const BuiltinGraphOptions& options) {
+// The built-in `spec` as a graph. layer_layout false: ONNX's layout (input [N, C, H, W],
+// OIHW convolution weights, fc1's columns in CHW order). true: the layer code's (input
+// [N, H, W, C] and the flat vector's own layout, the convolutions reading their inputs and
+// weights through Transpose nodes and fc1 reading an HWC flattening).
+Result<graph::Graph> BuildGraph(const ModelSpec& spec, std::span<const float> params, float dropout,
+                                bool layer_layout) {
   if (IsOnnxModelName(spec.name)) return Status::InvalidArgument("not a built-in model");
   FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
   Builder b(params);
-  const float dropout = options.training_dropout ? spec.dropout : 0.0f;
-  b.g.name = "fedmesh-" + spec.name;
+  b.g.name = "fedmesh-" + spec.name + (layer_layout ? "-layers" : "");
   b.g.opset = 17;
   const bool image = spec.input_shape.size() == 3;
   const int H = image ? spec.input_shape[0] : 1, W = image ? spec.input_shape[1] : 1,
             C = image ? spec.input_shape[2] : 1;
   graph::Dims in_dims = {-1};
-  if (image) {
+  if (image && !layer_layout) {
     in_dims.insert(in_dims.end(), {C, H, W});
   } else {
     for (int d : spec.input_shape) in_dims.push_back(d);
@@ -127,21 +136,24 @@ Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const fl
   std::string x = "x";
   if (spec.name == "cnn") {
     if (!image) return Status::InvalidArgument("cnn needs image input");
-    FM_ASSIGN_OR_RETURN(x, b.Conv(x, C, 32, 5, 2, "conv1"));
+    if (layer_layout) x = b.Add("Transpose", {x}, {{"perm", Ints({0, 3, 1, 2})}});
+    FM_ASSIGN_OR_RETURN(x, b.Conv(x, C, 32, 5, 2, "conv1", layer_layout));
     x = b.Add("Relu", {x});
     x = b.Add("MaxPool", {x}, {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}});
-    FM_ASSIGN_OR_RETURN(x, b.Conv(x, 32, 64, 5, 2, "conv2"));
+    FM_ASSIGN_OR_RETURN(x, b.Conv(x, 32, 64, 5, 2, "conv2", layer_layout));
     x = b.Add("Relu", {x});
     x = b.Add("MaxPool", {x}, {{"kernel_shape", Ints({2, 2})}, {"strides", Ints({2, 2})}});
     const int h = H / 2 / 2, w = W / 2 / 2;
+    if (layer_layout) x = b.Add("Transpose", {x}, {{"perm", Ints({0, 2, 3, 1})}});
     x = b.Add("Flatten", {x}, {{"axis", Int(1)}});
-    FM_ASSIGN_OR_RETURN(x, b.Dense(x, 64 * h * w, 512, "fc1", ChwToHwc(h, w, 64)));
+    FM_ASSIGN_OR_RETURN(x, b.Dense(x, 64 * h * w, 512, "fc1",
+                                   layer_layout ? std::vector<int64_t>{} : ChwToHwc(h, w, 64)));
     x = b.Add("Relu", {x});
     x = b.Dropout(x, dropout);
     FM_ASSIGN_OR_RETURN(x, b.Dense(x, 512, spec.num_classes, "fc2"));
   } else {
     x = b.Add("Flatten", {x}, {{"axis", Int(1)}});
-    std::vector<int64_t> columns = image ? ChwToHwc(H, W, C) : std::vector<int64_t>{};
+    std::vector<int64_t> columns = image && !layer_layout ? ChwToHwc(H, W, C) : std::vector<int64_t>{};
     int in = features, layer = 1;
     if (spec.name == "mlp") {
       for (int h : spec.hidden) {
@@ -162,6 +174,18 @@ Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const fl
   b.g.outputs = {{"y", DType::kFloat32, {-1, spec.num_classes}}};
   FM_RETURN_IF_ERROR(graph::Finalize(&b.g));
   return std::move(b.g);
+}
+
+}  // namespace
+
+Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params,
+                                       const BuiltinGraphOptions& options) {
+  return BuildGraph(spec, params, options.training_dropout ? spec.dropout : 0.0f,
+                    /*layer_layout=*/false);
+}
+
+Result<graph::Graph> BuiltinTrainingGraph(const ModelSpec& spec, std::span<const float> params) {
+  return BuildGraph(spec, params, spec.dropout, /*layer_layout=*/true);
 }
 
 std::string SpecToText(const ModelSpec& spec) {

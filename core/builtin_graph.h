@@ -31,6 +31,16 @@ struct BuiltinGraphOptions {
 Result<graph::Graph> BuiltinModelGraph(const ModelSpec& spec, std::span<const float> params,
                                        const BuiltinGraphOptions& options = {});
 
+// The built-in model as the graph fedmesh trains it on (BuildModel's BuiltinEngine::kGraph):
+// the layer code's layout throughout, so its flat vector is the layer model's, element for
+// element. Its input is the dataset's sample as stored ([N, H, W, C] images, [N, F] tables);
+// convolutions read NCHW through Transpose nodes on their input and on their OHWI weight
+// initializers, and fc1 reads the last pooled map flattened in HWC order, as the layer code
+// does. Dropout nodes where the model has Dropout layers. Not an export format: exports
+// use BuiltinModelGraph.
+// REQUIRES: as BuiltinModelGraph.
+Result<graph::Graph> BuiltinTrainingGraph(const ModelSpec& spec, std::span<const float> params);
+
 // "name=mlp;input=28,28,1;classes=10;hidden=256;dropout=0", and back.
 std::string SpecToText(const ModelSpec& spec);
 Result<ModelSpec> SpecFromText(const std::string& text);

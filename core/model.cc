@@ -8,6 +8,32 @@
 
 namespace fedmesh {
 
+Result<size_t> Model::ConfigureLayers() {
+  if (layers_.empty()) return Status::InvalidArgument("a model needs at least one layer");
+  shapes_.clear();
+  size_t params = 0;
+  SampleShape shape = input_shape_;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    shapes_.push_back(shape);
+    auto out = layers_[i]->Configure(shape);
+    if (!out.ok()) return out.status().WithContext("model '" + name_ + "' layer " + std::to_string(i));
+    shape = *out;
+    params += layers_[i]->num_params();
+  }
+  shapes_.push_back(shape);
+  if (shape != SampleShape{num_classes_}) {
+    return Status::InvalidArgument("model '" + name_ + "' ends in shape " + ShapeToString(shape) +
+                                   " but the data has " + std::to_string(num_classes_) + " classes");
+  }
+  size_t offset = 0;
+  param_offsets_.clear();
+  for (auto& layer : layers_) {
+    param_offsets_.push_back(offset);
+    offset += layer->num_params();
+  }
+  return params;
+}
+
 Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
                                              SampleShape input_shape, int num_classes,
                                              std::vector<std::unique_ptr<Layer>> layers) {
@@ -17,35 +43,38 @@ Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
   m->input_shape_ = input_shape;
   m->num_classes_ = num_classes;
   m->layers_ = std::move(layers);
-  if (m->layers_.empty()) return Status::InvalidArgument("a model needs at least one layer");
-  SampleShape shape = input_shape;
-  for (size_t i = 0; i < m->layers_.size(); ++i) {
-    m->shapes_.push_back(shape);
-    auto out = m->layers_[i]->Configure(shape);
-    if (!out.ok()) {
-      return out.status().WithContext("model '" + m->name_ + "' layer " + std::to_string(i));
-    }
-    shape = *out;
-    m->num_params_ += m->layers_[i]->num_params();
-  }
-  m->shapes_.push_back(shape);
-  if (shape != SampleShape{num_classes}) {
-    return Status::InvalidArgument("model '" + m->name_ + "' ends in shape " +
-                                   ShapeToString(shape) + " but the data has " +
-                                   std::to_string(num_classes) + " classes");
-  }
+  FM_ASSIGN_OR_RETURN(m->num_params_, m->ConfigureLayers());
   m->num_trainable_ = m->num_params_;
   m->params_ = DeviceBuffer<float>(backend, m->num_params_);
   m->grads_ = DeviceBuffer<float>(backend, m->num_params_);
   m->params_ptr_ = m->params_.data();
   m->grads_ptr_ = m->grads_.data();
   backend->Fill(m->grads_.data(), m->num_params_, 0.0f);
-  size_t offset = 0;
-  for (auto& layer : m->layers_) {
-    layer->Bind(m->params_.data() + offset, m->grads_.data() + offset);
-    m->param_offsets_.push_back(offset);
-    offset += layer->num_params();
+  for (size_t i = 0; i < m->layers_.size(); ++i)
+    m->layers_[i]->Bind(m->params_ptr_ + m->param_offsets_[i], m->grads_ptr_ + m->param_offsets_[i]);
+  return m;
+}
+
+Result<std::unique_ptr<Model>> Model::CreateBuiltinOnGraph(std::string name, Backend* backend,
+                                                           SampleShape input_shape, int num_classes,
+                                                           std::vector<std::unique_ptr<Layer>> layers,
+                                                           graph::Graph g) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateFromGraph(name, backend, std::move(g)));
+  if (m->input_shape_ != input_shape || m->num_classes_ != num_classes) {
+    return Status::Internal("model '" + name + "': its graph takes " + ShapeToString(m->input_shape_) +
+                            " to " + std::to_string(m->num_classes_) + " outputs, its layers " +
+                            ShapeToString(input_shape) + " to " + std::to_string(num_classes));
   }
+  m->layers_ = std::move(layers);
+  FM_ASSIGN_OR_RETURN(const size_t n, m->ConfigureLayers());
+  if (n != m->num_params_ || m->num_trainable_ != m->num_params_) {
+    return Status::Internal("model '" + name + "': its graph has " + std::to_string(m->num_params_) +
+                            " parameters, its layers " + std::to_string(n));
+  }
+  for (size_t i = 0; i < m->layers_.size(); ++i)
+    m->layers_[i]->Bind(m->params_ptr_ + m->param_offsets_[i], m->grads_ptr_ + m->param_offsets_[i]);
+  m->builtin_on_graph_ = true;
+  m->initial_params_ = {};  // InitParams draws from the layers, not the graph's initializers
   return m;
 }
 
@@ -86,7 +115,7 @@ Result<std::unique_ptr<Model>> Model::CreateFromGraph(std::string name, Backend*
   return m;
 }
 
-const float* Model::logits() const { return graph_ ? graph_->output(0) : acts_.back(); }
+const float* Model::logits() const { return on_graph() ? graph_->output(0) : acts_.back(); }
 
 bool Model::GraphForward(int batch, bool training, uint64_t seed) {
   Status s = graph_->Forward(batch, training, seed);
@@ -133,7 +162,7 @@ Backend::LossResult Model::Loss(int batch, float* dlogits) {
 }
 
 std::string Model::Summary() const {
-  if (graph_) {
+  if (imported_graph()) {
     std::string s = name_ + ": graph " + graph_->hash().substr(0, 16) + ", input " +
                     ShapeToString(input_shape_) + ", " + std::to_string(graph_->num_trainable()) +
                     " parameters + " + std::to_string(graph_->num_state()) + " state values\n";
@@ -141,7 +170,9 @@ std::string Model::Summary() const {
     return s;
   }
   std::string s = name_ + ": input " + ShapeToString(input_shape_) + ", " +
-                  std::to_string(num_params_) + " parameters\n";
+                  std::to_string(num_params_) + " parameters" +
+                  (graph_ ? ", trained as a graph of " + std::to_string(graph_->graph().nodes.size()) + " nodes" : "") +
+                  "\n";
   for (size_t i = 0; i < layers_.size(); ++i) {
     s += "  " + layers_[i]->Describe() + " -> " + ShapeToString(shapes_[i + 1]) + " (" +
          std::to_string(layers_[i]->num_params()) + " params)\n";
@@ -150,7 +181,7 @@ std::string Model::Summary() const {
 }
 
 void Model::InitParams(uint64_t seed) {
-  if (graph_) {  // the imported initializers are the initial model, whatever the seed
+  if (imported_graph()) {  // the imported initializers are the initial model, whatever the seed
     backend_->CopyFromHost(params_ptr_, initial_params_.data(), initial_params_.size() * sizeof(float));
     return;
   }
@@ -161,7 +192,7 @@ void Model::InitParams(uint64_t seed) {
     layer->InitParams(rng, host.data() + offset);
     offset += layer->num_params();
   }
-  backend_->CopyFromHost(params_.data(), host.data(), host.size() * sizeof(float));
+  backend_->CopyFromHost(params_ptr_, host.data(), host.size() * sizeof(float));
 }
 
 std::vector<float> Model::GetParams() const {
@@ -194,16 +225,22 @@ void Model::Reserve(int max_batch) {
   FM_CHECK_GT(max_batch, 0);
   if (max_batch <= max_batch_) return;
   max_batch_ = max_batch;
+  labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
+  staging_labels_.resize(max_batch);
   if (graph_) {
     // Shapes were checked for one sample at creation; a graph whose shapes hold for one
     // sample but not for a batch (a Reshape to a fixed batch) is a programmer-visible bug.
     const Status s = graph_->Plan(max_batch);
     FM_CHECK(s.ok());
-    labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
-    staging_labels_.resize(max_batch);
     if (!backend_->host_memory()) staging_.resize(ShapeSize(input_shape_) * max_batch);
-    return;
+    return;  // a built-in's layers get their buffers when a DP-SGD pass first needs them
   }
+  ReserveLayerBuffers(max_batch);
+  staging_.resize(ShapeSize(input_shape_) * max_batch);
+}
+
+void Model::ReserveLayerBuffers(int max_batch) {
+  layer_batch_ = max_batch;
   owned_.clear();
   const size_t L = layers_.size();
   auto alloc = [&](size_t floats) {
@@ -229,15 +266,12 @@ void Model::Reserve(int max_batch) {
     if (!needs_dx[i]) break;
     dacts_[i] = layers_[i]->is_view() ? dacts_[i + 1] : alloc(ShapeSize(shapes_[i]) * max_batch);
   }
-  labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
-  staging_.resize(ShapeSize(input_shape_) * max_batch);
-  staging_labels_.resize(max_batch);
   for (auto& layer : layers_) layer->Reserve(backend_, max_batch);
 }
 
 bool Model::TakesChannelsFirst(const Dataset& data) const {
   const SampleShape& d = data.sample_shape;
-  return graph_ != nullptr && d.size() == 3 && d[2] > 1 &&
+  return imported_graph() && d.size() == 3 && d[2] > 1 &&
          input_shape_ == SampleShape{d[2], d[0], d[1]};
 }
 
@@ -258,14 +292,14 @@ Status Model::CheckCompatible(const Dataset& data) const {
   // samples must hold as many values; multi-channel images (HWC) are transposed on the way
   // in (TakesChannelsFirst), single-channel HWC and CHW are the same bytes.
   const bool same_size = data.sample_size() == ShapeSize(input_shape_);
-  if (data.sample_shape != input_shape_ && !((graph_ || input_shape_.size() == 1) && same_size) &&
+  if (data.sample_shape != input_shape_ && !((imported_graph() || input_shape_.size() == 1) && same_size) &&
       !(input_shape_.size() == 1 &&
                                              data.sample_size() == ShapeSize(input_shape_))) {
     return Status::InvalidArgument("data samples have shape " + ShapeToString(data.sample_shape) +
                                    " but model '" + name_ + "' expects " +
                                    ShapeToString(input_shape_));
   }
-  if (graph_ && data.sample_shape.size() == 3 && data.sample_shape[2] > 1 &&
+  if (imported_graph() && data.sample_shape.size() == 3 && data.sample_shape[2] > 1 &&
       data.sample_shape != input_shape_ && !TakesChannelsFirst(data)) {
     return Status::InvalidArgument("images of " + ShapeToString(data.sample_shape) +
                                    " (height x width x channels) do not fit model '" + name_ +
@@ -361,7 +395,7 @@ void Model::Forward(int batch, bool training, uint64_t seed) {
 
 Backend::LossResult Model::ForwardWithLossGradient(int batch, uint64_t seed) {
   FM_CHECK_LE(batch, max_batch_);
-  if (graph_) {
+  if (on_graph()) {
     if (!GraphForward(batch, /*training=*/true, seed)) return {NAN, 0};
     return Loss(batch, graph_->output_grad(0));
   }
@@ -396,7 +430,7 @@ Backend::LossResult Model::ForwardBackwardSgd(int batch, uint64_t seed, float lr
     }
     layer.Backward(*backend_, acts_[i], acts_[i + 1], dacts_[i + 1], dacts_[i], batch);
     if (const size_t n = layer.num_params(); n > 0) {
-      backend_->SgdStep(params_.data() + param_offsets_[i], grads_.data() + param_offsets_[i],
+      backend_->SgdStep(params_ptr_ + param_offsets_[i], grads_ptr_ + param_offsets_[i],
                         /*velocity=*/nullptr, nullptr, n, SgdStepParams{.lr = lr});
     }
   }

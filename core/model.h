@@ -39,12 +39,27 @@ class Model {
   // Fails naming the node for an unsupported op or shapes that do not hold.
   static Result<std::unique_ptr<Model>> CreateFromGraph(std::string name, Backend* backend,
                                                         graph::Graph g);
+  // A built-in model that trains on the graph executor: `g` is its graph in the layer
+  // layout (core/builtin_graph.h BuiltinTrainingGraph), `layers` the same model's layers
+  // (core/model_zoo.cc), bound here to the graph's flat buffers. The graph trains and
+  // evaluates; the layers draw the initial parameters (InitParams gives the layer model's
+  // vector for the same seed) and run DP-SGD's clipping (their batched per-example rules).
+  // graph_model() stays null: to the rest of fedmesh this is the built-in its spec names
+  // (stores, exports, gossip and the aggregator see no graph and no graph hash).
+  // Fails if the graph's flat vector is not the layers' (size) or its input not `input_shape`.
+  static Result<std::unique_ptr<Model>> CreateBuiltinOnGraph(std::string name, Backend* backend,
+                                                             SampleShape input_shape, int num_classes,
+                                                             std::vector<std::unique_ptr<Layer>> layers,
+                                                             graph::Graph g);
   ~Model();
 
   const std::string& name() const { return name_; }
-  // The graph executor of a graph model, else null.
-  graph::GraphModel* graph_model() { return graph_.get(); }
-  const graph::GraphModel* graph_model() const { return graph_.get(); }
+  // The graph executor of a graph model (an imported or adopted graph), else null (a
+  // built-in model, on whichever executor it runs).
+  graph::GraphModel* graph_model() { return builtin_on_graph_ ? nullptr : graph_.get(); }
+  const graph::GraphModel* graph_model() const { return builtin_on_graph_ ? nullptr : graph_.get(); }
+  // The graph executor this model runs on, also for a built-in on the graph, else null.
+  const graph::GraphModel* executor_graph() const { return graph_.get(); }
   // Parameters optimizers step: all of them, except a graph model's state (BatchNorm
   // running statistics), which ends the flat vector and travels with it.
   size_t num_trainable() const { return num_trainable_; }
@@ -137,8 +152,20 @@ class Model {
   // The training forward pass and the loss, with d loss / d logits in dacts_.back().
   Backend::LossResult ForwardWithLossGradient(int batch, uint64_t seed);
 
+  // Configures layers_ against input_shape_ into shapes_; returns their parameter count.
+  Result<size_t> ConfigureLayers();
+  // Allocates the layers' activations and their gradients for batches up to max_batch.
+  void ReserveLayerBuffers(int max_batch);
+  // The graph runs the model (not the layers: a layer model, or a built-in model's DP pass).
+  bool on_graph() const { return graph_ != nullptr && !layer_pass_; }
+  // An imported or adopted graph (its input is the file's), not a built-in on the graph.
+  bool imported_graph() const { return graph_ != nullptr && !builtin_on_graph_; }
+
   std::string name_;
   Backend* backend_ = nullptr;
+  bool builtin_on_graph_ = false;  // CreateBuiltinOnGraph: graph_ and layers_ share the buffers
+  bool layer_pass_ = false;        // a built-in on the graph running its layers (DP-SGD)
+  int layer_batch_ = 0;            // batch ReserveLayerBuffers last sized the layers' buffers for
   SampleShape input_shape_;
   int num_classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;

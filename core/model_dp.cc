@@ -27,7 +27,7 @@ const graph::Node* Model::BatchStatisticsNode() const {
 }
 
 Status Model::SupportsPerExampleClipping() const {
-  if (graph_) {
+  if (imported_graph()) {
     if (const graph::Node* bn = BatchStatisticsNode()) {
       return Status::InvalidArgument(
           "dp-sgd: model '" + name_ + "' has BatchNormalization (node '" + bn->name +
@@ -61,7 +61,18 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
   if (!(clip > 0) || !std::isfinite(clip)) {
     return Status::InvalidArgument("dp-sgd: clip must be a positive finite L2 norm");
   }
-  if (graph_) return GraphForwardBackwardClipped(batch, seed, clip, norms);
+  if (imported_graph()) return GraphForwardBackwardClipped(batch, seed, clip, norms);
+  if (graph_) {
+    // A built-in on the graph: its layers (bound to the same flat buffers) take the
+    // loaded batch, whose samples the graph's input holds in the layers' layout.
+    if (layer_batch_ < max_batch_) ReserveLayerBuffers(max_batch_);
+    std::memcpy(acts_[0], graph_->input(0, batch), ShapeSize(input_shape_) * batch * sizeof(float));
+    layer_pass_ = true;
+  }
+  struct EndLayerPass {
+    bool* flag;
+    ~EndLayerPass() { *flag = false; }
+  } end_layer_pass{&layer_pass_};
   // Forward, then backward for the activations' gradients; the parameter gradients are
   // made below from the clipped examples (a Dense layer's is not also made unclipped here).
   const Backend::LossResult loss = ForwardWithLossGradient(batch, seed);
@@ -122,7 +133,7 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
       // The layer's gradient slice := sum_j scale_j * row_j (its layout is the rows').
       const int len = static_cast<int>(layers_[i]->num_params());
       cblas_sgemv(CblasRowMajor, CblasTrans, batch, len, 1.0f, dp_conv_rows_[i].data(), len,
-                  scale.data(), 1, 0.0f, grads_.data() + param_offsets_[i], 1);
+                  scale.data(), 1, 0.0f, grads_ptr_ + param_offsets_[i], 1);
     }
   }
   return loss;

@@ -1,5 +1,6 @@
 #include "core/model_zoo.h"
 
+#include "core/builtin_graph.h"
 #include "core/graph/graph.h"
 #include "core/layers/activations.h"
 #include "core/layers/conv2d.h"
@@ -39,7 +40,15 @@ Status ValidateModelName(const std::string& name) {
                                  ", or the path of an .onnx file");
 }
 
-Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend) {
+Result<BuiltinEngine> ParseBuiltinEngine(const std::string& text) {
+  if (text == "auto") return BuiltinEngine::kAuto;
+  if (text == "graph") return BuiltinEngine::kGraph;
+  if (text == "layers") return BuiltinEngine::kLayers;
+  return Status::InvalidArgument("engine '" + text + "' is not one of auto, graph, layers");
+}
+
+Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend,
+                                          const BuildModelOptions& options) {
   FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
   if (IsOnnxModelName(spec.name)) {
     auto g = onnx::ReadOnnxFile(spec.name);
@@ -91,7 +100,22 @@ Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backen
   } else {
     return ValidateModelName(spec.name);
   }
-  return Model::Create(spec.name, backend, spec.input_shape, spec.num_classes, std::move(L));
+  const bool on_graph = options.builtin_engine == BuiltinEngine::kGraph ||
+                        (options.builtin_engine == BuiltinEngine::kAuto && backend->host_memory());
+  if (!on_graph) return Model::Create(spec.name, backend, spec.input_shape, spec.num_classes, std::move(L));
+  // The graph needs the parameter count, which the layers know once configured (again,
+  // and checked, by CreateBuiltinOnGraph).
+  size_t num_params = 0;
+  SampleShape shape = spec.input_shape;
+  for (size_t i = 0; i < L.size(); ++i) {
+    auto out = L[i]->Configure(shape);
+    if (!out.ok()) return out.status().WithContext("model '" + spec.name + "' layer " + std::to_string(i));
+    shape = *out;
+    num_params += L[i]->num_params();
+  }
+  FM_ASSIGN_OR_RETURN(graph::Graph g, BuiltinTrainingGraph(spec, std::vector<float>(num_params, 0.0f)));
+  return Model::CreateBuiltinOnGraph(spec.name, backend, spec.input_shape, spec.num_classes,
+                                     std::move(L), std::move(g));
 }
 
 }  // namespace fedmesh

@@ -35,10 +35,28 @@ bool IsOnnxModelName(const std::string& name);
 // finite weights, shapes for one sample) so a bad model fails at config load, not later.
 Status CheckOnnxModelFile(const std::string& path);
 
+// How a built-in model (logreg, mlp, cnn) runs; ONNX models always run on the graph executor.
+enum class BuiltinEngine {
+  kAuto,    // kGraph on a backend with host memory (the CPU), kLayers on a device (CUDA)
+  kGraph,   // the graph executor, on the layer-layout graph (core/builtin_graph.h)
+  kLayers,  // the layer code (core/layers/)
+};
+// "auto" | "graph" | "layers" ([train] engine); InvalidArgument naming the choices otherwise.
+Result<BuiltinEngine> ParseBuiltinEngine(const std::string& text);
+
+struct BuildModelOptions {
+  // Default kAuto. On the CPU the graph executor trains the built-in cnn 1.6-1.8x faster
+  // than the layer code (bench/RESULTS.md) and the mlp as fast; on a GPU the layer code's
+  // cuDNN path is the one measured. Both give the same flat vector (layout and initial
+  // values for a seed) and the same outputs up to rounding, so sites may differ.
+  BuiltinEngine builtin_engine = BuiltinEngine::kAuto;
+};
+
 // Builds (but does not initialise) the model; unknown names or shapes that do not fit
 // (e.g. cnn on tabular data) fail with a sentence naming the problem. An ONNX model is
 // read from its file (spec.input_shape / num_classes are ignored: the file declares
 // them) and fails with InvalidArgument naming the file and node for bad content.
-Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend);
+Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend,
+                                          const BuildModelOptions& options = {});
 
 }  // namespace fedmesh

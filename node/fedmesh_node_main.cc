@@ -242,6 +242,10 @@ int main(int argc, char** argv) {
   app.add_option("--pos-weight", o.trainer.loss.pos_weight, "bce_with_logits: positive-class weight")
       ->capture_default_str();
   app.add_option("--device", o.device, "Compute device: cpu | auto | cuda[:N]")->capture_default_str();
+  std::string engine = "auto";
+  app.add_option("--engine", engine,
+                 "How a built-in model runs: graph | layers | auto (graph on the CPU, layers on a GPU)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "Compute threads (0 = all cores)")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed for model init, shuffling and dropout")->capture_default_str();
   app.add_option("--metrics", o.metrics_path, "Write one JSON line per epoch to this file");
@@ -282,6 +286,12 @@ int main(int argc, char** argv) {
   }
 
   o.data.split_seed = o.partition.seed;  // the held-out split follows the partition seed
+  if (auto e = fedmesh::ParseBuiltinEngine(engine); e.ok()) {
+    o.engine = *e;
+  } else {
+    spdlog::error("--engine: {}", e.status().message());
+    return kExitBadInput;
+  }
   if (auto kind = fedmesh::ParseLossKind(loss); kind.ok()) {
     o.trainer.loss.kind = *kind;
   } else {

@@ -65,7 +65,7 @@ Result<LocalTrainingReport> RunLocalTraining(
   spec.input_shape = train.sample_shape;
   spec.num_classes = std::max(train.num_classes, test.num_classes);
   FM_ASSIGN_OR_RETURN(auto backend, MakeBackend(options.device, options.threads));
-  FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get()));
+  FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, backend.get(), {options.engine}));
   model->InitParams(options.seed);
   FM_RETURN_IF_ERROR(model->SetLoss(options.trainer.loss));
   FM_RETURN_IF_ERROR(model->CheckCompatible(train));

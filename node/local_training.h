@@ -28,6 +28,9 @@ struct LocalTrainingOptions {
   TrainerOptions trainer;         // batch 32, lr 0.01, no momentum by default
   std::string device = "cpu";     // cpu | auto | cuda[:N]
   int threads = 0;                // compute threads; 0 = all cores
+  // How a built-in model runs (core/model_zoo.h): auto = the graph executor on the CPU,
+  // the layer code on a GPU.
+  BuiltinEngine engine = BuiltinEngine::kAuto;
   uint64_t seed = 0;              // model init, shuffling and dropout
   std::string metrics_path;       // JSON lines, one per epoch; empty = none
   std::string save_model_path;    // .onnx | .npz written after training; empty = none

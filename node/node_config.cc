@@ -288,6 +288,11 @@ const ConfigSchema& NodeConfigSchema() {
         FloatKey("train", "prox_mu", 0.0, "FedProx proximal coefficient mu; 0 = plain SGD").Min(0),
         IntKey("train", "threads", 0, "Compute threads; 0 = all cores").Min(0).Max(4096),
         StringKey("train", "device", "cpu", "Where to train: cpu, auto (a GPU when present) or cuda[:N]"),
+        StringKey("train", "engine", "auto",
+                  "How a built-in model (logreg, mlp, cnn) runs: graph (the graph executor), "
+                  "layers (the layer code) or auto (graph on the CPU, layers on a GPU); the "
+                  "same parameters and outputs either way, up to rounding")
+            .Choices({"auto", "graph", "layers"}),
         StringKey("codec", "chain", "none",
                   "Codec chain for updates unless the aggregator prescribes one, e.g. "
                   "topk:0.01|int8|zstd (docs/codecs.md); none = raw float32"),
@@ -379,6 +384,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));
   t.device = v.GetString("train", "device");
+  t.engine = ParseBuiltinEngine(v.GetString("train", "engine")).value();  // Choices checked it
   ExternalTrainerOptions& x = c.external;
   x.node_id = c.node_id;
   x.argv = v.GetStringList("train", "external");

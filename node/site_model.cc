@@ -45,7 +45,7 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
   spec.input_shape = site.train.sample_shape;
   spec.num_classes = std::max(site.train.num_classes, site.test.num_classes);
   FM_ASSIGN_OR_RETURN(site.backend, MakeBackend(t.device, t.threads));
-  FM_ASSIGN_OR_RETURN(site.model, BuildModel(spec, site.backend.get()));
+  FM_ASSIGN_OR_RETURN(site.model, BuildModel(spec, site.backend.get(), {t.engine}));
   site.model->InitParams(t.seed);
   if (own_loss) FM_RETURN_IF_ERROR(site.model->SetLoss(t.trainer.loss));
   FM_RETURN_IF_ERROR(site.model->CheckCompatible(site.train));

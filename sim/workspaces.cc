@@ -14,7 +14,9 @@ Result<Workspaces> Workspaces::Create(const ModelSpec& spec, int threads) {
   Workspaces w;
   for (int i = 0; i < threads; ++i) {
     w.backends_.push_back(MakeCpuBackend(1));
-    FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, w.backends_.back().get()));
+    // The layer code: the batched trainer's stages are its layers, and a client trained
+    // here instead must step exactly as one trained there.
+    FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, w.backends_.back().get(), {BuiltinEngine::kLayers}));
     w.models_.push_back(std::move(model));
   }
   return w;

@@ -31,7 +31,8 @@ Result<std::unique_ptr<BatchedTrainer>> BatchedTrainer::Create(const ModelSpec& 
   // The architecture comes from the model zoo itself, so layer order, parameter layout and
   // the per-layer dropout seeds are those of the Model the sequential Trainer steps.
   t->reference_backend_ = MakeCpuBackend(1);
-  FM_ASSIGN_OR_RETURN(t->reference_, BuildModel(spec, t->reference_backend_.get()));
+  FM_ASSIGN_OR_RETURN(t->reference_,
+                      BuildModel(spec, t->reference_backend_.get(), {BuiltinEngine::kLayers}));
   const Model& model = *t->reference_;
   int width = static_cast<int>(ShapeSize(model.input_shape()));
   size_t offset = 0;

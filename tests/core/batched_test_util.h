@@ -65,7 +65,8 @@ struct ClientCase {
 inline std::vector<ClientCase> MakeClients(const ModelSpec& spec, const std::vector<size_t>& sizes,
                                            bool with_velocity, bool with_anchor) {
   auto backend = MakeCpuBackend(1);
-  auto model = BuildModel(spec, backend.get());
+  // The layer code, as fedmesh-sim's workspaces run a client the batched trainer does not.
+  auto model = BuildModel(spec, backend.get(), {BuiltinEngine::kLayers});
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   std::vector<ClientCase> out;
   for (size_t j = 0; j < sizes.size(); ++j) {
@@ -98,7 +99,8 @@ struct ClientOutcome {
 inline ClientOutcome TrainSequentially(const ModelSpec& spec, const ClientCase& c,
                                        const TrainerOptions& options, int epochs) {
   auto backend = MakeCpuBackend(1);
-  auto model = BuildModel(spec, backend.get());
+  // The layer code, as fedmesh-sim's workspaces run a client the batched trainer does not.
+  auto model = BuildModel(spec, backend.get(), {BuiltinEngine::kLayers});
   EXPECT_TRUE(model.ok());
   EXPECT_TRUE((*model)->SetParams(c.params).ok());
   SeededEnv env(nullptr, c.seed);

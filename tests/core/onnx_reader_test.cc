@@ -285,7 +285,7 @@ TEST(BuiltinGraph, GivesTheLayerModelsOutputs) {
     spec.input_shape = c.shape;
     spec.num_classes = 4;
     spec.hidden = {16, 8};
-    auto layers = BuildModel(spec, be.get());
+    auto layers = BuildModel(spec, be.get(), {BuiltinEngine::kLayers});
     ASSERT_TRUE(layers.ok()) << layers.status().ToString();
     (*layers)->InitParams(5);
     auto g = BuiltinModelGraph(spec, (*layers)->GetParams());

@@ -47,7 +47,7 @@ TEST(StagedBackend, BuiltinAndGraphModelsTrainAsOnTheCpu) {
     spec.hidden = {64};
     spec.dropout = 0.25f;
     StagedCpuBackend staged(1);
-    auto a = BuildModel(spec, cpu.get());
+    auto a = BuildModel(spec, cpu.get(), {BuiltinEngine::kLayers});  // the staged backend runs layers
     auto b = BuildModel(spec, &staged);
     ASSERT_TRUE(a.ok() && b.ok());
     (*a)->InitParams(7);
@@ -83,7 +83,7 @@ TEST(StagedBackend, HostLossesTrainAsOnTheCpu) {
     spec.num_classes = c.outputs;
     spec.hidden = {16};
     StagedCpuBackend staged(1);
-    auto a = BuildModel(spec, cpu.get());
+    auto a = BuildModel(spec, cpu.get(), {BuiltinEngine::kLayers});  // the staged backend runs layers
     auto b = BuildModel(spec, &staged);
     ASSERT_TRUE(a.ok() && b.ok());
     (*a)->InitParams(3);
@@ -105,7 +105,7 @@ TEST(StagedBackend, GradientHookSeesAndChangesHostCopies) {
   spec.name = "mlp";
   spec.hidden = {32};
   auto run = [&](Backend* be, bool hook, std::vector<float>* first_grads) {
-    auto m = BuildModel(spec, be);
+    auto m = BuildModel(spec, be, {BuiltinEngine::kLayers});
     EXPECT_TRUE(m.ok());
     (*m)->InitParams(5);
     TrainerOptions opt = Options();

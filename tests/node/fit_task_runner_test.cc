@@ -42,7 +42,8 @@ class FitTaskRunnerTest : public ::testing::Test {
     spec_.num_classes = 3;
     spec_.hidden = {8};
     spec_.dropout = 0.25f;
-    model_ = std::move(BuildModel(spec_, backend_.get()).value());
+    // The layer code, as fedmesh-sim's workspaces run it beside the batched trainer.
+    model_ = std::move(BuildModel(spec_, backend_.get(), {BuiltinEngine::kLayers}).value());
     model_->InitParams(3);
     chain_ = codec::Chain::Parse("randk:0.3").value();  // the codec seed picks the coordinates
     ctx_.model = model_.get();

@@ -79,6 +79,43 @@ device = "auto"
   EXPECT_FLOAT_EQ(c.training.trainer.sgd.prox_mu, 0.01f);
   EXPECT_EQ(c.training.threads, 2);
   EXPECT_EQ(c.training.device, "auto");
+  EXPECT_EQ(c.training.engine, BuiltinEngine::kAuto);  // the default
+}
+
+// [train] engine picks how a built-in model runs; a value outside the three is refused
+// naming the file, line and key.
+TEST(ConfigNode, EngineKeyIsReadAndCheckedByName) {
+  TempDir dir;
+  std::string path = dir.Write("node.toml", R"([node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[federation]
+id = "f"
+[train]
+engine = "layers"
+)");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->training.engine, BuiltinEngine::kLayers);
+  auto g = LoadNodeConfig(path, {"train.engine=graph"});
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->training.engine, BuiltinEngine::kGraph);
+  std::string bad = dir.Write("bad.toml", R"([node]
+id = "s"
+[aggregator]
+endpoint = "tcp://agg:5555"
+public_key = "agg.pub"
+[federation]
+id = "f"
+[train]
+engine = "graphs"
+)");
+  auto b = LoadNodeConfig(bad, {});
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr(bad + ":9:"));
+  EXPECT_THAT(b.status().message(), HasSubstr("[train] engine: must be one of \"auto\", \"graph\", \"layers\""));
 }
 
 // The site-data keys reach DataSourceSpec; npz:, npy: and images: paths resolve against the
