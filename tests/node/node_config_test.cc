@@ -86,32 +86,19 @@ device = "auto"
 // naming the file, line and key.
 TEST(ConfigNode, EngineKeyIsReadAndCheckedByName) {
   TempDir dir;
-  std::string path = dir.Write("node.toml", R"([node]
-id = "s"
-[aggregator]
-endpoint = "tcp://agg:5555"
-public_key = "agg.pub"
-[federation]
-id = "f"
-[train]
-engine = "layers"
-)");
+  auto config = [&](const std::string& name, const std::string& engine) {
+    return dir.Write(name, "[node]\nid = \"s\"\n[aggregator]\nendpoint = \"tcp://agg:5555\"\n"
+                           "public_key = \"agg.pub\"\n[federation]\nid = \"f\"\n[train]\nengine = \"" +
+                               engine + "\"\n");
+  };
+  const std::string path = config("node.toml", "layers");
   auto r = LoadNodeConfig(path, {});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->training.engine, BuiltinEngine::kLayers);
   auto g = LoadNodeConfig(path, {"train.engine=graph"});
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->training.engine, BuiltinEngine::kGraph);
-  std::string bad = dir.Write("bad.toml", R"([node]
-id = "s"
-[aggregator]
-endpoint = "tcp://agg:5555"
-public_key = "agg.pub"
-[federation]
-id = "f"
-[train]
-engine = "graphs"
-)");
+  const std::string bad = config("bad.toml", "graphs");
   auto b = LoadNodeConfig(bad, {});
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr(bad + ":9:"));
