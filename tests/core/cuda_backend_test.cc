@@ -507,8 +507,9 @@ TEST_F(CudaBackendTest, LocalEpochMatchesCpuForMlpAndCnn) {
     spec.name = c.model;
     spec.hidden = {128};
     spec.dropout = c.dropout;
-    auto cpu_model = BuildModel(spec, &cpu_);
-    auto gpu_model = BuildModel(spec, gpu_.get());
+    // The layer code on both (the GPU's default engine; dropout draws are the layers').
+    auto cpu_model = BuildModel(spec, &cpu_, {BuiltinEngine::kLayers});
+    auto gpu_model = BuildModel(spec, gpu_.get(), {BuiltinEngine::kLayers});
     ASSERT_TRUE(cpu_model.ok() && gpu_model.ok());
     (*cpu_model)->InitParams(7);
     (*gpu_model)->InitParams(7);

@@ -67,10 +67,11 @@ std::vector<Case> Cases() {
 
 TEST(FusedSgd, ForwardBackwardSgdEqualsForwardBackwardThenStepUpToRounding) {
   auto be = MakeCpuBackend(1);
-  for (const Case& c : Cases()) {
-    SCOPED_TRACE(c.name);
-    auto fused = BuildModel(c.spec, be.get());
-    auto split = BuildModel(c.spec, be.get());
+  for (const Case& c : Cases())
+  for (const BuiltinEngine engine : {BuiltinEngine::kLayers, BuiltinEngine::kGraph}) {
+    SCOPED_TRACE(std::string(c.name) + (engine == BuiltinEngine::kGraph ? " on the graph" : " on layers"));
+    auto fused = BuildModel(c.spec, be.get(), {engine});
+    auto split = BuildModel(c.spec, be.get(), {engine});
     ASSERT_TRUE(fused.ok() && split.ok());
     (*fused)->InitParams(7);
     (*split)->InitParams(7);
