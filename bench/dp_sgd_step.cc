@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   auto backend = fedmesh::MakeCpuBackend(threads);
   fedmesh::ModelSpec spec;
   spec.name = model_name;
-  auto model = fedmesh::BuildModel(spec, backend.get());
+  // The layer code on both sides: DP-SGD's clipping runs on the layers of a built-in model
+  // whatever its engine, so the non-private step must too for the ratio to mean overhead.
+  auto model = fedmesh::BuildModel(spec, backend.get(), {fedmesh::BuiltinEngine::kLayers});
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 2;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/check.h"
 #include "core/graph/graph_model.h"
@@ -71,8 +72,17 @@ Result<std::unique_ptr<Model>> Model::CreateBuiltinOnGraph(std::string name, Bac
     return Status::Internal("model '" + name + "': its graph has " + std::to_string(m->num_params_) +
                             " parameters, its layers " + std::to_string(n));
   }
-  for (size_t i = 0; i < m->layers_.size(); ++i)
+  // Each parameterised layer's slice starts where one of the graph's tensors does (its
+  // weight), so a builder that drifted from the layer order fails here, not in training.
+  std::set<size_t> starts;
+  for (const graph::TensorSlot& s : m->graph_->param_slots()) starts.insert(s.offset);
+  for (size_t i = 0; i < m->layers_.size(); ++i) {
+    if (m->layers_[i]->num_params() > 0 && !starts.count(m->param_offsets_[i]))
+      return Status::Internal("model '" + name + "': layer " + std::to_string(i) + " (" +
+                              m->layers_[i]->Describe() + ") starts at parameter " +
+                              std::to_string(m->param_offsets_[i]) + ", no tensor of its graph does");
     m->layers_[i]->Bind(m->params_ptr_ + m->param_offsets_[i], m->grads_ptr_ + m->param_offsets_[i]);
+  }
   m->builtin_on_graph_ = true;
   m->initial_params_ = {};  // InitParams draws from the layers, not the graph's initializers
   return m;
@@ -115,9 +125,12 @@ Result<std::unique_ptr<Model>> Model::CreateFromGraph(std::string name, Backend*
   return m;
 }
 
-const float* Model::logits() const { return on_graph() ? graph_->output(0) : acts_.back(); }
+const float* Model::logits() const {
+  return graph_ && !logits_from_layers_ ? graph_->output(0) : acts_.back();
+}
 
 bool Model::GraphForward(int batch, bool training, uint64_t seed) {
+  logits_from_layers_ = false;
   Status s = graph_->Forward(batch, training, seed);
   if (!s.ok() && status_.ok()) status_ = s.WithContext("model '" + name_ + "'");
   return s.ok();
@@ -346,18 +359,22 @@ void Model::StageTargets(const Dataset& data, const uint32_t* indices, size_t fi
   }
 }
 
+float* Model::InputFor(int batch) {
+  if (!graph_) return acts_[0];
+  if (builtin_on_graph_ && clipped_passes_) {
+    EnsureLayerBuffers();
+    return acts_[0];
+  }
+  FM_CHECK(graph_->Plan(batch).ok());
+  return graph_->input(0, batch);
+}
+
 void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
   StageTargets(data, indices, 0, batch);
   // Gathered straight into the input on a host-memory backend; staged for a device.
-  float* input = nullptr;
-  if (graph_) {
-    FM_CHECK(graph_->Plan(batch).ok());
-    input = graph_->input(0, batch);
-  } else {
-    input = acts_[0];
-  }
+  float* input = InputFor(batch);
   float* dst = backend_->host_memory() ? input : staging_.data();
   const bool channels_first = TakesChannelsFirst(data);
   for (int i = 0; i < batch; ++i) {
@@ -371,11 +388,10 @@ void Model::LoadBatch(const Dataset& data, const uint32_t* indices, int batch) {
 void Model::LoadContiguousBatch(const Dataset& data, size_t first, int batch) {
   FM_CHECK_LE(batch, max_batch_);
   const size_t s = data.sample_size();
-  if (graph_) FM_CHECK(graph_->Plan(batch).ok());
+  float* input = InputFor(batch);
   StageTargets(data, nullptr, first, batch);
   if (host_loss_)
     std::memcpy(staging_labels_.data(), data.labels.data() + first, batch * sizeof(int32_t));
-  float* input = graph_ ? graph_->input(0, batch) : acts_[0];
   if (TakesChannelsFirst(data)) {
     float* dst = backend_->host_memory() ? input : staging_.data();
     for (int i = 0; i < batch; ++i) CopySample(data, first + i, true, dst + i * s);
@@ -387,6 +403,7 @@ void Model::LoadContiguousBatch(const Dataset& data, size_t first, int batch) {
 }
 
 void Model::Forward(int batch, bool training, uint64_t seed) {
+  logits_from_layers_ = true;
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->Forward(*backend_, acts_[i], acts_[i + 1], batch, training,
                         SplitMix64(seed + i));

@@ -130,6 +130,11 @@ class Model {
   // its clipped gradient. Fails, changing nothing, where SupportsPerExampleClipping() does.
   Result<Backend::LossResult> ForwardBackwardClipped(int batch, uint64_t seed, double clip,
                                                      float* norms);
+  // DP-SGD's batches change size every step (Poisson sampling). While on, a built-in model
+  // on the graph executor loads batches straight into its layers, which run its clipped
+  // passes, instead of planning the graph for every batch size; only LoadBatch,
+  // LoadContiguousBatch and ForwardBackwardClipped may run meanwhile. Other models ignore it.
+  void set_clipped_passes(bool on) { clipped_passes_ = on; }
   // OK when ForwardBackwardClipped can run: a layer model whose parameterised layers are
   // Dense or Conv2d (logreg, mlp, cnn) or a graph model without BatchNormalization (it mixes
   // a batch's examples), on a backend with host memory, with a loss that is a plain mean
@@ -156,6 +161,12 @@ class Model {
   Result<size_t> ConfigureLayers();
   // Allocates the layers' activations and their gradients for batches up to max_batch.
   void ReserveLayerBuffers(int max_batch);
+  // A built-in on the graph: sizes its layers' buffers for max_batch_ when they are not.
+  void EnsureLayerBuffers() {
+    if (layer_batch_ < max_batch_) ReserveLayerBuffers(max_batch_);
+  }
+  // Where LoadBatch puts `batch` samples: the graph's input, or the layers' (acts_[0]).
+  float* InputFor(int batch);
   // The graph runs the model (not the layers: a layer model, or a built-in model's DP pass).
   bool on_graph() const { return graph_ != nullptr && !layer_pass_; }
   // An imported or adopted graph (its input is the file's), not a built-in on the graph.
@@ -166,6 +177,8 @@ class Model {
   bool builtin_on_graph_ = false;  // CreateBuiltinOnGraph: graph_ and layers_ share the buffers
   bool layer_pass_ = false;        // a built-in on the graph running its layers (DP-SGD)
   int layer_batch_ = 0;            // batch ReserveLayerBuffers last sized the layers' buffers for
+  bool clipped_passes_ = false;    // set_clipped_passes: a built-in loads into its layers
+  bool logits_from_layers_ = false;  // the last forward pass ran on the layers
   SampleShape input_shape_;
   int num_classes_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;

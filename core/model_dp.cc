@@ -64,9 +64,11 @@ Result<Backend::LossResult> Model::ForwardBackwardClipped(int batch, uint64_t se
   if (imported_graph()) return GraphForwardBackwardClipped(batch, seed, clip, norms);
   if (graph_) {
     // A built-in on the graph: its layers (bound to the same flat buffers) take the
-    // loaded batch, whose samples the graph's input holds in the layers' layout.
-    if (layer_batch_ < max_batch_) ReserveLayerBuffers(max_batch_);
-    std::memcpy(acts_[0], graph_->input(0, batch), ShapeSize(input_shape_) * batch * sizeof(float));
+    // loaded batch, loaded into them (set_clipped_passes) or into the graph's input, which
+    // holds the samples in the layers' layout.
+    EnsureLayerBuffers();
+    if (!clipped_passes_)
+      std::memcpy(acts_[0], graph_->input(0, batch), ShapeSize(input_shape_) * batch * sizeof(float));
     layer_pass_ = true;
   }
   struct EndLayerPass {

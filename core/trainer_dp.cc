@@ -13,6 +13,12 @@ DpSgdEpoch DpSgdEpochOf(size_t n, int batch_size) {
 
 Result<EpochStats> Trainer::TrainStepsDp(const Dataset& data, int64_t max_steps) {
   FM_RETURN_IF_ERROR(model_->SupportsPerExampleClipping());
+  // Batch sizes vary step to step: a built-in on the graph loads them into its layers.
+  model_->set_clipped_passes(true);
+  struct EndClippedPasses {
+    Model* model;
+    ~EndClippedPasses() { model->set_clipped_passes(false); }
+  } end_clipped_passes{model_};
   const DpSgdOptions& dp = options_.dp;
   const size_t n = data.size();
   const DpSgdEpoch epoch = DpSgdEpochOf(n, options_.batch_size);

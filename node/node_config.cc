@@ -291,7 +291,8 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("train", "engine", "auto",
                   "How a built-in model (logreg, mlp, cnn) runs: graph (the graph executor), "
                   "layers (the layer code) or auto (graph on the CPU, layers on a GPU); the "
-                  "same parameters and outputs either way, up to rounding")
+                  "same parameter vector either way, outputs equal up to rounding (dropout "
+                  "masks are drawn differently)")
             .Choices({"auto", "graph", "layers"}),
         StringKey("codec", "chain", "none",
                   "Codec chain for updates unless the aggregator prescribes one, e.g. "

@@ -306,13 +306,14 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     p->input_data.push_back(cursor);
     cursor += NumElements(d);
   }
-  // Reshapes on the CPU (OpKernel::IsView) share their input's buffer, in topological order
-  // so that a view of a view finds the storage: no copy per step (the mlp's Flatten of a
-  // batch of images). Their own slot in the arena stays unused.
+  // Reshapes on the CPU (OpKernel::IsViewFor) share their input's buffer, in topological
+  // order so that a view of a view finds the storage: no copy per step (the mlp's Flatten of
+  // a batch of images). Their own slot in the arena stays unused.
   for (size_t k = 0; k < graph_.nodes.size() && backend_->host_memory(); ++k) {
     const Node& n = graph_.nodes[k];
-    if (!kernels_[k] || !kernels_[k]->IsView() || n.inputs.empty() || n.inputs[0].empty()) continue;
+    if (!kernels_[k] || n.inputs.empty() || n.inputs[0].empty()) continue;
     const ValueRef& in = table.refs.at(n.inputs[0]);
+    if (!kernels_[k]->IsViewFor({dims_of(in)})) continue;
     float* data = in.where == Where::kActivation ? p->act[in.index]
                   : in.where == Where::kInput    ? p->input_data[in.index]
                                                  : nullptr;

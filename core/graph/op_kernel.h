@@ -115,6 +115,11 @@ class OpKernel {
   // output 0 the same buffer as input 0 (an activation or a graph input), and Forward then
   // sees c.out[0] == c.in[0] and must copy nothing. Gradients keep their own buffers.
   virtual bool IsView() const { return false; }
+  // The same for inputs of these shapes (a Transpose that moves only axes of size 1).
+  virtual bool IsViewFor(const std::vector<Dims>& in) const {
+    (void)in;
+    return IsView();
+  }
   // A Relu that alone reads output 0 may run inside this kernel for these shapes
   // (KernelCall::relu_epilogue): saves the Relu's pass over memory each way.
   virtual bool CanFuseRelu(const std::vector<Dims>& in, const std::vector<Dims>& out) const {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "core/backend.h"
@@ -14,6 +15,7 @@
 #include "core/model.h"
 #include "core/model_zoo.h"
 #include "core/rng.h"
+#include "tests/core/staged_cpu_backend.h"
 
 namespace fedmesh {
 namespace {
@@ -169,6 +171,44 @@ TEST(BuiltinEngine, ClippedBackwardIsTheLayersOwn) {
   }
 }
 
+// As DP-SGD's loop runs it (set_clipped_passes): Poisson batches of changing sizes load
+// straight into the layers, the clipped sums and the logits of each pass are the layer
+// model's bit for bit, and the graph takes over again afterwards.
+TEST(BuiltinEngine, ClippedPassesOfChangingSizesLoadIntoTheLayers) {
+  for (const Case& c : {kCases[2], kCases[3]}) {
+    SCOPED_TRACE(c.name + " " + ShapeToString(c.shape));
+    Pair p = Build(SpecOf(c));
+    ASSERT_TRUE(p.graph && p.layers);
+    p.graph->InitParams(6);
+    p.layers->InitParams(6);
+    const Dataset data = RandomData(c.shape, 9, 2);
+    std::vector<uint32_t> order(9);
+    std::iota(order.begin(), order.end(), 0u);
+    for (Model* m : {p.graph.get(), p.layers.get()}) m->Reserve(9);
+    p.graph->set_clipped_passes(true);
+    for (int batch : {3, 7, 1, 9, 4}) {
+      SCOPED_TRACE(batch);
+      std::vector<float> norms_g(batch), norms_l(batch);
+      for (Model* m : {p.graph.get(), p.layers.get()}) m->LoadBatch(data, order.data() + (9 - batch), batch);
+      auto lg = p.graph->ForwardBackwardClipped(batch, 5, 0.3, norms_g.data());
+      auto ll = p.layers->ForwardBackwardClipped(batch, 5, 0.3, norms_l.data());
+      ASSERT_TRUE(lg.ok() && ll.ok());
+      EXPECT_EQ(norms_g, norms_l);
+      EXPECT_EQ(p.graph->GetGrads(), p.layers->GetGrads());
+      EXPECT_EQ(std::vector<float>(p.graph->logits(), p.graph->logits() + batch * 4),
+                std::vector<float>(p.layers->logits(), p.layers->logits() + batch * 4));
+    }
+    p.graph->set_clipped_passes(false);
+    for (Model* m : {p.graph.get(), p.layers.get()}) {
+      m->LoadContiguousBatch(data, 0, 9);
+      m->Evaluate(9);
+    }
+    EXPECT_LT(RelativeMaxDiff(std::vector<float>(p.graph->logits(), p.graph->logits() + 36),
+                              std::vector<float>(p.layers->logits(), p.layers->logits() + 36)),
+              1e-5);
+  }
+}
+
 TEST(BuiltinEngine, ChoiceIsParsedAndLayersStayOnRequest) {
   EXPECT_EQ(*ParseBuiltinEngine("auto"), BuiltinEngine::kAuto);
   EXPECT_EQ(*ParseBuiltinEngine("graph"), BuiltinEngine::kGraph);
@@ -194,6 +234,14 @@ TEST(BuiltinEngine, ChoiceIsParsedAndLayersStayOnRequest) {
   ASSERT_TRUE(on_graph.ok());
   EXPECT_NE((*on_graph)->Summary().find("trained as a graph of"), std::string::npos);
   EXPECT_EQ((*layers)->Summary().find("trained as a graph"), std::string::npos);
+  // A backend without host memory (a GPU's place): auto picks the layers, graph is refused.
+  StagedCpuBackend device(1);
+  auto on_device = BuildModel(spec, &device);
+  ASSERT_TRUE(on_device.ok());
+  EXPECT_EQ((*on_device)->executor_graph(), nullptr);
+  auto graph_on_device = BuildModel(spec, &device, {BuiltinEngine::kGraph});
+  ASSERT_FALSE(graph_on_device.ok());
+  EXPECT_NE(graph_on_device.status().message().find("on the CPU in this version"), std::string::npos);
 }
 
 }  // namespace

@@ -200,9 +200,28 @@ class Transpose final : public OpKernel {
     }
   }
 
+  // Moving only axes of size 1 leaves the values in order: the output can be the input's
+  // buffer (NHWC -> NCHW of one-channel images, OHWI -> OIHW of one-channel kernels).
+  bool IsViewFor(const std::vector<Dims>& in) const override {
+    if (in.empty()) return false;
+    const auto p = Perm(in[0].size());
+    int64_t last = -1;
+    for (int64_t axis : p) {
+      if (in[0][axis] == 1) continue;
+      if (axis < last) return false;
+      last = axis;
+    }
+    return true;
+  }
+
   Status Forward(const KernelCall& c) override {
     const float* x = c.in[0];
     float* y = c.out[0];
+    if (y == x) return Status::OK();  // a view (IsViewFor)
+    if (Blocks b; AsBlockSwap(*c.in_dims[0], &b)) {
+      SwapBlocks(b, x, y, /*accumulate=*/false);
+      return Status::OK();
+    }
     Walk(*c.in_dims[0], [&](int64_t o, int64_t s) { y[o] = x[s]; });
     return Status::OK();
   }
@@ -210,10 +229,66 @@ class Transpose final : public OpKernel {
     if (!c.din[0]) return;
     const float* dy = c.dout[0];
     float* dx = c.din[0];
+    if (Blocks b; AsBlockSwap(*c.in_dims[0], &b)) {
+      std::swap(b.rows, b.cols);  // the output's [cols, rows] blocks back to [rows, cols]
+      SwapBlocks(b, dy, dx, /*accumulate=*/true);
+      return;
+    }
     Walk(*c.in_dims[0], [&](int64_t o, int64_t s) { dx[s] += dy[o]; });
   }
 
  private:
+  // A perm that keeps a prefix and a suffix of axes and swaps the two runs of axes between
+  // them ([0, 3, 1, 2], [0, 2, 3, 1], [0, 2, 1, 3]): `outer` matrices of [rows, cols]
+  // elements of `inner` floats each, transposed to [cols, rows].
+  struct Blocks {
+    int64_t outer = 1, rows = 1, cols = 1, inner = 1;
+  };
+  bool AsBlockSwap(const Dims& x, Blocks* b) const {
+    const auto p = Perm(x.size());
+    const int64_t r = static_cast<int64_t>(p.size());
+    int64_t a = 0;
+    while (a < r && p[a] == a) ++a;
+    if (a == r) return false;  // the identity: the walk copies
+    const int64_t mid = p[a];  // the second run starts at axis mid and comes first
+    int64_t k = a, c = mid;
+    while (k < r && p[k] == c) ++k, ++c;
+    const int64_t end = c;  // the second run is [mid, end)
+    for (int64_t t = a; t < mid; ++t, ++k)
+      if (k >= r || p[k] != t) return false;
+    for (; k < r; ++k)
+      if (p[k] != k || k < end) return false;
+    for (int64_t t = 0; t < a; ++t) b->outer *= x[t];
+    for (int64_t t = a; t < mid; ++t) b->rows *= x[t];
+    for (int64_t t = mid; t < end; ++t) b->cols *= x[t];
+    for (int64_t t = end; t < r; ++t) b->inner *= x[t];
+    return true;
+  }
+  // dst[o][j][i] (+)= src[o][i][j] for i < rows, j < cols, elements of `inner` floats; in
+  // tiles so both sides stay in cache.
+  static void SwapBlocks(const Blocks& b, const float* src, float* dst, bool accumulate) {
+    constexpr int64_t kTile = 16;
+    const int64_t m = b.rows * b.cols * b.inner;
+    for (int64_t o = 0; o < b.outer; ++o) {
+      const float* s = src + o * m;
+      float* d = dst + o * m;
+      for (int64_t i0 = 0; i0 < b.rows; i0 += kTile)
+        for (int64_t j0 = 0; j0 < b.cols; j0 += kTile) {
+          const int64_t i1 = std::min(b.rows, i0 + kTile), j1 = std::min(b.cols, j0 + kTile);
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = j0; j < j1; ++j) {
+              const float* from = s + (i * b.cols + j) * b.inner;
+              float* to = d + (j * b.rows + i) * b.inner;
+              if (accumulate) {
+                for (int64_t e = 0; e < b.inner; ++e) to[e] += from[e];
+              } else {
+                for (int64_t e = 0; e < b.inner; ++e) to[e] = from[e];
+              }
+            }
+        }
+    }
+  }
+
   std::vector<int64_t> perm_;
   std::string label_;
 };
