@@ -241,10 +241,10 @@ void Model::Reserve(int max_batch) {
   labels_ = DeviceBuffer<int32_t>(backend_, max_batch);
   staging_labels_.resize(max_batch);
   if (graph_) {
-    // Shapes were checked for one sample at creation; a graph whose shapes hold for one
-    // sample but not for a batch (a Reshape to a fixed batch) is a programmer-visible bug.
-    const Status s = graph_->Plan(max_batch);
-    FM_CHECK(s.ok());
+    // Plans are made per batch size when a batch is loaded (a worker that only trains never
+    // holds an evaluation-sized plan). Shapes were checked for one sample at creation; a
+    // graph whose shapes hold for one sample but not for a batch (a Reshape to a fixed
+    // batch) fails LoadBatch's check, a programmer-visible bug.
     if (!backend_->host_memory()) staging_.resize(ShapeSize(input_shape_) * max_batch);
     return;  // a built-in's layers get their buffers when a DP-SGD pass first needs them
   }

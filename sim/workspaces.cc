@@ -5,18 +5,21 @@
 #include <algorithm>
 #include <thread>
 
+#include "core/batched/batched_trainer.h"
 #include "core/check.h"
 
 namespace fedmesh {
+
+BuiltinEngine Workspaces::EngineFor(const ModelSpec& spec) {
+  return BatchedTrainer::Trains(spec) ? BuiltinEngine::kLayers : BuiltinEngine::kAuto;
+}
 
 Result<Workspaces> Workspaces::Create(const ModelSpec& spec, int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Workspaces w;
   for (int i = 0; i < threads; ++i) {
     w.backends_.push_back(MakeCpuBackend(1));
-    // The layer code: the batched trainer's stages are its layers, and a client trained
-    // here instead must step exactly as one trained there.
-    FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, w.backends_.back().get(), {BuiltinEngine::kLayers}));
+    FM_ASSIGN_OR_RETURN(auto model, BuildModel(spec, w.backends_.back().get(), {EngineFor(spec)}));
     w.models_.push_back(std::move(model));
   }
   return w;

@@ -35,8 +35,12 @@ class Workspaces {
   // A submitted job; Wait on it before reading what it wrote.
   using Ticket = std::shared_ptr<Task>;
 
-  // `threads` workers (0 = all cores) for models of `spec`.
+  // `threads` workers (0 = all cores) for models of `spec`, built with EngineFor(spec).
   static Result<Workspaces> Create(const ModelSpec& spec, int threads);
+  // How a worker runs a built-in model: the layer code for those the batched trainer trains
+  // (logreg, mlp: a client trained here instead must step exactly as one trained there),
+  // the CPU's default (the graph executor, as fedmesh-node runs it) for the others (cnn).
+  static BuiltinEngine EngineFor(const ModelSpec& spec);
   Workspaces() = default;
   Workspaces(Workspaces&& other) noexcept
       : backends_(std::move(other.backends_)), models_(std::move(other.models_)) {}

@@ -69,6 +69,11 @@ class BatchedTrainer {
   // between calls, so that a client trained again is not uploaded again.
   static constexpr size_t kGpuResidentBytes = size_t{1} << 30;
 
+  // Whether Create can train models of `spec`: the built-ins made of Flatten, Dense, ReLU
+  // and Dropout layers (logreg, mlp).
+  static bool Trains(const ModelSpec& spec) {
+    return !IsOnnxModelName(spec.name) && (spec.name == "logreg" || spec.name == "mlp");
+  }
   // A trainer for models of `spec` (BuildModel's), up to `capacity` >= 1 clients per Train
   // call. Unimplemented for a model with layers other than Flatten/Dense/ReLU/Dropout.
   static Result<std::unique_ptr<BatchedTrainer>> Create(const ModelSpec& spec,

@@ -166,7 +166,10 @@ Status GraphModel::Init(const GraphModelOptions& options) {
 
 Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   if (batch <= 0) return Status::InvalidArgument("batch must be positive");
-  if (plans_.count({batch, slot})) return Status::OK();
+  if (auto it = plans_.find({batch, slot}); it != plans_.end()) {
+    it->second->last_use = ++use_clock_;
+    return Status::OK();
+  }
   const Values_& table = *values_;
   auto p = std::make_unique<Plan_>();
   p->batch = batch;
@@ -465,6 +468,22 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       return true;
     });
   }
+  if (slot == 0 && options_.max_plans > 0) {
+    // The least recently used other sizes go (their buffers with them).
+    for (;;) {
+      size_t kept = 0;
+      auto oldest = plans_.end();
+      for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+        if (it->first.second != 0) continue;
+        ++kept;
+        if (it->second.get() != current_ && (oldest == plans_.end() || it->second->last_use < oldest->second->last_use))
+          oldest = it;
+      }
+      if (kept < static_cast<size_t>(options_.max_plans) || oldest == plans_.end()) break;
+      plans_.erase(oldest);
+    }
+  }
+  p->last_use = ++use_clock_;
   plans_[{batch, slot}] = std::move(p);
   return Status::OK();
 }
@@ -485,6 +504,7 @@ Status GraphModel::Select(int64_t batch, uint32_t slot) {
     return Status::NotFound("no plan for a batch of " + std::to_string(batch) + " in slot " + std::to_string(slot));
   }
   current_ = it->second.get();
+  current_->last_use = ++use_clock_;
   return Status::OK();
 }
 
@@ -495,6 +515,7 @@ Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed, uint32_t
     it = plans_.find({batch, slot});
   }
   current_ = it->second.get();
+  current_->last_use = ++use_clock_;
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
     if (!kernels_[k] || current_->fused[k]) continue;
     KernelCall& c = current_->calls[k];

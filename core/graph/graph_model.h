@@ -52,6 +52,11 @@ struct GraphModelOptions {
   // compiler contracts the fused loops' products into FMAs differently). The fused-away
   // value itself is then not kept (value() of it is unspecified). Default on.
   bool fuse_relu = true;
+  // Plans kept in slot 0 (one per batch size, each with all its activations and
+  // gradients): planning one more drops the least recently used (never the current plan).
+  // Bounds memory where batch sizes vary (the last batch of every client of a simulation,
+  // DP-SGD's Poisson batches). 0 = no bound. Default 4.
+  int max_plans = 4;
 };
 
 // Where one named tensor sits in a flat buffer.
@@ -178,6 +183,7 @@ class GraphModel {
   // Any plan of `batch` (every slot's dims are the same). REQUIRES: one exists.
   const Plan_& AnyPlan(int64_t batch) const;
   Plan_* current_ = nullptr;  // the plan of the last Forward
+  uint64_t use_clock_ = 0;    // ticks at every plan use (Plan_::last_use)
   std::vector<double> dp_sq_;       // ClippedBackward's per-example squared norms
   std::vector<float> dp_scaled_;    // ... and one node's output gradient, rows rescaled
 };

@@ -27,6 +27,7 @@ struct GraphModel::Values_ {
 // Buffers and kernel calls for one batch size.
 struct GraphModel::Plan_ {
   int64_t batch = 0;
+  uint64_t last_use = 0;  // GraphModel::use_clock_ when last planned, selected or run
   std::vector<Dims> act_dims;          // per activation slot
   std::vector<float*> act;             // per activation slot
   std::vector<float*> act_grad;        // per activation slot; null when no gradient flows

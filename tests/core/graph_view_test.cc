@@ -172,5 +172,40 @@ TEST(GraphViews, TransposeOfSizeOneAxesReadsTheInputBuffer) {
   }
 }
 
+// Slot 0 keeps at most max_plans plans: planning one more size drops the least recently
+// used, never the current plan, and a dropped size is planned again on demand with the
+// same results.
+TEST(GraphPlans, LeastRecentlyUsedSizesAreDroppedBeyondTheBound) {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 2}}};
+  g.initializers = {Tensor{"W", DType::kFloat32, {1, 2}, {1.0f, -2.0f}, {}}};
+  g.nodes = {Node{"gemm", "Gemm", {"x", "W"}, {"y"}, {{"transB", Attribute::OfInt(1)}}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto be = MakeCpuBackend(1);
+  GraphModelOptions o;
+  o.max_plans = 2;
+  auto m = GraphModel::Create(g, be.get(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  GraphModel& model = **m;
+  auto run = [&](int64_t n) {
+    EXPECT_TRUE(model.Plan(n).ok());
+    float* x = model.input(0, n);
+    for (int64_t i = 0; i < 2 * n; ++i) x[i] = float(i + 1);
+    EXPECT_TRUE(model.Forward(n, false, 0).ok());
+    return model.output(0)[n - 1];  // the last row: (2n - 1) - 2 (2n)
+  };
+  EXPECT_FLOAT_EQ(run(3), 5.0f - 12.0f);
+  ASSERT_TRUE(model.Plan(1).ok());  // plans {3, 1}
+  ASSERT_TRUE(model.Plan(2).ok());  // 3 is current: 1 goes
+  EXPECT_TRUE(model.Select(3, 0).ok());
+  EXPECT_TRUE(model.Select(2, 0).ok());
+  EXPECT_EQ(model.Select(1, 0).code(), StatusCode::kNotFound);
+  EXPECT_FLOAT_EQ(run(1), 1.0f - 4.0f);  // planned again: 3 (used least recently) goes
+  EXPECT_EQ(model.Select(3, 0).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(model.Select(2, 0).ok());
+  EXPECT_FLOAT_EQ(run(3), 5.0f - 12.0f);
+}
+
 }  // namespace
 }  // namespace fedmesh::graph

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,6 +29,29 @@ bool Eventually(const std::atomic<bool>& flag) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// Models the batched trainer trains stay on the layer code (a client alone steps exactly as
+// in a batch); the cnn, which it does not train, runs on the graph executor as nodes do.
+TEST(Workspaces, EngineFollowsWhatTheBatchedTrainerTrains) {
+  for (const char* name : {"logreg", "mlp", "cnn"}) {
+    SCOPED_TRACE(name);
+    ModelSpec spec;
+    spec.name = name;
+    spec.input_shape = {8, 8, 1};
+    spec.num_classes = 3;
+    spec.hidden = {5};
+    const bool cnn = std::string(name) == "cnn";
+    EXPECT_EQ(Workspaces::EngineFor(spec), cnn ? BuiltinEngine::kAuto : BuiltinEngine::kLayers);
+    auto w = Workspaces::Create(spec, 1);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    bool on_graph = !cnn;
+    ASSERT_TRUE(w->Run(1, [&](size_t, Model& m) {
+                    on_graph = m.executor_graph() != nullptr;
+                    return Status::OK();
+                  }).ok());
+    EXPECT_EQ(on_graph, cnn);
+  }
 }
 
 TEST(Workspaces, SubmittedJobsRunInTheBackgroundWhileTheDriverWorks) {
