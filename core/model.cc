@@ -12,6 +12,7 @@ namespace fedmesh {
 Result<size_t> Model::ConfigureLayers() {
   if (layers_.empty()) return Status::InvalidArgument("a model needs at least one layer");
   shapes_.clear();
+  param_offsets_.clear();
   size_t params = 0;
   SampleShape shape = input_shape_;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -19,18 +20,13 @@ Result<size_t> Model::ConfigureLayers() {
     auto out = layers_[i]->Configure(shape);
     if (!out.ok()) return out.status().WithContext("model '" + name_ + "' layer " + std::to_string(i));
     shape = *out;
+    param_offsets_.push_back(params);
     params += layers_[i]->num_params();
   }
   shapes_.push_back(shape);
   if (shape != SampleShape{num_classes_}) {
     return Status::InvalidArgument("model '" + name_ + "' ends in shape " + ShapeToString(shape) +
                                    " but the data has " + std::to_string(num_classes_) + " classes");
-  }
-  size_t offset = 0;
-  param_offsets_.clear();
-  for (auto& layer : layers_) {
-    param_offsets_.push_back(offset);
-    offset += layer->num_params();
   }
   return params;
 }
@@ -56,18 +52,28 @@ Result<std::unique_ptr<Model>> Model::Create(std::string name, Backend* backend,
   return m;
 }
 
-Result<std::unique_ptr<Model>> Model::CreateBuiltinOnGraph(std::string name, Backend* backend,
-                                                           SampleShape input_shape, int num_classes,
-                                                           std::vector<std::unique_ptr<Layer>> layers,
-                                                           graph::Graph g) {
+Result<std::unique_ptr<Model>> Model::CreateBuiltinOnGraph(
+    std::string name, Backend* backend, SampleShape input_shape, int num_classes,
+    std::vector<std::unique_ptr<Layer>> layers,
+    const std::function<Result<graph::Graph>(size_t num_params)>& make_graph) {
+  // The layers configured once, on a model of their own, say how many parameters the
+  // graph holds; the model made from the graph then takes them over.
+  Model shaped;
+  shaped.name_ = name;
+  shaped.input_shape_ = input_shape;
+  shaped.num_classes_ = num_classes;
+  shaped.layers_ = std::move(layers);
+  FM_ASSIGN_OR_RETURN(const size_t n, shaped.ConfigureLayers());
+  FM_ASSIGN_OR_RETURN(graph::Graph g, make_graph(n));
   FM_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateFromGraph(name, backend, std::move(g)));
   if (m->input_shape_ != input_shape || m->num_classes_ != num_classes) {
     return Status::Internal("model '" + name + "': its graph takes " + ShapeToString(m->input_shape_) +
                             " to " + std::to_string(m->num_classes_) + " outputs, its layers " +
                             ShapeToString(input_shape) + " to " + std::to_string(num_classes));
   }
-  m->layers_ = std::move(layers);
-  FM_ASSIGN_OR_RETURN(const size_t n, m->ConfigureLayers());
+  m->layers_ = std::move(shaped.layers_);
+  m->shapes_ = std::move(shaped.shapes_);
+  m->param_offsets_ = std::move(shaped.param_offsets_);
   if (n != m->num_params_ || m->num_trainable_ != m->num_params_) {
     return Status::Internal("model '" + name + "': its graph has " + std::to_string(m->num_params_) +
                             " parameters, its layers " + std::to_string(n));

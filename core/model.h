@@ -7,6 +7,7 @@
 // Thread-safety: one thread drives a model at a time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,9 +40,10 @@ class Model {
   // Fails naming the node for an unsupported op or shapes that do not hold.
   static Result<std::unique_ptr<Model>> CreateFromGraph(std::string name, Backend* backend,
                                                         graph::Graph g);
-  // A built-in model that trains on the graph executor: `g` is its graph in the layer
-  // layout (core/builtin_graph.h BuiltinTrainingGraph), `layers` the same model's layers
-  // (core/model_zoo.cc), bound here to the graph's flat buffers. The graph trains and
+  // A built-in model that trains on the graph executor: `make_graph(parameter count of
+  // the configured layers)` gives its graph in the layer layout (core/builtin_graph.h
+  // BuiltinTrainingGraph), `layers` are the same model's layers (core/model_zoo.cc), bound
+  // here to the graph's flat buffers. The graph trains and
   // evaluates; the layers draw the initial parameters (InitParams gives the layer model's
   // vector for the same seed) and run DP-SGD's clipping (their batched per-example rules).
   // graph_model() stays null: to the rest of fedmesh this is the built-in its spec names
@@ -50,7 +52,7 @@ class Model {
   static Result<std::unique_ptr<Model>> CreateBuiltinOnGraph(std::string name, Backend* backend,
                                                              SampleShape input_shape, int num_classes,
                                                              std::vector<std::unique_ptr<Layer>> layers,
-                                                             graph::Graph g);
+                                                             const std::function<Result<graph::Graph>(size_t)>& make_graph);
   ~Model();
 
   const std::string& name() const { return name_; }

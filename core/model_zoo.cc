@@ -108,19 +108,10 @@ Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backen
   const bool on_graph = options.builtin_engine == BuiltinEngine::kGraph ||
                         (options.builtin_engine == BuiltinEngine::kAuto && backend->host_memory());
   if (!on_graph) return Model::Create(spec.name, backend, spec.input_shape, spec.num_classes, std::move(L));
-  // The graph needs the parameter count, which the layers know once configured (again,
-  // and checked, by CreateBuiltinOnGraph).
-  size_t num_params = 0;
-  SampleShape shape = spec.input_shape;
-  for (size_t i = 0; i < L.size(); ++i) {
-    auto out = L[i]->Configure(shape);
-    if (!out.ok()) return out.status().WithContext("model '" + spec.name + "' layer " + std::to_string(i));
-    shape = *out;
-    num_params += L[i]->num_params();
-  }
-  FM_ASSIGN_OR_RETURN(graph::Graph g, BuiltinTrainingGraph(spec, std::vector<float>(num_params, 0.0f)));
   return Model::CreateBuiltinOnGraph(spec.name, backend, spec.input_shape, spec.num_classes,
-                                     std::move(L), std::move(g));
+                                     std::move(L), [&](size_t num_params) {
+                                       return BuiltinTrainingGraph(spec, std::vector<float>(num_params, 0.0f));
+                                     });
 }
 
 }  // namespace fedmesh
