@@ -98,6 +98,24 @@ TEST(GraphViews, AFlattenOfTheGraphInputReadsTheInputBuffer) {
   EXPECT_FLOAT_EQ((*m)->output(0)[2], 8 * 1 + 9 * 2 + 10 * 3 + 11 * 4);
 }
 
+// x (input dims, batch first) -> Transpose(perm) -> y, planned for a batch of 2 with x
+// holding 0, 1, 2, ... and run forward.
+std::unique_ptr<GraphModel> PlannedTranspose(Dims x, std::vector<int64_t> perm, Backend* be,
+                                             const GraphModelOptions& o) {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, std::move(x)}};
+  g.nodes = {Node{"t", "Transpose", {"x"}, {"y"}, {{"perm", Attribute::OfInts(std::move(perm))}}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto m = GraphModel::Create(g, be, o);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok() || !(*m)->Plan(2).ok()) return nullptr;
+  float* in = (*m)->input(0, 2);
+  std::iota(in, in + NumElements((*m)->input_dims(0, 2)), 0.0f);
+  EXPECT_TRUE((*m)->Forward(2, true, 0).ok());
+  return std::move(*m);
+}
+
 // x [N, A, B, C] -> Transpose(perm) -> y, every one of the 24 perms: y and dx against an
 // index map written out here. Exercises the block-swap loop (e.g. [0, 3, 1, 2], [0, 2, 1, 3],
 // [2, 3, 0, 1]) and the general walk ([0, 3, 2, 1]) alike.
@@ -109,24 +127,15 @@ TEST(GraphViews, TransposeEveryPermMatchesTheIndexMap) {
   do {
     SCOPED_TRACE(std::to_string(perm[0]) + std::to_string(perm[1]) + std::to_string(perm[2]) +
                  std::to_string(perm[3]));
-    Graph g;
-    g.opset = 17;
-    g.inputs = {{"x", DType::kFloat32, {-1, 3, 4, 5}}};
-    g.nodes = {Node{"t", "Transpose", {"x"}, {"y"}, {{"perm", Attribute::OfInts(perm)}}}};
-    g.outputs = {{"y", DType::kFloat32, {}}};
     GraphModelOptions o;
     o.input_gradients = true;
-    auto m = GraphModel::Create(g, be.get(), o);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE((*m)->Plan(2).ok());
-    float* x = (*m)->input(0, 2);
-    std::iota(x, x + 120, 0.0f);
-    ASSERT_TRUE((*m)->Forward(2, true, 0).ok());
+    auto m = PlannedTranspose({-1, 3, 4, 5}, perm, be.get(), o);
+    ASSERT_NE(m, nullptr);
     std::vector<int64_t> ydims(4), xstride = {60, 20, 5, 1};
     for (int k = 0; k < 4; ++k) ydims[k] = dims[perm[k]];
-    float* dy = (*m)->output_grad(0);
+    float* dy = m->output_grad(0);
     for (int o = 0; o < 120; ++o) dy[o] = 1000.0f + float(o);
-    (*m)->Backward();
+    m->Backward();
     int bad = 0;
     for (int o = 0; o < 120; ++o) {
       // Output index o -> its coordinates -> the input element they name.
@@ -135,8 +144,8 @@ TEST(GraphViews, TransposeEveryPermMatchesTheIndexMap) {
         src += (rest % ydims[k]) * xstride[perm[k]];
         rest /= ydims[k];
       }
-      bad += (*m)->output(0)[o] != float(src);
-      bad += (*m)->input_grad(0)[src] != 1000.0f + float(o);
+      bad += m->output(0)[o] != float(src);
+      bad += m->input_grad(0)[src] != 1000.0f + float(o);
     }
     EXPECT_EQ(bad, 0);
     ++perms;
@@ -148,27 +157,18 @@ TEST(GraphViews, TransposeEveryPermMatchesTheIndexMap) {
 // built-in cnn's graph starts) is a view of its input; one that moves a larger axis is not.
 TEST(GraphViews, TransposeOfSizeOneAxesReadsTheInputBuffer) {
   for (const int64_t channels : {1, 2}) {
-    Graph g;
-    g.opset = 17;
-    g.inputs = {{"x", DType::kFloat32, {-1, 2, 3, channels}}};
-    g.nodes = {Node{"t", "Transpose", {"x"}, {"y"}, {{"perm", Attribute::OfInts({0, 3, 1, 2})}}}};
-    g.outputs = {{"y", DType::kFloat32, {}}};
     auto be = MakeCpuBackend(1);
     GraphModelOptions o;
     o.poison_plans = true;
-    auto m = GraphModel::Create(g, be.get(), o);
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    ASSERT_TRUE((*m)->Plan(2).ok());
-    float* in = (*m)->input(0, 2);
-    const int64_t n = 2 * 6 * channels;
-    std::iota(in, in + n, 0.0f);
-    ASSERT_TRUE((*m)->Forward(2, false, 0).ok());
-    EXPECT_EQ((*m)->output(0) == in, channels == 1);
+    auto m = PlannedTranspose({-1, 2, 3, channels}, {0, 3, 1, 2}, be.get(), o);
+    ASSERT_NE(m, nullptr);
+    const float* in = m->input(0, 2);
+    EXPECT_EQ(m->output(0) == in, channels == 1);
     // [n, h, w, c] -> [n, c, h, w]: element (b, c, p) of the output is input (b, p, c).
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t c = 0; c < channels; ++c)
         for (int64_t p = 0; p < 6; ++p)
-          EXPECT_EQ((*m)->output(0)[(b * channels + c) * 6 + p], in[(b * 6 + p) * channels + c]);
+          EXPECT_EQ(m->output(0)[(b * channels + c) * 6 + p], in[(b * 6 + p) * channels + c]);
   }
 }
 

@@ -61,6 +61,13 @@ TEST(FedmeshNodeCli, UnknownModelIsRejected) {
   EXPECT_NE(r.output.find("unknown model 'resnet'; known models: logreg, mlp, cnn"), std::string::npos) << r.output;
 }
 
+TEST(FedmeshNodeCli, UnknownEngineIsRejected) {
+  auto r = RunNode(std::string(kLocal) + "--model cnn --engine graphs");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--engine: engine 'graphs' is not one of auto, graph, layers"), std::string::npos)
+      << r.output;
+}
+
 TEST(FedmeshNodeCli, NegativeLearningRateIsRejected) {
   auto r = RunNode(std::string(kLocal) + "--lr -0.1");
   EXPECT_EQ(r.exit_code, 2);
