@@ -4,7 +4,8 @@
 //    noise columns and the label, so every bit of accuracy comes through the cut (the
 //    feature party's activations forward, its gradients back). It reaches the accuracy of
 //    an uncut mlp trained centrally on the same rows (and tested on the same held-out ones)
-//    within 2 points on the mean of five jobs (each ~80 test rows; jobs differ by their PSI order).
+//    within 2 points on the mean of twelve jobs (each ~80 test rows; jobs differ by their PSI order,
+//    which each run draws afresh).
 //    The same with staleness 1, with int8 on the cut and every message signed, and with the
 //    top over the summed bottom outputs.
 //  - Micro-batching changes the schedule, not the result: 1 and 4 micro-batches per step
@@ -168,40 +169,44 @@ std::pair<double, double> SplitAndCentral(const Dataset& all_, const Cut& cut = 
   return {split_acc, central->accuracy};
 }
 
-// Five jobs run as `cut` says: each draws its own PSI order, so its own held-out rows (about
+// kJobs jobs run as `cut` says: each draws its own PSI order, so its own held-out rows (about
 // 80 of them); the means compare the methods rather than the draws. Every job >= 0.88, the
-// mean within 2 points of central training's.
-void ExpectFiveJobsAsGoodAsCentral(const Dataset& all, const Cut& cut, const char* what) {
+// mean within 2 points of central training's. With five jobs the summed cut's mean minus
+// central's spread about 0.8 points (standard deviation, 30 local runs) and once fell to
+// -2.2 in CI; twelve jobs narrow it to about 0.5, four deviations from the bar.
+constexpr int kJobs = 12;
+
+void ExpectJobsAsGoodAsCentral(const Dataset& all, const Cut& cut, const char* what) {
   double split = 0, central = 0;
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < kJobs; ++k) {
     const auto [s, c] = SplitAndCentral(all, cut);
     EXPECT_GE(s, 0.88);
-    split += s / 5;
-    central += c / 5;
+    split += s / kJobs;
+    central += c / kJobs;
   }
   std::cout << what << ": mean split accuracy " << split << ", central " << central << "\n";
   EXPECT_GE(split, central - 0.02);
 }
 
 TEST_F(SplitJobTest, BreastCancerLearnsThroughTheCutAsWellAsCentralTraining) {
-  ExpectFiveJobsAsGoodAsCentral(all_, {}, "exact steps");
+  ExpectJobsAsGoodAsCentral(all_, {}, "exact steps");
 }
 
 // Staleness 1 (the next step's forwards before this step's gradients are in) learns as
-// well: the same five jobs with 4 micro-batches, held to the same bars as exact steps.
+// well: the same jobs with 4 micro-batches, held to the same bars as exact steps.
 TEST_F(SplitJobTest, StalenessOneLearnsAsWellAsCentralTraining) {
-  ExpectFiveJobsAsGoodAsCentral(all_, {.staleness = 1, .microbatches = 4}, "staleness 1");
+  ExpectJobsAsGoodAsCentral(all_, {.staleness = 1, .microbatches = 4}, "staleness 1");
 }
 
 // Activations and gradients as int8 (one scale per 256 values), every message signed: the
-// same five jobs, held to the same bars.
+// same jobs, held to the same bars.
 TEST_F(SplitJobTest, Int8CutSignedLearnsAsWellAsCentralTraining) {
-  ExpectFiveJobsAsGoodAsCentral(all_, {.wire = CutWire::kInt8, .sign = true}, "int8, signed");
+  ExpectJobsAsGoodAsCentral(all_, {.wire = CutWire::kInt8, .sign = true}, "int8, signed");
 }
 
 // The top over the sum of the bottoms' outputs (each 8 wide) instead of their concatenation.
 TEST_F(SplitJobTest, SummedCutLearnsAsWellAsCentralTraining) {
-  ExpectFiveJobsAsGoodAsCentral(all_, {.combine = CutCombine::kSum}, "sum");
+  ExpectJobsAsGoodAsCentral(all_, {.combine = CutCombine::kSum}, "sum");
 }
 
 // Drives a label party and one feature party by hand, message by message.
