@@ -49,7 +49,7 @@ DpSgdEpoch DpSgdEpochOf(size_t n, int batch_size);
 
 struct TrainerOptions {
   int batch_size = 32;       // samples per SGD step; the last partial batch is used too
-  int eval_batch_size = 500; // samples per forward pass when evaluating
+  int eval_batch_size = 100; // samples per forward pass when evaluating
   SgdOptions sgd;            // lr 0.01, no momentum, no weight decay, no FedProx by default
   LossOptions loss;          // softmax cross-entropy by default (core/loss.h)
   DpSgdOptions dp;           // off by default

@@ -293,11 +293,8 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   if (options_.input_gradients)
     for (const Dims& d : input_dims) grad_floats += NumElements(d);
   p->arena = DeviceBuffer<float>(backend_, floats);
-  p->grad_arena = DeviceBuffer<float>(backend_, grad_floats);
-  if (options_.poison_plans) {
-    backend_->Fill(p->arena.data(), floats, std::nanf(""));
-    backend_->Fill(p->grad_arena.data(), grad_floats, std::nanf(""));
-  }
+  p->grad_floats = grad_floats;  // allocated by BindGradients
+  if (options_.poison_plans) backend_->Fill(p->arena.data(), floats, std::nanf(""));
   float* cursor = p->arena.data();
   p->act.assign(table.num_acts, nullptr);
   p->act_grad.assign(table.num_acts, nullptr);
@@ -322,22 +319,25 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
                                                  : nullptr;
     if (data != nullptr) p->act[table.refs.at(n.outputs[0]).index] = data;
   }
-  float* gcursor = p->grad_arena.data();
+  // Gradient offsets (the buffer itself waits for BindGradients).
+  size_t gcursor = 0;
+  p->act_grad_offset.assign(table.num_acts, Plan_::kNoGrad);
   for (size_t a = 0; a < table.num_acts; ++a)
     if (is_output[a]) {
-      p->act_grad[a] = gcursor;
+      p->act_grad_offset[a] = gcursor;
       gcursor += NumElements(p->act_dims[a]);
     }
-  p->output_grad_floats = gcursor - p->grad_arena.data();
+  p->output_grad_floats = gcursor;
   for (size_t a = 0; a < table.num_acts; ++a)
     if (act_needs_grad[a] && !is_output[a]) {
-      p->act_grad[a] = gcursor;
+      p->act_grad_offset[a] = gcursor;
       gcursor += NumElements(p->act_dims[a]);
     }
   p->input_grad.assign(graph_.inputs.size(), nullptr);
+  p->input_grad_offset.assign(graph_.inputs.size(), Plan_::kNoGrad);
   for (size_t k = 0; k < graph_.inputs.size(); ++k)
     if (options_.input_gradients) {
-      if (graph_.inputs[k].dtype == DType::kFloat32) p->input_grad[k] = gcursor;
+      if (graph_.inputs[k].dtype == DType::kFloat32) p->input_grad_offset[k] = gcursor;
       gcursor += NumElements(input_dims[k]);
     }
   // Kernel calls.
@@ -351,13 +351,9 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
     }
     return nullptr;
   };
+  // Activation and input gradients are pointed at by BindGradients.
   auto grad_of = [&](const ValueRef& r) -> float* {
-    switch (r.where) {
-      case Where::kInput: return p->input_grad[r.index];
-      case Where::kParam: return grads_.data() + r.index;
-      case Where::kActivation: return p->act_grad[r.index];
-      default: return nullptr;
-    }
+    return r.where == Where::kParam ? grads_.data() + r.index : nullptr;
   };
   p->calls.resize(graph_.nodes.size());
   for (size_t k = 0; k < graph_.nodes.size(); ++k) {
@@ -388,7 +384,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       const ValueRef& r = table.refs.at(n.outputs[o]);
       c.out.push_back(p->act[r.index]);
       c.out_dims.push_back(&node_out[k][o]);
-      c.dout.push_back(p->act_grad[r.index]);
+      c.dout.push_back(nullptr);
     }
     c.workspace = cursor;
     cursor += workspace[k];
@@ -396,9 +392,9 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   for (const auto& [k, j] : fusions) {
     KernelCall& c = p->calls[k];
     c.out[0] = p->calls[j].out[0];
-    c.dout[0] = p->calls[j].dout[0];
     c.relu_epilogue = true;
   }
+  p->fusions = std::move(fusions);
   // The fused-SGD variant of the calls.
   // A parameter read by one kernel that writes its gradient in one pass (CanStepInput):
   // Backward lets the kernel overwrite its gradient instead of zeroing and accumulating,
@@ -425,7 +421,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
         plain.overwrite_input[i] = true;
         single.insert(r.index);
       } else if (r.where == Where::kActivation && act_uses[r.index] == 1 && !is_output[r.index] &&
-                 p->act_grad[r.index] != nullptr && kernels_[k]->CanOverwriteInputGradient(i)) {
+                 act_needs_grad[r.index] && kernels_[k]->CanOverwriteInputGradient(i)) {
         for (KernelCall* c : {&plain, &sgd}) {
           c->overwrite_input.resize(n.inputs.size(), false);
           c->overwrite_input[i] = true;
@@ -451,7 +447,7 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
       if (!act_overwritten[a]) add_range(p->act_grad_zero, offset, size);
       offset += size;
     }
-    add_range(p->act_grad_zero, offset, p->grad_arena.size() - offset);  // input gradients
+    add_range(p->act_grad_zero, offset, p->grad_floats - offset);  // input gradients
   }
   for (const TensorSlot& s : param_slots_) {
     if (single.count(s.offset)) continue;
@@ -486,6 +482,34 @@ Status GraphModel::Plan(int64_t batch, uint32_t slot) {
   p->last_use = ++use_clock_;
   plans_[{batch, slot}] = std::move(p);
   return Status::OK();
+}
+
+void GraphModel::BindGradients(Plan_& p) {
+  if (p.grads_bound) return;
+  p.grad_arena = DeviceBuffer<float>(backend_, p.grad_floats);
+  if (options_.poison_plans) backend_->Fill(p.grad_arena.data(), p.grad_floats, std::nanf(""));
+  backend_->Fill(p.grad_arena.data(), p.output_grad_floats, 0.0f);
+  float* base = p.grad_arena.data();
+  auto at = [&](size_t offset) { return offset == Plan_::kNoGrad ? nullptr : base + offset; };
+  const Values_& table = *values_;
+  for (size_t a = 0; a < table.num_acts; ++a) p.act_grad[a] = at(p.act_grad_offset[a]);
+  for (size_t k = 0; k < graph_.inputs.size(); ++k) p.input_grad[k] = at(p.input_grad_offset[k]);
+  for (size_t k = 0; k < graph_.nodes.size(); ++k) {
+    if (!kernels_[k]) continue;
+    const Node& n = graph_.nodes[k];
+    for (KernelCall* c : {&p.calls[k], &p.sgd_calls[k]}) {
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty() || kernels_[k]->IsIndexInput(i) || kernels_[k]->IsStateInput(i)) continue;
+        const ValueRef& r = table.refs.at(n.inputs[i]);
+        if (r.where == Where::kInput) c->din[i] = p.input_grad[r.index];
+        if (r.where == Where::kActivation) c->din[i] = p.act_grad[r.index];
+      }
+      for (size_t o = 0; o < n.outputs.size(); ++o)
+        if (!n.outputs[o].empty()) c->dout[o] = p.act_grad[table.refs.at(n.outputs[o]).index];
+    }
+  }
+  for (const auto& [k, j] : p.fusions) p.calls[k].dout[0] = p.sgd_calls[k].dout[0] = p.calls[j].dout[0];
+  p.grads_bound = true;
 }
 
 const GraphModel::Plan_& GraphModel::AnyPlan(int64_t batch) const {
@@ -524,7 +548,8 @@ Status GraphModel::Forward(int64_t batch, bool training, uint64_t seed, uint32_t
     Status s = kernels_[k]->Forward(c);
     if (!s.ok()) return s;
   }
-  backend_->Fill(current_->grad_arena.data(), current_->output_grad_floats, 0.0f);
+  if (training) BindGradients(*current_);
+  if (current_->grads_bound) backend_->Fill(current_->grad_arena.data(), current_->output_grad_floats, 0.0f);
   return Status::OK();
 }
 
@@ -544,12 +569,14 @@ const Dims& GraphModel::output_dims_for(size_t k, int64_t batch) const {
 
 float* GraphModel::output_grad(size_t k) {
   FM_CHECK(current_ != nullptr);
+  BindGradients(*current_);
   return current_->act_grad[values_->refs.at(graph_.outputs[k].name).index];
 }
 
 void GraphModel::Backward() {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
+  BindGradients(p);
   for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.grad_zero) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;)
@@ -559,6 +586,7 @@ void GraphModel::Backward() {
 void GraphModel::BackwardSgd(float lr) {
   FM_CHECK(current_ != nullptr);
   Plan_& p = *current_;
+  BindGradients(p);
   for (const auto& [offset, size] : p.act_grad_zero) backend_->Fill(p.grad_arena.data() + offset, size, 0.0f);
   for (const auto& [offset, size] : p.sgd_rest) backend_->Fill(grads_.data() + offset, size, 0.0f);
   for (size_t k = graph_.nodes.size(); k-- > 0;) {
@@ -574,6 +602,12 @@ void GraphModel::BackwardSgd(float lr) {
 size_t GraphModel::num_fused_relus(int64_t batch) const {
   const std::vector<bool>& f = AnyPlan(batch).fused;
   return static_cast<size_t>(std::count(f.begin(), f.end(), true));
+}
+
+size_t GraphModel::planned_bytes() const {
+  size_t floats = 0;
+  for (const auto& [key, p] : plans_) floats += p->arena.size() + p->grad_arena.size();
+  return floats * sizeof(float);
 }
 
 const float* GraphModel::input_grad(size_t k) const {

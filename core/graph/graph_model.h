@@ -11,9 +11,10 @@
 // rank-0 floats are constants (shapes, axes, the 2.0 of a Pow, an epsilon), as are the
 // outputs of Constant nodes.
 //
-// Buffers are planned once per batch size (Plan): every activation, gradient and kernel
-// workspace is allocated then, so Forward and Backward allocate nothing. Forward runs the
-// nodes in topological order, Backward in reverse.
+// Buffers are planned once per batch size (Plan): every activation and kernel workspace
+// is allocated then, the gradients at the plan's first training Forward (so a plan that
+// only evaluates, such as the test set's, holds none), and Forward and Backward allocate
+// nothing after that. Forward runs the nodes in topological order, Backward in reverse.
 //
 // Where it runs: on the backend it is given. Every buffer (parameters, gradients,
 // activations, inputs, constants) is in the backend's memory, so every pointer this class
@@ -148,6 +149,9 @@ class GraphModel {
   // Relus of the plan for `batch` that run inside the node before them (fuse_relu).
   // REQUIRES: Plan(batch) succeeded.
   size_t num_fused_relus(int64_t batch) const;
+  // Bytes the plans hold now (activations, inputs, workspaces and gradients of every batch
+  // size and slot); the parameters and their gradients are not counted.
+  size_t planned_bytes() const;
   // Any value of the last Forward by name (tests, debugging); null if unknown.
   const float* value(const std::string& name, Dims* dims = nullptr) const;
 
@@ -164,6 +168,9 @@ class GraphModel {
   Status Init(const GraphModelOptions& options);
   // Which inputs of node k are trainable parameters.
   std::vector<bool> ParamInputs(size_t k) const;
+  // Allocates p's gradient buffer (output gradients zeroed) and points p's gradients and
+  // its calls at it; once per plan.
+  void BindGradients(Plan_& p);
 
   Graph graph_;
   std::string hash_;

@@ -3,6 +3,7 @@
 // implement GraphModel (graph_model.cc, graph_model_dp.cc); nothing else includes it.
 #pragma once
 
+#include <cstdint>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -51,8 +52,18 @@ struct GraphModel::Plan_ {
   std::vector<bool> fused;
   std::vector<Dims> input_dims;        // per graph input
   std::vector<std::vector<Dims>> node_in, node_out;  // per node: what the calls point at
+  std::vector<std::pair<size_t, size_t>> fusions;    // (producer, Relu) node pairs
   DeviceBuffer<float> arena;           // activations, workspaces
-  DeviceBuffer<float> grad_arena;      // output gradients first, then the rest
+  // Output gradients first, then the rest. Allocated by GraphModel::BindGradients at the
+  // plan's first training Forward (or output_grad / Backward), so a plan that only
+  // evaluates holds none; until then act_grad, input_grad and the calls' activation and
+  // input gradient pointers are null.
+  DeviceBuffer<float> grad_arena;
+  bool grads_bound = false;
+  size_t grad_floats = 0;              // grad_arena's size once bound
+  static constexpr size_t kNoGrad = SIZE_MAX;
+  std::vector<size_t> act_grad_offset;    // per activation slot: offset in grad_arena or kNoGrad
+  std::vector<size_t> input_grad_offset;  // per graph input: the same
   size_t output_grad_floats = 0;       // the head of grad_arena that Backward keeps
 };
 

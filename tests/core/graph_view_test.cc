@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -205,6 +206,69 @@ TEST(GraphPlans, LeastRecentlyUsedSizesAreDroppedBeyondTheBound) {
   EXPECT_EQ(model.Select(3, 0).code(), StatusCode::kNotFound);
   EXPECT_TRUE(model.Select(2, 0).ok());
   EXPECT_FLOAT_EQ(run(3), 5.0f - 12.0f);
+}
+
+// A plan's gradient buffer is allocated at its first training Forward (or when a gradient
+// is asked for): a size that only evaluates (the test set's) holds its activations and
+// nothing more, and gradients computed after an evaluation Forward equal a training one's.
+TEST(GraphPlans, GradientsAreAllocatedOnlyForSizesThatTrain) {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 3}}};
+  g.initializers = {Tensor{"W1", DType::kFloat32, {4, 3}, {1, -2, 3, -1, 2, 1, 0.5f, 1, -1, 2, 0, 1}, {}},
+                    Tensor{"W2", DType::kFloat32, {2, 4}, {1, 2, -1, 0.5f, -2, 1, 1, 1}, {}}};
+  g.nodes = {Node{"fc1", "Gemm", {"x", "W1"}, {"h"}, {{"transB", Attribute::OfInt(1)}}},
+             Node{"relu", "Relu", {"h"}, {"r"}, {}},
+             Node{"fc2", "Gemm", {"r", "W2"}, {"y"}, {{"transB", Attribute::OfInt(1)}}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  auto be = MakeCpuBackend(1);
+  GraphModelOptions o;
+  o.poison_plans = true;  // a gradient read before it is written shows as NaN
+  auto m = GraphModel::Create(g, be.get(), o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  GraphModel& model = **m;
+  const int64_t n = 100;
+  auto load = [&] {
+    float* x = model.input(0, n);
+    for (int64_t i = 0; i < 3 * n; ++i) x[i] = float(i % 7) - 3.0f;
+  };
+  auto backward = [&] {
+    float* dy = model.output_grad(0);
+    for (int64_t i = 0; i < 2 * n; ++i) dy[i] = float(i % 5) - 2.0f;
+    model.Backward();
+    return std::vector<float>(model.grads(), model.grads() + model.num_flat());
+  };
+  ASSERT_TRUE(model.Plan(n).ok());
+  load();
+  ASSERT_TRUE(model.Forward(n, false, 0).ok());
+  // Activations h, r, y and the input, 100 x (4 + 4 + 2 + 3) floats, and the Gemms'
+  // small workspaces: no gradient.
+  const size_t eval_bytes = model.planned_bytes();
+  EXPECT_GE(eval_bytes, size_t{100 * 13 * 4});
+  EXPECT_LT(eval_bytes, size_t{100 * 13 * 4 + 100 * 10 * 4});
+  ASSERT_TRUE(model.Forward(n, false, 0).ok());
+  EXPECT_EQ(model.planned_bytes(), eval_bytes);
+  // Asked for after an evaluation Forward: bound then, zeroed, and right.
+  const std::vector<float> after_eval = backward();
+  // Then the gradients of y, r and h join: 100 x (2 + 4 + 4) floats.
+  const size_t train_bytes = model.planned_bytes();
+  EXPECT_EQ(train_bytes, eval_bytes + size_t{100 * 10 * 4});
+  ASSERT_TRUE(model.Forward(n, true, 0).ok());
+  EXPECT_EQ(model.planned_bytes(), train_bytes);  // once per plan
+  EXPECT_EQ(backward(), after_eval);
+  for (float v : after_eval) EXPECT_TRUE(std::isfinite(v));
+  // A fresh model that trains first computes the same gradients.
+  auto fresh = GraphModel::Create(g, be.get(), o);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE((*fresh)->Plan(n).ok());
+  float* x = (*fresh)->input(0, n);
+  for (int64_t i = 0; i < 3 * n; ++i) x[i] = float(i % 7) - 3.0f;
+  ASSERT_TRUE((*fresh)->Forward(n, true, 0).ok());
+  EXPECT_EQ((*fresh)->planned_bytes(), train_bytes);
+  float* dy = (*fresh)->output_grad(0);
+  for (int64_t i = 0; i < 2 * n; ++i) dy[i] = float(i % 5) - 2.0f;
+  (*fresh)->Backward();
+  EXPECT_EQ(std::vector<float>((*fresh)->grads(), (*fresh)->grads() + (*fresh)->num_flat()), after_eval);
 }
 
 }  // namespace
