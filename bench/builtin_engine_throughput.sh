@@ -7,7 +7,8 @@
 # same flat vector and initial values; they differ by float rounding and dropout draws).
 #   bench/builtin_engine_throughput.sh
 # Environment: THREADS (2), REPEATS (3), BATCH (32), BUILD (build), MODELS ("logreg mlp cnn"),
-#   CNN_PARTITIONS (5: the cnn trains on 12000 samples), WORK (BUILD/bench-engine).
+#   CNN_PARTITIONS (5: the cnn trains on 12000 samples), WORK (BUILD/bench-engine), DEVICE (cpu;
+#   cuda compares the two engines on a GPU: bench/gpu_device_run.sh's engine step).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
@@ -16,6 +17,7 @@ repeats=${REPEATS:-3}
 batch=${BATCH:-32}
 models=${MODELS:-logreg mlp cnn}
 cnn_parts=${CNN_PARTITIONS:-5}
+device=${DEVICE:-cpu}
 work=${WORK:-$build/bench-engine}
 node="$build/bin/fedmesh-node"
 [[ -x "$node" ]] || { echo "build first: scripts/build.sh" >&2; exit 2; }
@@ -29,13 +31,13 @@ run() {
   rm -f "$m"
   if ! "$node" --local-only --model "$1" --hidden 256 --data fashion-mnist --num-partitions "$3" \
       --index 0 --epochs 1 --batch "$batch" --lr 0.01 --momentum 0.9 --threads "$threads" \
-      --engine "$2" --metrics "$m" >"$log" 2>&1; then
+      --engine "$2" --device "$device" --metrics "$m" >"$log" 2>&1; then
     cat "$log" >&2; exit 1
   fi
   echo "$(field epoch_samples_per_s <"$m") $(field test_accuracy <"$m")"
 }
 
-echo "threads $threads, batch $batch, repeats $repeats (best of each)" >&2
+echo "device $device, threads $threads, batch $batch, repeats $repeats (best of each)" >&2
 printf "%-7s %12s %12s %7s %9s %9s\n" model graph_sps layers_sps ratio acc_graph acc_layers
 for model in $models; do
   parts=1

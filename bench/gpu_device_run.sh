@@ -9,14 +9,17 @@
 #   bench/gpu_train_throughput.sh, bench/gpu_batched_clients.sh, fedmesh_gpu_codec_throughput;
 #   graph: imported ONNX models (.gpu/onnx/, exported by bench/gpu_bundle.sh) trained for an
 #     epoch on the GPU by fedmesh-node vs PyTorch on the same GPU (bench/graph_train_torch.py);
-#   allreduce: two fedmesh-node ranks in [train] mode = "allreduce" with device = "cuda".
-#   OUT=/tmp/out STEPS="tests full node train batched codec graph allreduce" bench/gpu_device_run.sh
-# Environment: OUT (runs/gpu), STEPS (all eight), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
+#   allreduce: two fedmesh-node ranks in [train] mode = "allreduce" with device = "cuda";
+#   engine: the built-ins on the GPU on the graph executor vs their layer code
+#     (bench/builtin_engine_throughput.sh with DEVICE, one epoch each, best of REPEATS): what
+#     [train] engine = "auto" should pick on a GPU.
+#   OUT=/tmp/out STEPS="tests full node train batched codec graph allreduce engine" bench/gpu_device_run.sh
+# Environment: OUT (runs/gpu), STEPS (all nine), REPEATS (2), ROUNDS (3), FULL_TIMEOUT (400 s
 # per shard of the full suites).
 # DRY_RUN=1 checks the graph and allreduce steps on a machine without a GPU before device time
 # is spent on them: no bundle, the local build (build/), ONNX models exported into a scratch
 # folder, everything on device cpu (PyTorch too):
-#   DRY_RUN=1 STEPS="graph allreduce" REPEATS=1 bench/gpu_device_run.sh
+#   DRY_RUN=1 STEPS="graph allreduce engine" REPEATS=1 bench/gpu_device_run.sh
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -24,7 +27,7 @@ cd "$root"
 # tool returns at most 8 files); the summary is printed.
 final=${OUT:-$root/runs/gpu}
 out=$(mktemp -d)
-steps=${STEPS:-tests full node train batched codec graph allreduce}
+steps=${STEPS:-tests full node train batched codec graph allreduce engine}
 build=$root/build
 mkdir -p "$final" "$build"
 status=0
@@ -193,6 +196,11 @@ lr = 0.1"
   for i in 1 2; do tail -1 "$ar/run/site-$i.jsonl" | tee "$out/allreduce_last$i.json" | grep -o '"test_accuracy":[0-9.]*\|"model_sha256":"[0-9a-f]*"'; done
   s1=$(grep -o '"model_sha256":"[0-9a-f]*"' "$out/allreduce_last1.json"); s2=$(grep -o '"model_sha256":"[0-9a-f]*"' "$out/allreduce_last2.json")
   if [[ -n "$s1" && "$s1" == "$s2" ]]; then echo "allreduce: both ranks end with the same model"; else echo "allreduce: models differ"; status=1; fi
+fi
+if want engine; then
+  step "built-in models on device $device: graph executor vs layer code, one epoch, best of ${REPEATS:-2}"
+  DEVICE=$device REPEATS=${REPEATS:-2} THREADS=1 BUILD=$build WORK=$out/engine \
+    timeout 900 bash bench/builtin_engine_throughput.sh 2>"$out/engine.log" | tee "$out/engine.txt" || status=1
 fi
 tar -C "$out" -czf "$final/logs.tar.gz" .
 step "done: status $status"

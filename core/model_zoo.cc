@@ -100,11 +100,6 @@ Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backen
   } else {
     return ValidateModelName(spec.name);
   }
-  if (options.builtin_engine == BuiltinEngine::kGraph && !backend->host_memory()) {
-    // The graph's CUDA Conv, pooling and Gemm kernels have not run on a GPU yet (docs/gpu.md).
-    return Status::InvalidArgument("engine \"graph\" runs the built-in models on the CPU in this version, not on " +
-                                   backend->name() + ": use engine \"auto\" or \"layers\" there");
-  }
   const bool on_graph = options.builtin_engine == BuiltinEngine::kGraph ||
                         (options.builtin_engine == BuiltinEngine::kAuto && backend->host_memory());
   if (!on_graph) return Model::Create(spec.name, backend, spec.input_shape, spec.num_classes, std::move(L));
