@@ -47,8 +47,8 @@ struct GraphModelOptions {
   // the executor having zeroed it, shows). Default off.
   bool poison_plans = false;
   // Run a Relu inside the node that produces its input where that node's kernel can
-  // (OpKernel::CanFuseRelu: BatchNormalization, an Add or Sub of same-shape operands on the
-  // CPU) and the Relu is that value's only reader: one pass over the activation fewer in
+  // (OpKernel::CanFuseRelu: BatchNormalization, Conv, an Add or Sub of same-shape operands
+  // on the CPU) and the Relu is that value's only reader: one pass over the activation fewer in
   // Forward and in Backward; results equal the unfused graph's up to float rounding (the
   // compiler contracts the fused loops' products into FMAs differently). The fused-away
   // value itself is then not kept (value() of it is unspecified). Default on.

@@ -110,6 +110,7 @@ Status GraphModel::ClippedBackward(double clip, float* norms) {
       KernelCall one = c;
       one.in_dims[0] = &x1;
       one.out_dims[0] = &y1;
+      one.relu_epilogue = false;  // Backward above left dy masked by a fused Relu
       one.step_input.clear();
       one.overwrite_input.clear();
       one.din.assign(c.din.size(), nullptr);

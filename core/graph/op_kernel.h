@@ -70,7 +70,9 @@ struct KernelCall {
   // A Relu fused into this node (OpKernel::CanFuseRelu): Forward writes max(0, result) to
   // out[0] (the Relu's output: x > 0 ? x : 0, NaN to 0, as the Relu kernel), and Backward's
   // dout[0] is the gradient of that output, which the kernel masks by out[0] > 0 (the
-  // Relu's own rule, since out[0] > 0 exactly where the result was) before using it.
+  // Relu's own rule, since out[0] > 0 exactly where the result was) before using it. The
+  // kernel may mask dout[0] in place (Conv does): after Backward it holds the gradient of
+  // the node's own result, which nothing but this node reads.
   bool relu_epilogue = false;
   bool training = false;
   uint64_t seed = 0;  // varies per step; only stochastic kernels read it

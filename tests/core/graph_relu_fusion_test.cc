@@ -1,5 +1,5 @@
-// Relu fusion (GraphModelOptions::fuse_relu): a Relu that alone reads a BatchNormalization's
-// or a same-shape Add's / Sub's output runs inside that kernel. Training with it gives the
+// Relu fusion (GraphModelOptions::fuse_relu): a Relu that alone reads a BatchNormalization's,
+// a Conv's or a same-shape Add's / Sub's output runs inside that kernel. Training with it gives the
 // outputs, gradients and weights of training without it (the Relu's own kernel), over
 // several steps of Backward + SGD and of BackwardSgd, in training and evaluation forwards:
 // equal up to rounding (relative 1e-5 of each tensor's largest value), since the kernels
@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/graph/graph.h"
 #include "core/graph/graph_model.h"
+#include "core/graph/ops/conv_dnnl.h"
 #include "core/onnx/onnx_reader.h"
 
 namespace fedmesh::graph {
@@ -78,8 +79,30 @@ Graph BnNet() {
   return g;
 }
 
+// x [N, 2, 6, 6] -> Conv 3x3 pad 1 (+B) -> Relu (fused) -> Conv 3x3 stride 2 (no bias)
+// -> Relu (fused) -> GlobalAveragePool -> Flatten -> Gemm.
+Graph ConvNet() {
+  Graph g;
+  g.opset = 17;
+  g.inputs = {{"x", DType::kFloat32, {-1, 2, 6, 6}}};
+  const auto t = Filled;
+  g.initializers = {t("W1", {4, 2, 3, 3}, 0.02f), t("B1", {4}, -0.05f), t("W2", {3, 4, 3, 3}, -0.03f),
+                    t("Wg", {3, 2}, 0.1f)};
+  const Attribute k3 = Attribute::OfInts({3, 3});
+  g.nodes = {Node{"c1", "Conv", {"x", "W1", "B1"}, {"a"}, {{"kernel_shape", k3}, {"pads", Attribute::OfInts({1, 1, 1, 1})}}},
+             Node{"r1", "Relu", {"a"}, {"r"}, {}},
+             Node{"c2", "Conv", {"r", "W2"}, {"b"}, {{"kernel_shape", k3}, {"strides", Attribute::OfInts({2, 2})}}},
+             Node{"r2", "Relu", {"b"}, {"u"}, {}},
+             Node{"gap", "GlobalAveragePool", {"u"}, {"p"}, {}},
+             Node{"fl", "Flatten", {"p"}, {"f"}, {}},
+             Node{"gg", "Gemm", {"f", "Wg"}, {"y"}, {}}};
+  g.outputs = {{"y", DType::kFloat32, {}}};
+  return g;
+}
+
 Result<Graph> Fixture(const std::string& name) {
   if (name == "bn") return BnNet();
+  if (name == "conv" || name == "conv_im2col") return ConvNet();
   if (name == "sub_add") return SubAddNet();
   auto g = onnx::ReadOnnxFile(kDir + name);
   if (g.ok()) {
@@ -97,7 +120,11 @@ void Make(const std::string& name, bool fuse, Backend* be, Net* net) {
   o.fuse_relu = fuse;
   o.input_gradients = true;
   o.poison_plans = true;  // a value the fused kernels leave unwritten shows as NaN
+  // The Conv kernel's engine is read when the kernel is made: "_im2col" runs the other one.
+  const ops::CpuConvEngine engine = ops::GetCpuConvEngine();
+  if (name.ends_with("_im2col")) ops::SetCpuConvEngine(ops::CpuConvEngine::kIm2col);
   auto m = GraphModel::Create(std::move(*g), be, o);
+  ops::SetCpuConvEngine(engine);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   net->m = std::move(*m);
   net->batch = 6;
@@ -183,14 +210,17 @@ TEST_P(ReluFusion, TrainsAsTheUnfusedGraph) {
   for (size_t i = 0; i < out; ++i) ASSERT_FALSE(std::isnan(a.m->output(0)[i])) << i;
 }
 
-// resnet_bn: bn1-Relu, the block's bn1-Relu and Add-Relu, bn2-Relu fused; conv3-Relu not
-// (a Conv). opzoo: no BatchNorm- or Add-fed Relu. sub_add: Sub-Relu, Add-Relu fused, the
-// broadcast Add-Relu not.
+// resnet_bn: bn1-Relu, the block's bn1-Relu and Add-Relu, bn2-Relu and conv3-Relu fused;
+// in inference form (BatchNorm folded into the Convs) Conv-Relu throughout. opzoo: no
+// BatchNorm-, Add- or Conv-fed Relu. sub_add: Sub-Relu, Add-Relu fused, the broadcast
+// Add-Relu not. conv: both Conv-Relus, on oneDNN and on im2col.
 INSTANTIATE_TEST_SUITE_P(Graphs, ReluFusion,
-                         ::testing::Values(FusionCase{"resnet_bn/model_train.onnx", 4},
-                                           FusionCase{"resnet_bn/model_train_op13.onnx", 4},
+                         ::testing::Values(FusionCase{"resnet_bn/model_train.onnx", 5},
+                                           FusionCase{"resnet_bn/model_train_op13.onnx", 5},
+                                           FusionCase{"resnet_bn/model_eval.onnx", 5},
                                            FusionCase{"opzoo/model_train.onnx", 0},
-                                           FusionCase{"sub_add", 2}, FusionCase{"bn", 1}),
+                                           FusionCase{"sub_add", 2}, FusionCase{"bn", 1},
+                                           FusionCase{"conv", 2}, FusionCase{"conv_im2col", 2}),
                          [](const auto& info) {
                            std::string s = info.param.model;
                            for (char& c : s)

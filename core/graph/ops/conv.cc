@@ -137,6 +137,20 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
   }
 }
 
+// A Relu fused into the Conv (KernelCall::relu_epilogue): y = max(0, y) in place, NaN to 0
+// as the Relu kernel. Split over the team past kParallelRelu elements (memory-bound).
+constexpr int64_t kParallelRelu = 1 << 17;
+void ReluInPlace(float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelRelu)
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+// Its backward: dy = 0 where the Relu's output y is not positive.
+void MaskByRelu(float* dy, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelRelu)
+  for (int64_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 // The adjoint of Im2Col: dx += every column entry at the pixel it was read from.
 void Col2ImAdd(const float* cols, const Geo& g, float* dx) {
   const ConvAxis& H = g.h;
@@ -211,6 +225,7 @@ class Conv final : public OpKernel {
       if (!d->conv->Forward(x, wt, bias, y, c.workspace))
         return Status::Internal(label_ + ": oneDNN's convolution failed (FEDMESH_CPU_CONV=im2col avoids it)");
       last_forward_ = {d, x, c.workspace};
+      if (c.relu_epilogue) ReluInPlace(y, g.n * g.m * g.pix());
       return Status::OK();
     }
     last_forward_ = {};
@@ -237,10 +252,17 @@ class Conv final : public OpKernel {
             const float bo = bias[gr * mg + o];
             for (int64_t p = 0; p < pix; ++p) row[p] += bo;
           }
+        if (c.relu_epilogue)  // while this item's rows are in cache
+          for (int64_t p = 0; p < mg * pix; ++p) yg[p] = yg[p] > 0.0f ? yg[p] : 0.0f;
       }
     }
     return Status::OK();
   }
+
+  // A Relu reading the output alone runs here (KernelCall::relu_epilogue): the output and
+  // its gradient are not kept twice, and inference-form ONNX exports (BatchNorm folded into
+  // the Conv) are Conv -> Relu throughout.
+  bool CanFuseRelu(const std::vector<Dims>&, const std::vector<Dims>&) const override { return true; }
 
   // W and B: their gradients are summed from per-thread partials after dX is done.
   bool CanStepInput(size_t i) const override { return i == 1 || i == 2; }
@@ -254,6 +276,9 @@ class Conv final : public OpKernel {
     float* dx = c.din[0];
     float* dw = c.din.size() > 1 ? c.din[1] : nullptr;
     float* db = a_.has_bias && c.din.size() > 2 ? c.din[2] : nullptr;
+    // A fused Relu: its output's gradient is masked where it is (KernelCall::relu_epilogue
+    // allows it), so every pass below reads the Conv output's gradient.
+    if (c.relu_epilogue) MaskByRelu(const_cast<float*>(dy), c.out[0], g.n * g.m * g.pix());
     if (Dnnl* d = FindDnnl(g)) {
       {
         const OmpThreads team(std::min(d->threads, c.be ? c.be->threads() : 1));
