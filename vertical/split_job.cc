@@ -186,6 +186,26 @@ std::string AlignmentDigest(const std::string& psi_digest, const std::vector<uin
   return Sha256Hex(h.Finish());
 }
 
+// The order of the aligned rows: by SHA-256 of (seed, id), so that the held-out rows and
+// the epochs' shuffles are a function of the seed and the shared ids alone, the same in
+// every run of the job, not of the PSI's random blinding order. It tells a feature party
+// nothing: it holds the shared ids and could compute it (the label party's own row order,
+// which it could not, stays hidden).
+void OrderAlignedRows(const std::vector<std::string>& ids, uint64_t seed, std::vector<uint32_t>* rows) {
+  uint8_t s[8];
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<uint8_t>(seed >> (8 * i));
+  std::vector<std::pair<Sha256Digest, uint32_t>> keyed;
+  keyed.reserve(rows->size());
+  for (uint32_t r : *rows) {
+    Sha256 h;
+    h.Update(std::span<const uint8_t>(s, 8));
+    h.Update(ids[r]);
+    keyed.push_back({h.Finish(), r});
+  }
+  std::sort(keyed.begin(), keyed.end());
+  for (size_t i = 0; i < keyed.size(); ++i) (*rows)[i] = keyed[i].second;
+}
+
 std::vector<std::string> SplitComma(const std::string& s) {
   std::vector<std::string> out;
   size_t at = 0;
@@ -298,6 +318,7 @@ class LabelRun {
       return Status::FailedPrecondition("the parties share " + std::to_string(rows_.size()) +
                                         " record ids; split training needs rows that every party holds");
     }
+    OrderAlignedRows(job_.ids, o_.seed, &rows_);
     for (size_t k = 0; k < psi.size(); ++k) {
       SplitMessage a;
       a.type = SplitMessageType::kAlign;

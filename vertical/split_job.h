@@ -31,7 +31,9 @@ struct SplitJobOptions {
   int batch = 64;             // rows per step. Default 64.
   uint32_t microbatches = 1;  // per step, pipelined. Default 1 (none).
   double test_fraction = 0.2; // of the aligned rows, held out per class by the label party. Default 0.2.
-  uint64_t seed = 0;          // the test split and the shuffles. Default 0.
+  // The order of the aligned rows (by a hash of seed and id, not the PSI's random order),
+  // so the test split and the shuffles: one seed, one held-out set in every run. Default 0.
+  uint64_t seed = 0;
   int timeout_ms = 60000;     // a party silent this long fails the job. Default 60,000 ms.
   uint64_t max_steps = 0;     // stop training after this many steps (benchmarks). Default 0: no limit.
   // The label party does its own bottom model's work while the feature parties compute
