@@ -1,8 +1,8 @@
 // The built-in models on the graph executor (BuiltinEngine::kGraph, the CPU default; also on
-// a backend without host memory, as on a GPU) against the same models on the layer code: the same flat vector (initial values for a seed,
-// layout), the same outputs, gradients and SGD steps up to rounding, the same DP-SGD clipped
-// sums (both run the layers' per-example rules), and to the rest of fedmesh still the
-// built-in model (no graph, no graph hash).
+// a backend without host memory, as on a GPU) against the same models on the layer code: the
+// same flat vector (initial values for a seed, layout), the same outputs, gradients and SGD
+// steps up to rounding, the same DP-SGD clipped sums (both run the layers' per-example
+// rules), and to the rest of fedmesh still the built-in model (no graph, no graph hash).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -138,7 +138,8 @@ void Im2Col(const float* x, const Geo& g, float* cols) {
 }
 
 // A Relu fused into the Conv (KernelCall::relu_epilogue): y = max(0, y) in place, NaN to 0
-// as the Relu kernel. Split over the team past kParallelRelu elements (memory-bound).
+// as the Relu kernel. Split over the team past kParallelRelu elements (memory-bound); inside
+// the im2col path's parallel region it runs on the calling thread.
 constexpr int64_t kParallelRelu = 1 << 17;
 void ReluInPlace(float* y, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelRelu)
@@ -252,8 +253,7 @@ class Conv final : public OpKernel {
             const float bo = bias[gr * mg + o];
             for (int64_t p = 0; p < pix; ++p) row[p] += bo;
           }
-        if (c.relu_epilogue)  // while this item's rows are in cache
-          for (int64_t p = 0; p < mg * pix; ++p) yg[p] = yg[p] > 0.0f ? yg[p] : 0.0f;
+        if (c.relu_epilogue) ReluInPlace(yg, mg * pix);  // while this item's rows are in cache
       }
     }
     return Status::OK();
