@@ -1,15 +1,17 @@
 // All-reduce of float32 buffers (sum, in place) among N ranks on this machine, one thread per
-// rank, for each size: fedmesh's Communicator over ZmqRingTransport (CurveZMQ on or off), or
+// rank, for each size: fedmesh's Communicator over ZmqRingTransport (CurveZMQ, AES-256-GCM
+// sealed links, or unencrypted), or
 // gloo's ring all-reduce over its TCP transport (built when Debian's libgloo-dev is there).
 // OpenMPI's MPI_Allreduce is bench/mpi_allreduce.cc, run by mpirun. bench/collective_allreduce.sh
 // runs them side by side and prints the ratios (bench/RESULTS.md).
-//   fedmesh_collective_allreduce --impl fedmesh|fedmesh-plain|gloo|gloo-chunked --ranks N
+//   fedmesh_collective_allreduce --impl fedmesh|fedmesh-gcm|fedmesh-plain|gloo|gloo-chunked --ranks N
 // One line per size: impl ranks bytes median_s algbw_GBps busbw_GBps. The process keeps large
 // buffers in the heap as fedmesh-node does (core/allocator_tuning.h), whichever --impl runs;
 // --default-malloc keeps glibc's mmap threshold instead.
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -58,7 +60,14 @@ void Report(const std::string& impl, int ranks, uint64_t bytes, const std::vecto
   std::fflush(stdout);
 }
 
-int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64_t chunk_bytes) {
+// The name a result line starts with.
+std::string ImplName(fedmesh::collective::RingSecurity s) {
+  using fedmesh::collective::RingSecurity;
+  return s == RingSecurity::kCurve ? "fedmesh-curve" : s == RingSecurity::kNone ? "fedmesh-plain" : "fedmesh-gcm";
+}
+
+int RunFedmesh(int ranks, fedmesh::collective::RingSecurity security, const std::vector<uint64_t>& sizes,
+               uint64_t chunk_bytes) {
   using namespace fedmesh;
   using namespace fedmesh::collective;
   std::vector<Identity> ids;
@@ -68,7 +77,7 @@ int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64
     members.push_back({"", ids.back().public_identity()});
   }
   ZmqRingTransportOptions to;
-  to.curve = curve;
+  to.security = security;
   std::vector<std::unique_ptr<ZmqRingTransport>> transports;
   std::vector<std::string> endpoints;
   for (int r = 0; r < ranks; ++r) {
@@ -81,7 +90,7 @@ int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64
     transports.push_back(std::move(t).value());
   }
   for (auto& t : transports) t->SetEndpoints(endpoints);
-  const std::string impl = curve ? "fedmesh-curve" : "fedmesh-plain";
+  const std::string impl = ImplName(security);
   for (uint64_t bytes : sizes) {
     const int reps = RepsFor(bytes);
     auto t = OnRanks(ranks, [&](int r) {
@@ -109,7 +118,8 @@ int RunFedmesh(int ranks, bool curve, const std::vector<uint64_t>& sizes, uint64
 // One rank in this process (the others elsewhere, e.g. in other network namespaces:
 // bench/netns/collective_ring.sh). Keys come from a fixed seed per rank, so every process
 // knows every member's public key: a benchmark convenience, never for real use.
-int RunOneRank(int rank, const std::vector<std::string>& group, bool curve, const std::vector<uint64_t>& sizes,
+int RunOneRank(int rank, const std::vector<std::string>& group, fedmesh::collective::RingSecurity security,
+               const std::vector<uint64_t>& sizes,
                uint64_t chunk_bytes) {
   using namespace fedmesh;
   using namespace fedmesh::collective;
@@ -123,7 +133,7 @@ int RunOneRank(int rank, const std::vector<std::string>& group, bool curve, cons
     members.push_back({"tcp://" + group[r], ids.back().public_identity()});
   }
   ZmqRingTransportOptions to;
-  to.curve = curve;
+  to.security = security;
   const std::string port = group[rank].substr(group[rank].rfind(':') + 1);
   auto t = ZmqRingTransport::Create(ids[rank], members, "tcp://0.0.0.0:" + port, to);
   if (!t.ok()) {
@@ -156,7 +166,7 @@ int RunOneRank(int rank, const std::vector<std::string>& group, bool curve, cons
       std::fprintf(stderr, "rank %d: wrong sum %g\n", rank, buf[0]);
       return 1;
     }
-    if (rank == 0) Report(curve ? "fedmesh-curve" : "fedmesh-plain", ranks, bytes, times);
+    if (rank == 0) Report(ImplName(security), ranks, bytes, times);
   }
   return 0;
 }
@@ -214,11 +224,11 @@ int RunGloo(int ranks, bool chunked, const std::vector<uint64_t>& sizes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"All-reduce among ranks on this machine: fedmesh (CurveZMQ on/off) or gloo"};
+  CLI::App app{"All-reduce among ranks on this machine: fedmesh (CurveZMQ, AES-256-GCM, plain) or gloo"};
   std::string impl = "fedmesh";
   int ranks = 2;
   std::vector<uint64_t> sizes = {1024, 16384, 262144, 4194304, 67108864, 268435456};
-  app.add_option("--impl", impl, "fedmesh | fedmesh-plain | gloo | gloo-chunked");
+  app.add_option("--impl", impl, "fedmesh (CurveZMQ) | fedmesh-gcm | fedmesh-plain | gloo | gloo-chunked");
   app.add_option("--ranks", ranks, "Ranks (threads)");
   app.add_option("--sizes", sizes, "Buffer sizes in bytes");
   uint64_t chunk_kb = 1024;
@@ -232,19 +242,22 @@ int main(int argc, char** argv) {
                "Keep glibc's mmap threshold (fedmesh-node sets it as core/allocator_tuning.h says)");
   CLI11_PARSE(app, argc, argv);
   if (!default_malloc) fedmesh::KeepLargeBuffersInHeap();
+  using fedmesh::collective::RingSecurity;
+  const std::map<std::string, RingSecurity> fedmesh_impls = {
+      {"fedmesh", RingSecurity::kCurve}, {"fedmesh-gcm", RingSecurity::kAes256Gcm}, {"fedmesh-plain", RingSecurity::kNone}};
+  const auto fm = fedmesh_impls.find(impl);
   if (rank >= 0) {
-    if (impl != "fedmesh" && impl != "fedmesh-plain") {
-      std::fprintf(stderr, "--rank runs fedmesh or fedmesh-plain only\n");
+    if (fm == fedmesh_impls.end()) {
+      std::fprintf(stderr, "--rank runs fedmesh, fedmesh-gcm or fedmesh-plain only\n");
       return 2;
     }
     if (rank >= static_cast<int>(group.size())) {
       std::fprintf(stderr, "--rank %d is not in --group (%zu members)\n", rank, group.size());
       return 2;
     }
-    return RunOneRank(rank, group, impl == "fedmesh", sizes, chunk_kb * 1024);
+    return RunOneRank(rank, group, fm->second, sizes, chunk_kb * 1024);
   }
-  if (impl == "fedmesh") return RunFedmesh(ranks, true, sizes, chunk_kb * 1024);
-  if (impl == "fedmesh-plain") return RunFedmesh(ranks, false, sizes, chunk_kb * 1024);
+  if (fm != fedmesh_impls.end()) return RunFedmesh(ranks, fm->second, sizes, chunk_kb * 1024);
 #ifdef FEDMESH_BENCH_GLOO
   if (impl == "gloo") return RunGloo(ranks, false, sizes);
   if (impl == "gloo-chunked") return RunGloo(ranks, true, sizes);

@@ -1,5 +1,7 @@
 #include "collective/zmq_ring_transport.h"
 
+#include <sodium.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +29,25 @@ T Get(std::string_view in, size_t at) {
 }
 
 }  // namespace
+
+const char* RingSecurityName(RingSecurity s) {
+  switch (s) {
+    case RingSecurity::kCurve:
+      return "curve";
+    case RingSecurity::kAes256Gcm:
+      return "aes-256-gcm";
+    case RingSecurity::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+Result<RingSecurity> ParseRingSecurity(std::string_view text) {
+  for (RingSecurity s : {RingSecurity::kCurve, RingSecurity::kAes256Gcm, RingSecurity::kNone}) {
+    if (text == RingSecurityName(s)) return s;
+  }
+  return Status::InvalidArgument("unknown ring security '" + std::string(text) + "': curve, aes-256-gcm or none");
+}
 
 std::string EncodeChunkHeader(const Chunk& c) {
   std::string h(kHeaderBytes, '\0');
@@ -64,7 +85,7 @@ Status DecodeChunkHeader(std::string_view h, Chunk* c) {
   return Status::OK();
 }
 
-ZmqRingTransport::~ZmqRingTransport() = default;
+ZmqRingTransport::~ZmqRingTransport() { DeliverPending(); }
 
 void ZmqRingTransport::SetLinger(int ms) {
   options_.linger_ms = ms;
@@ -88,7 +109,9 @@ Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identit
     }
     if (group[r].identity.curve_public == me.public_identity().curve_public) t->rank_ = static_cast<int>(r);
     keys.push_back(group[r].identity);
+    t->member_keys_.push_back(group[r].identity.curve_public);
   }
+  randombytes_buf(&t->incarnation_, sizeof t->incarnation_);
   if (t->rank_ < 0) {
     return Status::InvalidArgument("collective group: this site's key (" + me.name() + ") is not a member");
   }
@@ -97,7 +120,7 @@ Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identit
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::rcvhwm, 0);
     router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_chunk_bytes) + kCurveSlack);
-    if (options.curve) {
+    if (options.security == RingSecurity::kCurve) {
       FM_ASSIGN_OR_RETURN(t->zap_, ZapHandler::Start(t->context_, keys));
       router.set(zmq::sockopt::curve_server, 1);
       if (zmq_setsockopt(router.handle(), ZMQ_CURVE_SECRETKEY, me.curve_secret().data(), me.curve_secret().size()) !=
@@ -116,6 +139,7 @@ Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identit
 
 void ZmqRingTransport::SetEndpoints(const std::vector<std::string>& endpoints) {
   for (size_t r = 0; r < endpoints.size() && r < group_.size(); ++r) group_[r].endpoint = endpoints[r];
+  out_.clear();
   dealers_.clear();
 }
 
@@ -126,13 +150,13 @@ zmq::socket_t& ZmqRingTransport::Dealer(int to) {
   d.set(zmq::sockopt::linger, options_.linger_ms);
   d.set(zmq::sockopt::sndhwm, 0);
   d.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
-  if (options_.curve) {
+  if (options_.security == RingSecurity::kCurve) {
     const CurveKey& pub = me_->public_identity().curve_public;
     const CurveKey& server = group_[to].identity.curve_public;
     zmq_setsockopt(d.handle(), ZMQ_CURVE_PUBLICKEY, pub.data(), pub.size());
     zmq_setsockopt(d.handle(), ZMQ_CURVE_SECRETKEY, me_->curve_secret().data(), me_->curve_secret().size());
     zmq_setsockopt(d.handle(), ZMQ_CURVE_SERVERKEY, server.data(), server.size());
-  } else {
+  } else if (options_.security == RingSecurity::kNone) {
     d.set(zmq::sockopt::routing_id, "rank-" + std::to_string(rank_));  // claimed, not proven
   }
   d.connect(group_[to].endpoint);
@@ -148,20 +172,51 @@ Status ZmqRingTransport::Send(int to, Chunk chunk) {
                                    " bytes is over max_chunk_bytes");
   }
   try {
-    zmq::socket_t& d = Dealer(to);
-    const std::string header = EncodeChunkHeader(chunk);
-    // The payload frame owns the chunk's bytes: no copy into libzmq.
-    auto* owned = new std::string(std::move(chunk.bytes).Release());
-    zmq::message_t payload(owned->data(), owned->size(),
-                           [](void*, void* hint) { delete static_cast<std::string*>(hint); }, owned);
-    if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore) || !d.send(payload, zmq::send_flags::none)) {
-      return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
-                                 std::to_string(options_.send_timeout_ms) + " ms");
-    }
-    return Status::OK();
+    std::string header = EncodeChunkHeader(chunk);
+    auto payload = std::make_unique<std::string>(std::move(chunk.bytes).Release());
+    if (options_.security == RingSecurity::kAes256Gcm) return SendSealed(to, std::move(header), std::move(payload));
+    return SendFrames(to, header, std::move(payload));
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "collective transport: sending to rank " + std::to_string(to));
   }
+}
+
+Status ZmqRingTransport::SendFrames(int to, const std::string& header, std::unique_ptr<std::string> payload) {
+  zmq::socket_t& d = Dealer(to);
+  // The payload frame owns the chunk's bytes: no copy into libzmq.
+  std::string* bytes = payload.release();
+  zmq::message_t frame(bytes->data(), bytes->size(), [](void*, void* hint) { delete static_cast<std::string*>(hint); },
+                       bytes);
+  if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore) || !d.send(frame, zmq::send_flags::none)) {
+    return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
+                               std::to_string(options_.send_timeout_ms) + " ms");
+  }
+  return Status::OK();
+}
+
+Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::HandleRouterMessage(
+    std::vector<zmq::message_t> parts) {
+  using Out = std::optional<std::pair<int, Chunk>>;
+  if (options_.security == RingSecurity::kAes256Gcm) return HandleSealed(parts);
+  Chunk c;
+  int sender = -1;
+  if (options_.security == RingSecurity::kCurve) {
+    const char* user = parts.size() >= 2 ? parts[1].gets("User-Id") : nullptr;
+    auto who = user ? rank_of_key_.find(user) : rank_of_key_.end();
+    if (who != rank_of_key_.end()) sender = who->second;
+  } else if (!parts.empty() && parts[0].to_string_view().starts_with("rank-")) {
+    sender = std::atoi(parts[0].to_string().c_str() + 5);
+    if (sender >= static_cast<int>(group_.size())) sender = -1;
+  }
+  if (parts.size() != 3 || sender < 0 || !DecodeChunkHeader(parts[1].to_string_view(), &c).ok() ||
+      Get<uint64_t>(parts[1].to_string_view(), 36) != parts[2].size()) {
+    ++malformed_;
+    return Out();
+  }
+  // The chunk reads the frame where libzmq received it.
+  auto frame = std::make_shared<zmq::message_t>(std::move(parts[2]));
+  c.bytes = Payload(static_cast<const char*>(frame->data()), frame->size(), frame);
+  return Out(std::make_pair(sender, std::move(c)));
 }
 
 Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeout_ms) {
@@ -169,31 +224,21 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeo
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   try {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      std::chrono::milliseconds wait =
+          std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                   std::chrono::milliseconds(0));
+      if (options_.security == RingSecurity::kAes256Gcm) {
+        FM_RETURN_IF_ERROR(PumpAll());
+        // A WELCOME may come while this waits: look again soon to send what waits for it.
+        if (Handshaking()) wait = std::min(wait, std::chrono::milliseconds(20));
+      }
       zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) {
-        return std::optional<std::pair<int, Chunk>>();
-      }
-      std::vector<zmq::message_t> parts = RecvMultipart(router_);
-      Chunk c;
-      int sender = -1;
-      if (options_.curve) {
-        const char* user = parts.size() >= 2 ? parts[1].gets("User-Id") : nullptr;
-        auto who = user ? rank_of_key_.find(user) : rank_of_key_.end();
-        if (who != rank_of_key_.end()) sender = who->second;
-      } else if (!parts.empty() && parts[0].to_string_view().starts_with("rank-")) {
-        sender = std::atoi(parts[0].to_string().c_str() + 5);
-        if (sender >= static_cast<int>(group_.size())) sender = -1;
-      }
-      if (parts.size() != 3 || sender < 0 || !DecodeChunkHeader(parts[1].to_string_view(), &c).ok() ||
-          Get<uint64_t>(parts[1].to_string_view(), 36) != parts[2].size()) {
-        ++malformed_;
+      if (zmq::poll(&item, 1, wait) == 0) {
+        if (Clock::now() >= deadline) return std::optional<std::pair<int, Chunk>>();
         continue;
       }
-      // The chunk reads the frame where libzmq received it.
-      auto frame = std::make_shared<zmq::message_t>(std::move(parts[2]));
-      c.bytes = Payload(static_cast<const char*>(frame->data()), frame->size(), frame);
-      return std::optional<std::pair<int, Chunk>>(std::make_pair(sender, std::move(c)));
+      FM_ASSIGN_OR_RETURN(auto chunk, HandleRouterMessage(RecvMultipart(router_)));
+      if (chunk.has_value()) return chunk;
     }
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "collective transport: receiving");

@@ -1,25 +1,33 @@
-// ZmqRingTransport: a CollectiveTransport between sites over CurveZMQ. Each rank binds a
-// ROUTER socket (CURVE server with its own key) whose ZAP handler admits only the group's
-// member keys, and dials each rank it sends to with a DEALER (CURVE client checking that
-// rank's key), so every chunk is encrypted and its sender authenticated: the sender's rank
-// is the rank of the key CurveZMQ authenticated, never a field of the message. A chunk
-// travels as two frames: a fixed 48-byte little-endian header and its bytes, zero-copy.
-// A frame that is not a well-formed chunk (wrong size, magic, enum values, or over
-// max_chunk_bytes, which libzmq drops before allocating) is dropped and counted.
+// ZmqRingTransport: a CollectiveTransport between sites over ZeroMQ. Each rank binds a
+// ROUTER socket and dials each rank it sends to with a DEALER. With CurveZMQ (the default)
+// the ROUTER is a CURVE server whose ZAP handler admits only the group's member keys and each
+// DEALER a CURVE client checking its rank's key; with AES-256-GCM the sockets are plain and
+// each direction is a SealedLink (collective/sealed_link.h) agreed between the same keys.
+// Either way every chunk is encrypted and its sender authenticated: the sender's rank is the
+// rank of the key that proved itself, never a field of the message. A chunk travels as two
+// frames: a fixed 48-byte little-endian header (sealed in an 80-byte frame with AES-256-GCM)
+// and its bytes, zero-copy (sealed in place).
+// A frame that is not a well-formed chunk (wrong size, magic, enum values, a seal that does
+// not open, or over max_chunk_bytes, which libzmq drops before allocating) is dropped and
+// counted.
 // Queues are not capped by count (ZMQ_SNDHWM/RCVHWM 0): what a ring operation queues is
 // bounded by the operation (collective/ring_collective.h), and a capped queue could stall
 // every rank of the ring at once.
 // Thread-safety: one thread drives a transport.
 #pragma once
 
+#include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <zmq.hpp>
 
 #include "collective/collective_transport.h"
+#include "collective/sealed_link.h"
 #include "crypto/identity.h"
 #include "transport/zmq/zap_handler.h"
 
@@ -30,10 +38,21 @@ struct RingMember {
   PublicIdentity identity;    // its key (name, curve and signing keys)
 };
 
+// How the links between members are secured.
+enum class RingSecurity {
+  kCurve,      // CurveZMQ (XSalsa20-Poly1305 in libzmq's I/O thread)
+  kAes256Gcm,  // SealedLink: AES-256-GCM on the rank's thread, about 3x CurveZMQ's cipher speed
+               // on CPUs with AES instructions (bench/RESULTS.md); same guarantees
+  kNone,       // plain TCP, the sender named by the routing id it claims: benchmarks on a
+               // trusted network only
+};
+// "curve", "aes-256-gcm", "none" (config files), and back.
+const char* RingSecurityName(RingSecurity s);
+Result<RingSecurity> ParseRingSecurity(std::string_view text);
+
 struct ZmqRingTransportOptions {
-  // CurveZMQ authentication and encryption. Default: on. Off (plain TCP, the sender named by
-  // the routing id it claims) only for benchmarks on a trusted network.
-  bool curve = true;
+  // Default: kCurve.
+  RingSecurity security = RingSecurity::kCurve;
   // Largest chunk payload accepted, in bytes. Default: 64 MiB.
   uint64_t max_chunk_bytes = uint64_t{64} << 20;
   // A send that cannot be queued within this fails (the peer's connection is gone).
@@ -72,12 +91,42 @@ class ZmqRingTransport final : public CollectiveTransport {
   Status Send(int to, Chunk chunk) override;
   Result<std::optional<std::pair<int, Chunk>>> Receive(int timeout_ms) override;
 
+  // Frames dropped: not well-formed, or (AES-256-GCM) a seal that did not open, a HELLO
+  // refused, data on a connection without a link.
   uint64_t malformed() const { return malformed_; }
   uint64_t refused_handshakes() const { return zap_ ? zap_->refused_count() : 0; }
 
  private:
   ZmqRingTransport() = default;
   zmq::socket_t& Dealer(int to);
+  // Sends a chunk's two frames, the payload without a copy.
+  Status SendFrames(int to, const std::string& header, std::unique_ptr<std::string> payload);
+  // One message from the router: a chunk (returned), or a handshake answered, or dropped.
+  Result<std::optional<std::pair<int, Chunk>>> HandleRouterMessage(std::vector<zmq::message_t> parts);
+
+  // AES-256-GCM (collective/zmq_ring_sealed.cc). A handshake never blocks: a chunk for a rank
+  // whose link is not agreed yet waits in its OutLink, and is sealed and sent, in order, once
+  // the WELCOME is read (by a later Send or Receive, or the close). HELLO is said again,
+  // with a fresh key, every kHelloRetryMs without an answer (the member was down, or died
+  // before answering).
+  struct OutLink {
+    std::optional<SealedSender> link;  // agreed (ready) or waiting for its WELCOME
+    std::chrono::steady_clock::time_point hello_at{};
+    std::deque<std::pair<std::string, std::unique_ptr<std::string>>> pending;  // header, payload
+  };
+  Status SendSealed(int to, std::string header, std::unique_ptr<std::string> payload);
+  Status SealAndSend(int to, const std::string& header, std::unique_ptr<std::string> payload);
+  Status StartHandshake(int to);
+  // Reads what the dealer to `to` received (WELCOME; UNKNOWN, which drops an agreed link:
+  // `to` restarted), says HELLO again when due, and sends what waited once agreed.
+  Status Pump(int to);
+  Status PumpAll();
+  // Whether some link waits for its WELCOME.
+  bool Handshaking() const;
+  // The router's side: a HELLO answered, or a DATA frame opened (nullopt when dropped).
+  Result<std::optional<std::pair<int, Chunk>>> HandleSealed(std::vector<zmq::message_t>& parts);
+  // At the close: up to linger_ms for waiting chunks to be agreed and sent.
+  void DeliverPending();
 
   const Identity* me_ = nullptr;
   std::vector<RingMember> group_;
@@ -87,6 +136,16 @@ class ZmqRingTransport final : public CollectiveTransport {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // after context_: stopped before it closes
   zmq::socket_t router_;
+  // AES-256-GCM: this transport's random incarnation; links to others; theirs to it by the
+  // router's id of their connection (at most 4 per member: HELLOs from strangers cannot grow
+  // it, and they evict links no chunk has proven first); the incarnation each rank last
+  // proved.
+  uint64_t incarnation_ = 0;
+  std::vector<CurveKey> member_keys_;
+  std::map<int, OutLink> out_;
+  std::map<std::string, SealedReceiver> links_in_;
+  std::deque<std::string> links_in_order_;
+  std::map<int, uint64_t> incarnation_of_;
   std::map<int, zmq::socket_t> dealers_;  // declared last: closed first
   std::string endpoint_;
   uint64_t malformed_ = 0;

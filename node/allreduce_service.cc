@@ -72,6 +72,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   FM_ASSIGN_OR_RETURN(s->store_, NodeStore::Open(config.db_path));
   collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = static_cast<uint64_t>(config.collective.chunk_kb) * 1024 * 2;
+  FM_ASSIGN_OR_RETURN(to.security, collective::ParseRingSecurity(config.collective.security));
   FM_ASSIGN_OR_RETURN(s->transport_,
                       collective::ZmqRingTransport::Create(*s->identity_, members, config.collective.listen, to));
   collective::CommunicatorOptions co;
@@ -143,7 +144,8 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
           (config.collective.sync_every == 1 ? std::string("gradient all-reduce every step")
                                              : "model all-reduce every " + std::to_string(config.collective.sync_every) +
                                                    " steps") +
-          ", " + config.collective.compression + " on the wire" +
+          ", " + config.collective.compression + " on the wire, " +
+          (config.collective.security == "curve" ? "CurveZMQ" : "AES-256-GCM sealed links") +
           (elastic ? ", elastic" : "") + ")");
   return s;
 }

@@ -65,6 +65,11 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("collective", "compression", "none", "How all-reduce values travel: none (float32), fp16, bf16")
             .Choices({"none", "fp16", "bf16"}),
         IntKey("collective", "chunk_kb", 1024, "KiB per pipelined chunk").Min(1).Max(65536),
+        StringKey("collective", "security", "curve",
+                  "How the ring's links are encrypted and authenticated between the members' keys: "
+                  "curve (CurveZMQ) or aes-256-gcm (sealed links, faster on CPUs with AES "
+                  "instructions; docs/collectives.md)")
+            .Choices({"curve", "aes-256-gcm"}),
         IntKey("collective", "timeout_ms", 60000,
                "A member silent this long in a collective call is taken for dead (elastic: the "
                "others re-form the ring; otherwise the call fails); also how long the start "
@@ -616,6 +621,7 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   k.sync_every = v.GetInt("collective", "sync_every");
   k.compression = v.GetString("collective", "compression");
   k.chunk_kb = v.GetInt("collective", "chunk_kb");
+  k.security = v.GetString("collective", "security");
   k.timeout_ms = v.GetInt("collective", "timeout_ms");
   k.elastic = v.GetBool("collective", "elastic");
   k.reform_window_ms = v.GetInt("collective", "reform_window_ms");

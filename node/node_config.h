@@ -51,6 +51,7 @@ struct CollectiveConfig {
   int64_t sync_every = 1;           // 1: gradient all-reduce every step; k: model every k steps
   std::string compression = "none"; // none | fp16 | bf16
   int64_t chunk_kb = 1024;          // pipelining grain
+  std::string security = "curve";   // curve | aes-256-gcm (collective/zmq_ring_transport.h)
   int64_t timeout_ms = 60000;       // a silent neighbour is taken for dead after this
   bool elastic = true;              // survivors re-form the ring (collective/elastic_steps.h)
   int64_t reform_window_ms = 3000;  // how long re-forming waits for the members' answers

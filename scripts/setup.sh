@@ -8,7 +8,7 @@ PACKAGES=(
   # toolchain
   build-essential cmake pkg-config git
   # libraries the product links
-  libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
+  libzmq3-dev cppzmq-dev libsodium-dev libssl-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libcli11-dev libspdlog-dev libtomlplusplus-dev
   libonnx-dev libdnnl-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
   # tests and benchmarks

@@ -1,11 +1,14 @@
-// ZmqRingTransport (collective/zmq_ring_transport.h): 4 ranks on loopback over CurveZMQ run
-// the Communicator's collectives to the same bit-identical result as the in-process hub; a
-// key outside the group never gets a chunk in; malformed frames from a member are dropped.
+// ZmqRingTransport (collective/zmq_ring_transport.h): 4 ranks on loopback over CurveZMQ and
+// over AES-256-GCM sealed links run the Communicator's collectives to the same bit-identical
+// result as the in-process hub; a key outside the group never gets a chunk in; malformed
+// frames from a member are dropped; a sealed chunk altered, replayed or sent by an impostor
+// is dropped; a member that restarts is linked to anew.
 #include "collective/zmq_ring_transport.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 
@@ -21,16 +24,16 @@ Identity Make(const std::string& name) { return std::move(Identity::Generate(nam
 
 struct Group {
   std::vector<Identity> ids;
+  std::vector<RingMember> members;
   std::vector<std::unique_ptr<ZmqRingTransport>> transports;
-  explicit Group(int n) {
-    std::vector<RingMember> members;
+  explicit Group(int n, const ZmqRingTransportOptions& options = {}) {
     for (int r = 0; r < n; ++r) {
       ids.push_back(Make("rank-" + std::to_string(r)));
       members.push_back({"", ids.back().public_identity()});
     }
     std::vector<std::string> endpoints;
     for (int r = 0; r < n; ++r) {
-      auto t = ZmqRingTransport::Create(ids[r], members, "tcp://127.0.0.1:*");
+      auto t = ZmqRingTransport::Create(ids[r], members, "tcp://127.0.0.1:*", options);
       EXPECT_TRUE(t.ok()) << t.status().ToString();
       endpoints.push_back((*t)->endpoint());
       transports.push_back(std::move(t).value());
@@ -70,11 +73,23 @@ std::vector<std::vector<float>> RunAllreduce(int n, size_t len, WireType wire, M
   return out;
 }
 
-TEST(ZmqRingTransport, FourRanksOverCurveZmqMatchTheInProcessRingBitForBit) {
+ZmqRingTransportOptions With(RingSecurity security) {
+  ZmqRingTransportOptions o;
+  o.security = security;
+  return o;
+}
+
+class ZmqRingSecurity : public ::testing::TestWithParam<RingSecurity> {};
+
+INSTANTIATE_TEST_SUITE_P(Secured, ZmqRingSecurity,
+                         ::testing::Values(RingSecurity::kCurve, RingSecurity::kAes256Gcm),
+                         [](const auto& info) { return info.param == RingSecurity::kCurve ? "curve" : "aes_256_gcm"; });
+
+TEST_P(ZmqRingSecurity, FourRanksMatchTheInProcessRingBitForBit) {
   const int n = 4;
   const size_t len = 300001;  // several chunks a segment
   for (WireType wire : {WireType::kFloat32, WireType::kBFloat16}) {
-    Group g(n);
+    Group g(n, With(GetParam()));
     auto over_zmq = RunAllreduce(n, len, wire, [&](int r) { return g.transports[r].get(); });
     InProcessHub hub(n);
     auto in_process = RunAllreduce(n, len, wire, [&](int r) { return hub.endpoint(r); });
@@ -178,8 +193,8 @@ TEST(ZmqRingTransport, AGroupWithoutThisKeyOrWithAKeyTwiceIsRefused) {
 // wait behind a successor that is slow to read (or a link with delay) must not drop them
 // when it finishes first. With a linger of 0 (the default before) the successor got only
 // what the kernel had taken before the close and waited for ever for the rest.
-TEST(ZmqRingTransport, ClosingDeliversTheChunksStillQueued) {
-  Group g(2);
+TEST_P(ZmqRingSecurity, ClosingDeliversTheChunksStillQueued) {
+  Group g(2, With(GetParam()));
   constexpr int kChunks = 64;
   const std::string payload(1 << 20, 'p');  // 64 MiB in all: more than the socket buffers
   std::thread sender([&] {
@@ -203,6 +218,169 @@ TEST(ZmqRingTransport, ClosingDeliversTheChunksStillQueued) {
   }
   sender.join();
   EXPECT_EQ(got, kChunks) << "chunks queued at the close were dropped";
+}
+
+// A plain DEALER speaking the sealed-link protocol by hand.
+struct RawDealer {
+  zmq::context_t ctx;
+  zmq::socket_t d{ctx, zmq::socket_type::dealer};
+  explicit RawDealer(const std::string& endpoint) {
+    d.set(zmq::sockopt::linger, 0);
+    d.set(zmq::sockopt::rcvtimeo, 5000);
+    d.connect(endpoint);
+  }
+  std::string Recv() {
+    zmq::message_t m;
+    return d.recv(m) ? m.to_string() : std::string();
+  }
+  void Send(const std::string& frame, const std::string& payload) {
+    d.send(zmq::buffer(frame), zmq::send_flags::sndmore);
+    d.send(zmq::buffer(payload));
+  }
+};
+
+TEST(ZmqRingTransport, AesGcmLinksDropStrangersAlteredAndReplayedChunks) {
+  Group g(2, With(RingSecurity::kAes256Gcm));
+  ZmqRingTransport& b = *g.transports[1];
+  Chunk c;
+  c.op = 5;
+  c.bytes = std::string(1000, 'v');
+  const std::string header = EncodeChunkHeader(c);
+
+  // Data on a connection that never said HELLO: answered UNKNOWN, dropped.
+  RawDealer nobody(b.endpoint());
+  nobody.Send(std::string(kSealedDataFrameBytes, '\0'), "x");  // not even a DATA frame
+  std::string fake = SealedUnknownFrame();
+  fake[5] = 4;  // DATA's type byte
+  fake.resize(kSealedDataFrameBytes, '\0');
+  nobody.Send(fake, std::string(1000, 'v'));
+  auto got = b.Receive(300);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());
+  EXPECT_EQ(SealedFrameTypeOf(nobody.Recv()), SealedFrameType::kUnknown);
+  EXPECT_EQ(b.malformed(), 2u);
+
+  // A stranger claiming rank 0: WELCOME does not verify at its end; what it sends anyway
+  // (sealed with the key it derived) does not open at B.
+  Identity stranger = Make("stranger");
+  RawDealer s(b.endpoint());
+  auto link = SealedSender::Start(stranger, 0, 1, g.ids[1].public_identity().curve_public);
+  s.d.send(zmq::buffer(link->hello()));
+  ASSERT_TRUE(b.Receive(300).ok());  // B answers the HELLO
+  EXPECT_THAT(link->Accept(s.Recv()).message(), HasSubstr("does not verify"));
+
+  // Rank 0 by hand: a good chunk, then the same frames again (a replay), then an altered one,
+  // then a good one: only the two good ones arrive, from rank 0.
+  RawDealer a(b.endpoint());
+  auto a_link = SealedSender::Start(g.ids[0], 0, 2, g.ids[1].public_identity().curve_public);
+  a.d.send(zmq::buffer(a_link->hello()));
+  ASSERT_TRUE(b.Receive(300).ok());
+  ASSERT_TRUE(a_link->Accept(a.Recv()).ok());
+  const std::string p1_plain(c.bytes.view());
+  std::string p1 = p1_plain;
+  auto f1 = a_link->Seal(header, std::span<uint8_t>(reinterpret_cast<uint8_t*>(p1.data()), p1.size()));
+  a.Send(*f1, p1);
+  a.Send(*f1, p1);  // replay
+  std::string p2 = p1_plain;
+  auto f2 = a_link->Seal(header, std::span<uint8_t>(reinterpret_cast<uint8_t*>(p2.data()), p2.size()));
+  p2[10] ^= 1;
+  a.Send(*f2, p2);  // altered: dropped, and the counter stays at 1
+  p2[10] ^= 1;
+  a.Send(*f2, p2);  // the same chunk unaltered
+  int arrived = 0;
+  for (;;) {
+    got = b.Receive(1000);
+    ASSERT_TRUE(got.ok());
+    if (!got->has_value()) break;
+    EXPECT_EQ((*got)->first, 0);
+    EXPECT_EQ((*got)->second.op, 5u);
+    EXPECT_EQ((*got)->second.bytes.view(), p1_plain);
+    ++arrived;
+  }
+  EXPECT_EQ(arrived, 2);
+  EXPECT_EQ(b.malformed(), 2u + 2u) << "the replay and the altered chunk";
+}
+
+// Rank 0 keeps sending to rank 1 (and reading, which is when its transport reads WELCOMEs);
+// rank 1 restarts at the same endpoint. The chunks sealed for the old process are refused
+// (UNKNOWN), rank 0 agrees a link with the new one, and from the first chunk that arrives
+// every later one arrives, in order.
+TEST(ZmqRingTransport, AesGcmLinkIsAgreedAnewWhenAMemberRestarts) {
+  const ZmqRingTransportOptions o = With(RingSecurity::kAes256Gcm);
+  Group g(2, o);
+  std::atomic<bool> done{false};
+  std::thread rank0([&] {
+    for (uint32_t i = 0; i < 2000 && !done; ++i) {
+      Chunk c;
+      c.op = 1;
+      c.index = i;
+      c.bytes = std::string("chunk ") + std::to_string(i);
+      EXPECT_TRUE(g.transports[0]->Send(1, std::move(c)).ok());
+      EXPECT_TRUE(g.transports[0]->Receive(10).ok());
+    }
+  });
+  auto got = g.transports[1]->Receive(10000);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->second.index, 0u) << "chunks sent before the link was agreed waited for it, in order";
+
+  const std::string endpoint = g.transports[1]->endpoint();
+  g.transports[1].reset();
+  auto restarted = ZmqRingTransport::Create(g.ids[1], g.members, endpoint, o);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  got = (*restarted)->Receive(10000);
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(got->has_value()) << "no chunk reached the restarted member";
+  EXPECT_EQ((*got)->first, 0);
+  const uint32_t first = (*got)->second.index;
+  for (uint32_t k = 1; k <= 5; ++k) {
+    got = (*restarted)->Receive(5000);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->second.index, first + k);
+  }
+  done = true;
+  rank0.join();
+  EXPECT_GE((*restarted)->malformed(), 1u) << "chunks sealed for the old process are refused";
+}
+
+// A stranger opening 40 connections that each say HELLO (as rank 0) fills rank 1's table of
+// links (4 per member), but evicts links no chunk has proven first: rank 0's agreed link
+// goes on working.
+TEST(ZmqRingTransport, AesGcmHelloFloodDoesNotEvictAProvenLink) {
+  Group g(2, With(RingSecurity::kAes256Gcm));
+  ZmqRingTransport &a = *g.transports[0], &b = *g.transports[1];
+  auto chunk = [](uint32_t index) {
+    Chunk c;
+    c.op = 1;
+    c.index = index;
+    c.bytes = std::string(100, 'c');
+    return c;
+  };
+  ASSERT_TRUE(a.Send(1, chunk(0)).ok());  // waits for the link
+  ASSERT_TRUE(b.Receive(200).ok());       // b answers the HELLO
+  ASSERT_TRUE(a.Receive(200).ok());       // a reads the WELCOME and sends chunk 0
+  auto got = b.Receive(5000);
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->second.index, 0u);
+
+  Identity stranger = Make("stranger");
+  zmq::context_t ctx;
+  std::vector<zmq::socket_t> flood;
+  for (int i = 0; i < 40; ++i) {
+    flood.emplace_back(ctx, zmq::socket_type::dealer);
+    flood.back().set(zmq::sockopt::linger, 0);
+    flood.back().connect(b.endpoint());
+    auto hello = SealedSender::Start(stranger, 0, 100 + i, g.ids[1].public_identity().curve_public);
+    flood.back().send(zmq::buffer(hello->hello()));
+  }
+  got = b.Receive(1000);
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());
+  ASSERT_TRUE(a.Send(1, chunk(1)).ok());
+  got = b.Receive(5000);
+  ASSERT_TRUE(got.ok() && got->has_value()) << "rank 0's link was evicted by the stranger's HELLOs";
+  EXPECT_EQ((*got)->first, 0);
+  EXPECT_EQ((*got)->second.index, 1u);
+  EXPECT_EQ(b.malformed(), 0u);
 }
 
 }  // namespace

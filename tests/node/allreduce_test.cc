@@ -1,9 +1,10 @@
 // fedmesh-node in [train] mode = "allreduce" (issue 21 item 2), with real processes on
 // loopback: ranks train the mlp together over the CurveZMQ ring and end with bit-identical
 // models, at the accuracy one process reaches with the ranks' combined batch; local SGD over
-// a bf16 wire too; elastic: a SIGKILLed rank is left behind by the other three and rejoins
-// when restarted; not elastic, a dead rank stops the others with an error, not a hang; bad
-// groups exit 2.
+// a bf16 wire too, and over AES-256-GCM sealed links; elastic: a SIGKILLed rank is left
+// behind by the others and rejoins when restarted (with CurveZMQ, and with sealed links,
+// whose survivors agree a new link with the restarted process); not elastic, a dead rank
+// stops the others with an error, not a hang; bad groups exit 2.
 #include <csignal>
 #include <regex>
 
@@ -100,14 +101,16 @@ TEST_F(AllreduceTest, FourRanksMatchOneProcessWithFourTimesTheBatchAndEndBitIden
 }
 
 TEST_F(AllreduceTest, LocalSgdOverABf16WireEndsBitIdenticalAndLearns) {
-  WriteGroup(3, "epochs = 1\nbatch = 32\nlr = 0.05", "sync_every = 8\ncompression = \"bf16\"");
+  WriteGroup(3, "epochs = 1\nbatch = 32\nlr = 0.05", "sync_every = 8\ncompression = \"bf16\"\nsecurity = \"aes-256-gcm\"");
   auto ranks = StartRanks(3);
   for (ChildProcess* r : ranks) {
     auto rc = r->WaitExit(seconds(600));
     ASSERT_TRUE(rc.has_value());
     ASSERT_EQ(*rc, 0) << r->Log();
   }
-  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, bf16 on the wire"), std::string::npos);
+  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, bf16 on the wire, AES-256-GCM sealed links"),
+            std::string::npos)
+      << ranks[0]->Log();
   const std::string sha = Sha(LastLine(1));
   for (int i = 2; i <= 3; ++i) EXPECT_EQ(Sha(LastLine(i)), sha) << i;
   EXPECT_GT(JsonNumber(LastLine(1), "test_accuracy").value_or(0), 0.75) << LastLine(1);
@@ -209,10 +212,12 @@ TEST_F(AllreduceTest, SwimLetsTheSurvivorsGoOnLongBeforeTheTimeout) {
 // Elastic local SGD: the ring's steps are the model averages every sync_every local steps
 // (an epoch's last block shorter: 625 steps an epoch, blocks of 8). site-3 is SIGKILLed after
 // its first epoch; the other two re-form and go on; site-3 started again rejoins at an
-// average, and all three end with the same model, which learned.
+// average, and all three end with the same model, which learned. Over AES-256-GCM sealed
+// links: the restarted process has new links, which its neighbours agree when their sealed
+// chunks meet a process that does not know them.
 TEST_F(AllreduceTest, ElasticLocalSgdSurvivesADeadRankAndTheRestartRejoins) {
   WriteGroup(3, "epochs = 3\nbatch = 32\nlr = 0.05\nmomentum = 0.9",
-             "sync_every = 8\ntimeout_ms = 3000\nreform_window_ms = 500");
+             "sync_every = 8\ntimeout_ms = 3000\nreform_window_ms = 500\nsecurity = \"aes-256-gcm\"");
   auto ranks = StartRanks(3);
   ASSERT_TRUE(WaitForLog(ranks[2], "epoch 1:", seconds(300))) << ranks[2]->Log();
   ranks[2]->Signal(SIGKILL);
@@ -224,7 +229,8 @@ TEST_F(AllreduceTest, ElasticLocalSgdSurvivesADeadRankAndTheRestartRejoins) {
     ASSERT_TRUE(rc.has_value()) << r->name() << " still running";
     ASSERT_EQ(*rc, 0) << r->Log();
   }
-  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, none on the wire, elastic"), std::string::npos)
+  EXPECT_NE(ranks[0]->Log().find("model all-reduce every 8 steps, none on the wire, AES-256-GCM sealed links, elastic"),
+            std::string::npos)
       << ranks[0]->Log();
   EXPECT_NE(again->Log().find("joined the running ring"), std::string::npos) << again->Log();
   EXPECT_NE(again->Log().find(") at average "), std::string::npos) << again->Log();
@@ -290,6 +296,7 @@ TEST_F(AllreduceTest, BadGroupsExitTwoNamingTheKey) {
       {"collective.group=site-1@tcp://127.0.0.1:1,site-1@tcp://127.0.0.1:2", "lists site-1 twice"},
       {"collective.group=site-1@tcp://127.0.0.1:1,site-9@tcp://127.0.0.1:2", "member site-9 has no public key in"},
       {"collective.compression=fp8", "[collective] compression"},
+      {"collective.security=aes", "[collective] security"},
       {"collective.listen=", "[collective] listen: is required in allreduce mode"},
       {"collective.min_members=3", "[collective] min_members: is 3 but the group has 2 members"},
       {"collective.reform_window_ms=0", "[collective] reform_window_ms"},
