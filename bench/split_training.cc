@@ -16,8 +16,9 @@
 //   --party label|feature --peers LABEL_HOST:PORT,FEATURE_HOST:PORT
 //                     the pipeline mode with one party in this process and the other in
 //                     another (e.g. another network namespace, bench/netns/split_pipeline.sh),
-//                     over CurveZMQ (keys from fixed seeds: a benchmark convenience); the
-//                     link's delay is the network's, no wrapper. Setting k uses PORT + k.
+//                     over CurveZMQ or --security aes-256-gcm | none (keys from fixed seeds:
+//                     a benchmark convenience); the link's delay is the network's, no
+//                     wrapper. Setting k uses PORT + k.
 //   bench/split_training.sh
 #include <chrono>
 #include <cstdio>
@@ -60,6 +61,7 @@ struct Setup {
   vertical::CutWire wire = vertical::CutWire::kFloat32;
   vertical::CutCombine combine = vertical::CutCombine::kConcat;
   bool sign = false;  // every message signed, as fedmesh-node does
+  collective::RingSecurity security = collective::RingSecurity::kCurve;  // --party: the link's
 };
 
 std::unique_ptr<vertical::SplitPart> Part(int in, int hidden, int out, uint64_t seed, const Setup& s, bool top) {
@@ -121,6 +123,7 @@ Result<vertical::SplitJobReport> RunParty(const Dataset& all, const Setup& s, co
   const std::string& mine = members[static_cast<size_t>(me)].endpoint;
   collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = uint64_t{1} << 30;
+  to.security = s.security;
   FM_ASSIGN_OR_RETURN(auto t, collective::ZmqRingTransport::Create(ids[static_cast<size_t>(me)], members,
                                                                    "tcp://0.0.0.0:" + mine.substr(mine.rfind(':') + 1), to));
   vertical::SplitJobOptions so = o;
@@ -189,7 +192,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> peers;
   app.add_option("--party", party, "pipeline over CurveZMQ: this process's party, label or feature");
   app.add_option("--peers", peers, "with --party: LABEL_HOST:PORT,FEATURE_HOST:PORT")->delimiter(',');
+  std::string security = "curve";
+  app.add_option("--security", security, "with --party: curve (default), aes-256-gcm or none")
+      ->check(CLI::IsMember({"curve", "aes-256-gcm", "none"}));
   CLI11_PARSE(app, argc, argv);
+  s.security = collective::ParseRingSecurity(security).value();
   auto wire = vertical::CutWireOfCompression(compression);
   auto comb = vertical::CutCombineOf(combine);
   if (!wire.ok() || !comb.ok()) {

@@ -30,10 +30,10 @@ Status ZmqRingTransport::StartHandshake(int to) {
                       SealedSender::Start(*me_, rank_, incarnation_, group_[to].identity.curve_public));
   o.link = std::move(link);
   o.hello_at = Clock::now();
-  if (!Dealer(to).send(zmq::buffer(o.link->hello()), zmq::send_flags::none)) {
-    return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
-                               std::to_string(options_.send_timeout_ms) + " ms");
-  }
+  // Never waits: a dealer with no connection to queue on (libzmq drops it after a handshake
+  // that failed for the protocol, e.g. a member on another security) would hold this for
+  // send_timeout_ms. A HELLO not queued is one not answered: said again in kHelloRetry.
+  (void)Dealer(to).send(zmq::buffer(o.link->hello()), zmq::send_flags::dontwait);
   return Status::OK();
 }
 

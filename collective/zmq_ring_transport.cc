@@ -42,6 +42,18 @@ const char* RingSecurityName(RingSecurity s) {
   return "?";
 }
 
+const char* RingSecurityLabel(RingSecurity s) {
+  switch (s) {
+    case RingSecurity::kCurve:
+      return "CurveZMQ";
+    case RingSecurity::kAes256Gcm:
+      return "AES-256-GCM sealed links";
+    case RingSecurity::kNone:
+      return "no encryption";
+  }
+  return "?";
+}
+
 Result<RingSecurity> ParseRingSecurity(std::string_view text) {
   for (RingSecurity s : {RingSecurity::kCurve, RingSecurity::kAes256Gcm, RingSecurity::kNone}) {
     if (text == RingSecurityName(s)) return s;
@@ -128,6 +140,7 @@ Result<std::unique_ptr<ZmqRingTransport>> ZmqRingTransport::Create(const Identit
         return Status::Internal("collective transport: libzmq refused the CURVE secret key");
       }
     }
+    t->router_monitor_ = t->Monitor(router);
     router.bind(listen);
     t->endpoint_ = router.get(zmq::sockopt::last_endpoint);
     t->router_ = std::move(router);
@@ -141,6 +154,20 @@ void ZmqRingTransport::SetEndpoints(const std::vector<std::string>& endpoints) {
   for (size_t r = 0; r < endpoints.size() && r < group_.size(); ++r) group_[r].endpoint = endpoints[r];
   out_.clear();
   dealers_.clear();
+  dealer_monitors_.clear();
+}
+
+zmq::socket_t ZmqRingTransport::Monitor(zmq::socket_t& socket) {
+  // Names are per context (this transport's) and never reused: a closed socket's monitor
+  // may not have released its name yet.
+  const std::string ep = "inproc://fedmesh-ring-monitor-" + std::to_string(monitors_made_++);
+  if (zmq_socket_monitor(socket.handle(), ep.c_str(), ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+    throw zmq::error_t();
+  }
+  zmq::socket_t m(context_, zmq::socket_type::pair);
+  m.set(zmq::sockopt::linger, 0);
+  m.connect(ep);
+  return m;
 }
 
 zmq::socket_t& ZmqRingTransport::Dealer(int to) {
@@ -159,6 +186,7 @@ zmq::socket_t& ZmqRingTransport::Dealer(int to) {
   } else if (options_.security == RingSecurity::kNone) {
     d.set(zmq::sockopt::routing_id, "rank-" + std::to_string(rank_));  // claimed, not proven
   }
+  dealer_monitors_[to] = Monitor(d);
   d.connect(group_[to].endpoint);
   return dealers_.emplace(to, std::move(d)).first->second;
 }
@@ -219,6 +247,31 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::HandleRouterMessa
   return Out(std::make_pair(sender, std::move(c)));
 }
 
+void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
+  for (;;) {
+    zmq::message_t event, address;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) (void)monitor.recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < 6) continue;
+    uint16_t id;
+    uint32_t value;
+    std::memcpy(&id, event.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+    if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) continue;
+    ++mismatches_;
+    const auto now = std::chrono::steady_clock::now();
+    if (!options_.log || (mismatches_ > 1 && now - mismatch_logged_at_ < std::chrono::seconds(30))) continue;
+    mismatch_logged_at_ = now;
+    const std::string which =
+        to < 0 ? "a connection from " + address.to_string()
+               : "the connection to " + group_[to].identity.name + " (rank " + std::to_string(to) + ", " +
+                     group_[to].endpoint + ")";
+    options_.log(which + " was refused: it offered another security mechanism than this member's (" +
+                 RingSecurityName(options_.security) + "); every member of the group must set the same security (" +
+                 std::to_string(mismatches_) + " such connection" + (mismatches_ == 1 ? "" : "s") + " so far)");
+  }
+}
+
 Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeout_ms) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -232,8 +285,16 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeo
         // A WELCOME may come while this waits: look again soon to send what waits for it.
         if (Handshaking()) wait = std::min(wait, std::chrono::milliseconds(20));
       }
-      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, wait) == 0) {
+      std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                            {router_monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      for (auto& [to, m] : dealer_monitors_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+      zmq::poll(items, wait);
+      if (items[1].revents & ZMQ_POLLIN) ReadMonitor(router_monitor_, -1);
+      size_t k = 2;
+      for (auto& [to, m] : dealer_monitors_) {
+        if (items[k++].revents & ZMQ_POLLIN) ReadMonitor(m, to);
+      }
+      if (!(items[0].revents & ZMQ_POLLIN)) {
         if (Clock::now() >= deadline) return std::optional<std::pair<int, Chunk>>();
         continue;
       }

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,6 +50,8 @@ enum class RingSecurity {
 // "curve", "aes-256-gcm", "none" (config files), and back.
 const char* RingSecurityName(RingSecurity s);
 Result<RingSecurity> ParseRingSecurity(std::string_view text);
+// For log lines: "CurveZMQ", "AES-256-GCM sealed links", "no encryption".
+const char* RingSecurityLabel(RingSecurity s);
 
 struct ZmqRingTransportOptions {
   // Default: kCurve.
@@ -64,6 +67,10 @@ struct ZmqRingTransportOptions {
   // read), and a close that dropped them would leave the successor waiting for ever. Set
   // it low (SetLinger) when a run failed and nobody waits for the rest. Default: 10,000 ms.
   int linger_ms = 10000;
+  // Told (at most once per 30 s) when a connection offered another security mechanism than
+  // this transport's: a member configured with another `security`. Such a member is never
+  // heard, so without this line a mismatch looks like a member that is down. Default: none.
+  std::function<void(const std::string&)> log;
 };
 
 class ZmqRingTransport final : public CollectiveTransport {
@@ -78,6 +85,7 @@ class ZmqRingTransport final : public CollectiveTransport {
 
   // The endpoint bound, with the real port.
   const std::string& endpoint() const { return endpoint_; }
+  RingSecurity security() const { return options_.security; }
   int rank() const { return rank_; }
   // Members' endpoints, once known (a test binds every rank first, then tells each the
   // real ports). Replaces the endpoints given to Create.
@@ -95,6 +103,10 @@ class ZmqRingTransport final : public CollectiveTransport {
   // refused, data on a connection without a link.
   uint64_t malformed() const { return malformed_; }
   uint64_t refused_handshakes() const { return zap_ ? zap_->refused_count() : 0; }
+  // Connections refused because the two ends offered different security mechanisms (curve
+  // against aes-256-gcm or none): a member configured differently, or a stranger. Counted
+  // while Receive runs.
+  uint64_t mechanism_mismatches() const { return mismatches_; }
 
  private:
   ZmqRingTransport() = default;
@@ -103,6 +115,14 @@ class ZmqRingTransport final : public CollectiveTransport {
   Status SendFrames(int to, const std::string& header, std::unique_ptr<std::string> payload);
   // One message from the router: a chunk (returned), or a handshake answered, or dropped.
   Result<std::optional<std::pair<int, Chunk>>> HandleRouterMessage(std::vector<zmq::message_t> parts);
+
+  // A PAIR socket told of `socket`'s handshakes that failed for the protocol.
+  zmq::socket_t Monitor(zmq::socket_t& socket);
+  // Reads a monitor (the router's: to = -1; else the dealer's to `to`): counts, and logs
+  // (bounded), mechanism mismatches. libzmq reports a mismatch at whichever end reads the
+  // other's greeting first (a dealer redials until its own end does), so each attempt is
+  // seen by at least one of the two members, nearly always by both.
+  void ReadMonitor(zmq::socket_t& monitor, int to);
 
   // AES-256-GCM (collective/zmq_ring_sealed.cc). A handshake never blocks: a chunk for a rank
   // whose link is not agreed yet waits in its OutLink, and is sealed and sent, in order, once
@@ -136,6 +156,11 @@ class ZmqRingTransport final : public CollectiveTransport {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // after context_: stopped before it closes
   zmq::socket_t router_;
+  zmq::socket_t router_monitor_;
+  std::map<int, zmq::socket_t> dealer_monitors_;
+  uint64_t monitors_made_ = 0;
+  uint64_t mismatches_ = 0;
+  std::chrono::steady_clock::time_point mismatch_logged_at_{};
   // AES-256-GCM: this transport's random incarnation; links to others; theirs to it by the
   // router's id of their connection (at most 4 per member: HELLOs from strangers cannot grow
   // it, and they evict links no chunk has proven first); the incarnation each rank last

@@ -73,6 +73,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = static_cast<uint64_t>(config.collective.chunk_kb) * 1024 * 2;
   FM_ASSIGN_OR_RETURN(to.security, collective::ParseRingSecurity(config.collective.security));
+  to.log = s->log_;
   FM_ASSIGN_OR_RETURN(s->transport_,
                       collective::ZmqRingTransport::Create(*s->identity_, members, config.collective.listen, to));
   collective::CommunicatorOptions co;
@@ -145,7 +146,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
                                              : "model all-reduce every " + std::to_string(config.collective.sync_every) +
                                                    " steps") +
           ", " + config.collective.compression + " on the wire, " +
-          (config.collective.security == "curve" ? "CurveZMQ" : "AES-256-GCM sealed links") +
+          collective::RingSecurityLabel(s->transport_->security()) +
           (elastic ? ", elastic" : "") + ")");
   return s;
 }

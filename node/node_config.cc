@@ -12,6 +12,16 @@
 
 namespace fedmesh {
 
+// `[SECTION] security`: how the links of a group over collective::ZmqRingTransport are
+// encrypted (the ring's and split training's; every member must choose the same).
+static ConfigKey LinkSecurityKey(const char* section, const std::string& what) {
+  return StringKey(section, "security", "curve",
+                   what + " are encrypted and authenticated between the members' keys: curve (CurveZMQ) or "
+                          "aes-256-gcm (sealed links, faster on CPUs with AES instructions; docs/collectives.md); "
+                          "every member must use the same")
+      .Choices({"curve", "aes-256-gcm"});
+}
+
 const ConfigSchema& NodeConfigSchema() {
   static const ConfigSchema* schema = [] {
     using T = ConfigType;
@@ -65,11 +75,7 @@ const ConfigSchema& NodeConfigSchema() {
         StringKey("collective", "compression", "none", "How all-reduce values travel: none (float32), fp16, bf16")
             .Choices({"none", "fp16", "bf16"}),
         IntKey("collective", "chunk_kb", 1024, "KiB per pipelined chunk").Min(1).Max(65536),
-        StringKey("collective", "security", "curve",
-                  "How the ring's links are encrypted and authenticated between the members' keys: "
-                  "curve (CurveZMQ) or aes-256-gcm (sealed links, faster on CPUs with AES "
-                  "instructions; docs/collectives.md)")
-            .Choices({"curve", "aes-256-gcm"}),
+        LinkSecurityKey("collective", "How the ring's links"),
         IntKey("collective", "timeout_ms", 60000,
                "A member silent this long in a collective call is taken for dead (elastic: the "
                "others re-form the ring; otherwise the call fails); also how long the start "
@@ -140,6 +146,7 @@ const ConfigSchema& NodeConfigSchema() {
                   "side, the own first, then [split] peers order) or sum (added; every bottom gives the top's "
                   "input width)")
             .Choices({"concat", "sum"}),
+        LinkSecurityKey("split", "split mode: how the links between the parties (PSI and training)"),
         IntKey("split", "timeout_ms", 60000,
                "split mode: a party silent this long is lost (the job then waits for it to come back)")
             .Min(100),
@@ -562,6 +569,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.rejoin_timeout_ms = v.GetInt("split", "rejoin_timeout_ms");
   k.share_part = v.GetBool("split", "share_part");
   k.assemble = v.GetString("split", "assemble");
+  k.security = v.GetString("split", "security");
   if (!k.enabled) return Status::OK();
   auto bad = [&](const std::string& why, const char* section, const char* key) {
     return AttributeToKey(Status::InvalidArgument(why), v, {{"", section, key}});

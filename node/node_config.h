@@ -77,6 +77,7 @@ struct SplitConfig {
   double noise = 0.0;                 // std of Gaussian noise on what this party sends over the cut
   std::string compression = "none";   // none | fp16 | bf16 | int8
   std::string combine = "concat";     // label party: concat | sum (the bottom outputs into the top)
+  std::string security = "curve";     // curve | aes-256-gcm: the links between the parties (PSI included)
   int64_t timeout_ms = 60000;         // a silent party fails the job after this
   int64_t checkpoint_every = 0;       // steps between checkpoints; 0 = at each epoch's end
   int64_t rejoin_timeout_ms = 300000; // how long the job waits for a lost party to come back

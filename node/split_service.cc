@@ -95,8 +95,14 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
   collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = uint64_t{1} << 30;
   to.linger_ms = 10000;  // the last message (done, or an error) must reach the others
+  FM_ASSIGN_OR_RETURN(to.security, collective::ParseRingSecurity(k.security));
+  to.log = s->log_;
   FM_ASSIGN_OR_RETURN(s->transport_,
                       collective::ZmqRingTransport::Create(*s->identity_, group.members, k.listen, to));
+  if (s->log_) {
+    s->log_(k.role + " party " + std::to_string(group.my_rank) + " of " + std::to_string(group.members.size()) +
+            " on " + s->transport_->endpoint() + " (" + collective::RingSecurityLabel(s->transport_->security()) + ")");
+  }
   if (k.role == "label") {
     s->label_ = std::make_unique<vertical::LabelJob>();
     vertical::LabelJob& j = *s->label_;

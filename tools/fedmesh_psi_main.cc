@@ -32,9 +32,9 @@ int Fail(int code, const std::string& what) {
 int main(int argc, char** argv) {
   CLI::App app{
       "fedmesh-psi: private set intersection of two parties' record ids (ECDH over ristretto255, "
-      "CurveZMQ between allowlisted sites); writes this party's rows of the intersection in the "
+      "CurveZMQ or AES-256-GCM sealed links between allowlisted sites); writes this party's rows of the intersection in the "
       "order both agreed.\nExit codes: 0 aligned, 1 the exchange failed, 2 bad arguments, keys or data."};
-  std::string key, allow, listen, data, id_column, out;
+  std::string key, allow, listen, data, id_column, out, security = "curve";
   std::vector<std::string> group;
   char delimiter = ',';
   uint64_t order_seed = 0, max_ids = fedmesh::psi::PsiOptions{}.max_ids;
@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--delimiter", delimiter, "Field separator of --data (default ',')");
   app.add_option("--order-seed", order_seed, "Mixed into the agreed order; both parties give the same (default 0)");
   app.add_option("--max-ids", max_ids, "Most ids either party may hold (default 100000000)");
+  app.add_option("--security", security,
+                 "How the link is encrypted: curve (CurveZMQ) or aes-256-gcm (sealed links); both parties give "
+                 "the same (default curve)")
+      ->check(CLI::IsMember({"curve", "aes-256-gcm"}));
   app.add_option("--timeout-ms", timeout_ms, "Give up after this long without a message from the peer (default 120000)");
   try {
     app.parse(argc, argv);
@@ -76,6 +80,8 @@ int main(int argc, char** argv) {
   fedmesh::collective::ZmqRingTransportOptions to;
   to.max_chunk_bytes = fedmesh::psi::kPsiHeaderSize + uint64_t{po.batch} * fedmesh::psi::kPointSize;
   to.linger_ms = 10000;  // the last confirm must reach the peer after this process is done
+  to.security = fedmesh::collective::ParseRingSecurity(security).value();  // checked by --security's IsMember
+  to.log = [](const std::string& line) { std::fprintf(stderr, "fedmesh-psi: %s\n", line.c_str()); };
   auto transport = fedmesh::collective::ZmqRingTransport::Create(*me, g->members, listen, to);
   if (!transport.ok()) return Fail(2, "--listen: " + transport.status().message());
 

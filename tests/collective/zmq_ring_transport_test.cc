@@ -383,5 +383,82 @@ TEST(ZmqRingTransport, AesGcmHelloFloodDoesNotEvictAProvenLink) {
   EXPECT_EQ(b.malformed(), 0u);
 }
 
+// Two members configured with different securities never hear each other; they see their
+// connections refused for the mechanism (libzmq tells whichever end reads the other's
+// greeting first; the dialer redials until its end does, or for ever), count them and log
+// the first (then at most one line per 30 s), so the mismatch does not pass for a member
+// that is down.
+TEST(ZmqRingTransport, AMemberWithAnotherSecurityIsNamedAsSuchInTheLog) {
+  for (auto [mine, theirs] : std::vector<std::pair<RingSecurity, RingSecurity>>{
+           {RingSecurity::kCurve, RingSecurity::kAes256Gcm},
+           {RingSecurity::kAes256Gcm, RingSecurity::kCurve},
+           {RingSecurity::kCurve, RingSecurity::kNone}}) {
+    SCOPED_TRACE(std::string(RingSecurityName(mine)) + " against " + RingSecurityName(theirs));
+    std::vector<Identity> ids;
+    ids.push_back(Make("rank-0"));
+    ids.push_back(Make("rank-1"));
+    std::vector<RingMember> members = {{"", ids[0].public_identity()}, {"", ids[1].public_identity()}};
+    std::vector<std::string> lines[2];
+    ZmqRingTransportOptions o[2] = {With(mine), With(theirs)};
+    std::vector<std::unique_ptr<ZmqRingTransport>> t;
+    for (int r = 0; r < 2; ++r) {
+      o[r].log = [&lines, r](const std::string& line) { lines[r].push_back(line); };
+      auto made = ZmqRingTransport::Create(ids[r], members, "tcp://127.0.0.1:*", o[r]);
+      ASSERT_TRUE(made.ok());
+      t.push_back(std::move(made).value());
+    }
+    for (auto& x : t) x->SetEndpoints({t[0]->endpoint(), t[1]->endpoint()});
+    for (int r = 0; r < 2; ++r) {
+      Chunk c;
+      c.op = 1;
+      c.bytes = std::string("hello");
+      ASSERT_TRUE(t[r]->Send(1 - r, std::move(c)).ok());
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < until &&
+           (t[0]->mechanism_mismatches() == 0 || t[1]->mechanism_mismatches() == 0)) {
+      for (auto& x : t) {
+        auto got = x->Receive(20);
+        ASSERT_TRUE(got.ok());
+        EXPECT_FALSE(got->has_value()) << "a chunk crossed a security mismatch";
+      }
+    }
+    // Almost always both ends see it within 0.2 s; at least one always does.
+    EXPECT_GE(t[0]->mechanism_mismatches() + t[1]->mechanism_mismatches(), 1u);
+    for (int r = 0; r < 2; ++r) {
+      if (t[r]->mechanism_mismatches() == 0) continue;
+      ASSERT_EQ(lines[r].size(), 1u) << "rank " << r << ": logged once, however often it is seen";
+      EXPECT_THAT(lines[r][0], HasSubstr("offered another security mechanism than this member's (" +
+                                         std::string(RingSecurityName(r == 0 ? mine : theirs)) + ")"));
+      EXPECT_THAT(lines[r][0], HasSubstr("every member of the group must set the same security"));
+      EXPECT_THAT(lines[r][0], HasSubstr("127.0.0.1"));
+    }
+    for (auto& x : t) x->SetLinger(0);  // their chunks can never go
+  }
+}
+
+// The same securities on both sides: no mismatch is counted or logged.
+TEST_P(ZmqRingSecurity, MatchingSecuritiesCountNoMismatch) {
+  ZmqRingTransportOptions o = With(GetParam());
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  Group g(2, o);
+  Chunk c;
+  c.op = 1;
+  c.bytes = std::string("hello");
+  ASSERT_TRUE(g.transports[1]->Send(0, std::move(c)).ok());
+  std::optional<std::pair<int, Chunk>> got;
+  for (int i = 0; i < 50 && !got; ++i) {
+    auto r = g.transports[0]->Receive(100);
+    ASSERT_TRUE(r.ok());
+    got = std::move(*r);
+    ASSERT_TRUE(g.transports[1]->Receive(0).ok());  // sealed links: rank 1 reads the WELCOME
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->second.bytes.view(), "hello");
+  EXPECT_EQ(g.transports[0]->mechanism_mismatches(), 0u);
+  EXPECT_TRUE(lines.empty());
+}
+
 }  // namespace
 }  // namespace fedmesh::collective

@@ -1,5 +1,5 @@
-// fedmesh-psi (issue 22 item 1): two real processes align their tables over CurveZMQ on
-// loopback. Each writes its own rows of the intersection, with the same ids in the same
+// fedmesh-psi (issue 22 item 1): two real processes align their tables over CurveZMQ (and
+// AES-256-GCM sealed links) on loopback. Each writes its own rows of the intersection, with the same ids in the same
 // order on both sides, in an order that is not the ids' sort order; bad tables, columns and
 // groups exit 2 naming the file, line and column; a peer that never comes is exit 1.
 #include <algorithm>
@@ -87,6 +87,9 @@ TEST_F(PsiCliTest, BadDataAndArgumentsExitTwoNamingTheFileLineAndColumn) {
   auto stranger = Args(1, "ok.csv", "o.csv");
   stranger[6] = "site-1@tcp://127.0.0.1:1,site-9@tcp://127.0.0.1:2";
   cases.push_back({stranger, "member site-9 has no public key in keys/allow"});
+  auto bad_security = Args(1, "ok.csv", "o.csv");
+  bad_security.insert(bad_security.end(), {"--security", "aes"});
+  cases.push_back({bad_security, "--security: aes not in {curve,aes-256-gcm}"});
   auto not_me = Args(1, "ok.csv", "o.csv");
   not_me[6] = "site-2@tcp://127.0.0.1:1,site-3@tcp://127.0.0.1:2";
   cases.push_back({not_me, "does not list this site (site-1)"});
@@ -99,6 +102,51 @@ TEST_F(PsiCliTest, BadDataAndArgumentsExitTwoNamingTheFileLineAndColumn) {
     fs::remove(dir_ / "bad.log");
   }
   EXPECT_FALSE(fs::exists(dir_ / "o.csv"));
+}
+
+// The same alignment over AES-256-GCM sealed links; a peer on the other security is never
+// heard, and the log says why rather than only that it was silent.
+TEST_F(PsiCliTest, SealedLinksAlignAlikeAndAnotherSecurityIsNamed) {
+  std::vector<int> a, b;
+  for (int i = 0; i < 200; ++i) a.push_back(i);
+  for (int i = 150; i < 400; ++i) b.push_back(i);
+  WriteTable("bank.csv", a);
+  WriteTable("insurer.csv", b);
+  auto sealed = [&](int site, const std::string& data, const std::string& out) {
+    auto args = Args(site, data, out);
+    args.insert(args.end(), {"--security", "aes-256-gcm"});
+    return args;
+  };
+  ChildProcess* p1 = Spawn("psi-1", sealed(1, "bank.csv", "bank.aligned.csv"));
+  ChildProcess* p2 = Spawn("psi-2", sealed(2, "insurer.csv", "insurer.aligned.csv"));
+  ASSERT_EQ(p1->WaitExit(seconds(60)), 0) << p1->Log();
+  ASSERT_EQ(p2->WaitExit(seconds(60)), 0) << p2->Log();
+  EXPECT_NE(p1->Log().find("200 ids here, 250 at site-2, 50 in common"), std::string::npos) << p1->Log();
+  auto ta = ReadCsvTable((dir_ / "bank.aligned.csv").string());
+  auto tb = ReadCsvTable((dir_ / "insurer.aligned.csv").string());
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  auto ia = CsvColumn(*ta, "customer", true), ib = CsvColumn(*tb, "customer", true);
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  EXPECT_EQ(*ia, *ib);
+  EXPECT_EQ(ia->size(), 50u);
+
+  auto curve = Args(1, "bank.csv", "c1.csv");
+  curve.back() = "2000";  // --timeout-ms
+  auto gcm = sealed(2, "insurer.csv", "c2.csv");
+  gcm[gcm.size() - 3] = "2000";
+  ChildProcess* c1 = Spawn("psi-curve", curve);
+  ChildProcess* c2 = Spawn("psi-gcm", gcm);
+  EXPECT_EQ(c1->WaitExit(seconds(30)), 1) << c1->Log();
+  EXPECT_EQ(c2->WaitExit(seconds(30)), 1) << c2->Log();
+  // libzmq tells whichever end reads the other's greeting first: nearly always both.
+  const std::string why = "offered another security mechanism than this member's";
+  EXPECT_TRUE(c1->Log().find(why) != std::string::npos || c2->Log().find(why) != std::string::npos)
+      << c1->Log() << "\n" << c2->Log();
+  for (ChildProcess* p : {c1, c2}) {
+    EXPECT_NE(p->Log().find("heard nothing from rank"), std::string::npos) << p->Log();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "c1.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "c2.csv"));
 }
 
 TEST_F(PsiCliTest, APeerThatNeverComesIsExitOneAndNoOutput) {

@@ -153,6 +153,7 @@ TEST_F(SplitModeTest, BadSplitSettingsExitTwoNamingTheKey) {
       {"lab", {"split.combine=sum"}, "[split] combine: is for the label party only"},
       {"hospital", {"split.combine=mean"}, "[split] combine"},
       {"hospital", {"split.compression=int4"}, "[split] compression"},
+      {"lab", {"split.security=aes"}, "[split] security"},
       {"hospital", {"split.combine=sum"}, "[split] combine = sum adds bottom outputs of one width: the top model (top.onnx) takes 16 inputs, the own bottom model gives 8"},
       {"hospital", {"split.peers=hospital@tcp://127.0.0.1:1,stranger@tcp://127.0.0.1:2"},
        "member stranger has no public key in keys/allow"},
@@ -206,8 +207,11 @@ TEST_F(SplitModeTest, ALabKilledAndRestartedResumesFromTheLastCheckpointAndTheJo
   EXPECT_NE(ReadWholeFile(dir_ / "rerun.log").find("holds a finished split job"), std::string::npos);
 }
 
+// Over AES-256-GCM sealed links ([split] security): the restarted hospital is a new
+// incarnation, and the lab's link to it is agreed anew.
 TEST_F(SplitModeTest, AHospitalKilledAndRestartedResumesTheJobWithTheLabStillWaiting) {
-  const std::vector<std::string> common = {"train.batch=8", "split.microbatches=1", "split.timeout_ms=1000"};
+  const std::vector<std::string> common = {"train.batch=8", "split.microbatches=1", "split.timeout_ms=1000",
+                                           "split.security=aes-256-gcm"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
@@ -223,12 +227,34 @@ TEST_F(SplitModeTest, AHospitalKilledAndRestartedResumesTheJobWithTheLabStillWai
   ASSERT_EQ(lab->WaitExit(seconds(30)), 0) << lab->Log();
   EXPECT_NE(again->Log().find("resuming from the checkpoint of step"), std::string::npos) << again->Log();
   EXPECT_NE(lab->Log().find("back at step"), std::string::npos) << lab->Log();
+  EXPECT_NE(lab->Log().find("feature party 1 of 2 on tcp://127.0.0.1:" + std::to_string(lp_) +
+                            " (AES-256-GCM sealed links)"),
+            std::string::npos)
+      << lab->Log();
   const auto lines = SplitLines(ReadWholeFile(metrics));
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("\"epoch\":150,"), std::string::npos) << lines.back();
   EXPECT_NE(lines.back().find("\"steps\":5550,"), std::string::npos) << lines.back();
   const double auc = std::stod(lines.back().substr(lines.back().find("\"test_auc\":") + 11));
   EXPECT_GE(auc, 0.95) << lines.back();
+}
+
+// Parties on different [split] security settings never hear each other: the job fails at
+// the start, and the logs say the connections offered another mechanism.
+TEST_F(SplitModeTest, PartiesOnDifferentSecuritiesAreToldSo) {
+  ChildProcess* lab = Spawn("lab", Node("lab", {"split.timeout_ms=2000", "split.rejoin_timeout_ms=100"}));
+  ChildProcess* hospital = Spawn("hospital", Node("hospital", {"split.security=aes-256-gcm", "split.timeout_ms=2000",
+                                                               "split.rejoin_timeout_ms=100"}));
+  const auto rh = hospital->WaitExit(seconds(60));
+  const auto rl = lab->WaitExit(seconds(60));
+  ASSERT_TRUE(rh.has_value() && rl.has_value());
+  EXPECT_EQ(*rh, 1) << hospital->Log();
+  EXPECT_EQ(*rl, 1) << lab->Log();
+  // libzmq tells whichever end reads the other's greeting first: nearly always both.
+  EXPECT_TRUE(hospital->Log().find("offered another security mechanism than this member's (aes-256-gcm)") !=
+                  std::string::npos ||
+              lab->Log().find("offered another security mechanism than this member's (curve)") != std::string::npos)
+      << hospital->Log() << "\n" << lab->Log();
 }
 
 TEST_F(SplitModeTest, ALabThatNeverComesBackFailsTheJobWithAReason) {
