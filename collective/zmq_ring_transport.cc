@@ -263,7 +263,7 @@ void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
     if (!options_.log || (mismatches_ > 1 && now - mismatch_logged_at_ < std::chrono::seconds(30))) continue;
     mismatch_logged_at_ = now;
     const std::string which =
-        to < 0 ? "a connection from " + address.to_string()
+        to < 0 ? "a connection accepted on " + address.to_string()  // libzmq names the listener, not the peer
                : "the connection to " + group_[to].identity.name + " (rank " + std::to_string(to) + ", " +
                      group_[to].endpoint + ")";
     options_.log(which + " was refused: it offered another security mechanism than this member's (" +
