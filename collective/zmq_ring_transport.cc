@@ -155,6 +155,7 @@ void ZmqRingTransport::SetEndpoints(const std::vector<std::string>& endpoints) {
   out_.clear();
   dealers_.clear();
   dealer_monitors_.clear();
+  refused_.clear();
 }
 
 zmq::socket_t ZmqRingTransport::Monitor(zmq::socket_t& socket) {
@@ -199,6 +200,7 @@ Status ZmqRingTransport::Send(int to, Chunk chunk) {
     return Status::InvalidArgument("collective transport: a chunk of " + std::to_string(chunk.bytes.size()) +
                                    " bytes is over max_chunk_bytes");
   }
+  if (refused_.count(to)) return Refused(to);
   try {
     std::string header = EncodeChunkHeader(chunk);
     auto payload = std::make_unique<std::string>(std::move(chunk.bytes).Release());
@@ -215,11 +217,41 @@ Status ZmqRingTransport::SendFrames(int to, const std::string& header, std::uniq
   std::string* bytes = payload.release();
   zmq::message_t frame(bytes->data(), bytes->size(), [](void*, void* hint) { delete static_cast<std::string*>(hint); },
                        bytes);
-  if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore) || !d.send(frame, zmq::send_flags::none)) {
-    return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
-                               std::to_string(options_.send_timeout_ms) + " ms");
+  if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    // No connection to queue on: wait for one, but not for a link refused for its mechanism
+    // (libzmq then never dials again).
+    FM_RETURN_IF_ERROR(WaitWritable(to, d));
+    if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore)) return TookNothing(to);
   }
+  if (!d.send(frame, zmq::send_flags::none)) return TookNothing(to);  // a message's later parts always go
   return Status::OK();
+}
+
+Status ZmqRingTransport::WaitWritable(int to, zmq::socket_t& dealer) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.send_timeout_ms);
+  zmq::socket_t& monitor = dealer_monitors_.at(to);
+  for (;;) {
+    ReadMonitor(monitor, to);
+    if (refused_.count(to)) return Refused(to);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return TookNothing(to);
+    zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLOUT, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, left);
+    if (items[0].revents & ZMQ_POLLOUT) return Status::OK();
+  }
+}
+
+Status ZmqRingTransport::TookNothing(int to) const {
+  return Status::Unavailable("collective transport: rank " + std::to_string(to) + " took nothing for " +
+                             std::to_string(options_.send_timeout_ms) + " ms");
+}
+
+Status ZmqRingTransport::Refused(int to) const {
+  return Status::FailedPrecondition("collective transport: " + group_[to].identity.name + " (rank " +
+                                    std::to_string(to) + ", " + group_[to].endpoint +
+                                    ") refused this member's connection: it offered another security mechanism "
+                                    "than this member's (" + RingSecurityName(options_.security) +
+                                    "); every member of the group must set the same security");
 }
 
 Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::HandleRouterMessage(
@@ -259,6 +291,7 @@ void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
     if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) continue;
     ++mismatches_;
+    if (to >= 0) refused_.insert(to);
     const auto now = std::chrono::steady_clock::now();
     if (!options_.log || (mismatches_ > 1 && now - mismatch_logged_at_ < std::chrono::seconds(30))) continue;
     mismatch_logged_at_ = now;

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,11 @@ class ZmqRingTransport final : public CollectiveTransport {
   // One message from the router: a chunk (returned), or a handshake answered, or dropped.
   Result<std::optional<std::pair<int, Chunk>>> HandleRouterMessage(std::vector<zmq::message_t> parts);
 
+  // Until `dealer` can queue a message: Unavailable after send_timeout_ms, FailedPrecondition
+  // (Refused) once the connection to `to` failed for its mechanism.
+  Status WaitWritable(int to, zmq::socket_t& dealer);
+  Status TookNothing(int to) const;
+  Status Refused(int to) const;
   // A PAIR socket told of `socket`'s handshakes that failed for the protocol.
   zmq::socket_t Monitor(zmq::socket_t& socket);
   // Reads a monitor (the router's: to = -1; else the dealer's to `to`): counts, and logs
@@ -160,6 +166,7 @@ class ZmqRingTransport final : public CollectiveTransport {
   std::map<int, zmq::socket_t> dealer_monitors_;
   uint64_t monitors_made_ = 0;
   uint64_t mismatches_ = 0;
+  std::set<int> refused_;  // members whose end refused the connection this one dialed (mechanism)
   std::chrono::steady_clock::time_point mismatch_logged_at_{};
   // AES-256-GCM: this transport's random incarnation; links to others; theirs to it by the
   // router's id of their connection (at most 4 per member: HELLOs from strangers cannot grow

@@ -403,6 +403,7 @@ TEST(ZmqRingTransport, AMemberWithAnotherSecurityIsNamedAsSuchInTheLog) {
     std::vector<std::unique_ptr<ZmqRingTransport>> t;
     for (int r = 0; r < 2; ++r) {
       o[r].log = [&lines, r](const std::string& line) { lines[r].push_back(line); };
+      o[r].send_timeout_ms = 1000;
       auto made = ZmqRingTransport::Create(ids[r], members, "tcp://127.0.0.1:*", o[r]);
       ASSERT_TRUE(made.ok());
       t.push_back(std::move(made).value());
@@ -432,6 +433,22 @@ TEST(ZmqRingTransport, AMemberWithAnotherSecurityIsNamedAsSuchInTheLog) {
                                          std::string(RingSecurityName(r == 0 ? mine : theirs)) + ")"));
       EXPECT_THAT(lines[r][0], HasSubstr("every member of the group must set the same security"));
       EXPECT_THAT(lines[r][0], HasSubstr("127.0.0.1"));
+    }
+    // A member whose own dialled connection was refused so fails its sends at once (libzmq
+    // never dials again); otherwise a send still queues, as for a member that is down.
+    for (int r = 0; r < 2; ++r) {
+      const bool dialled_refused = !lines[r].empty() && lines[r][0].starts_with("the connection to rank-");
+      Chunk c;
+      c.op = 2;
+      c.bytes = std::string("again");
+      // send_timeout_ms is 1 s here: a send that waited it out would be Unavailable.
+      Status sent = t[r]->Send(1 - r, std::move(c));
+      if (dialled_refused) {
+        EXPECT_EQ(sent.code(), StatusCode::kFailedPrecondition) << sent.ToString();
+        EXPECT_THAT(sent.message(), HasSubstr("refused this member's connection: it offered another security"));
+      } else if (!sent.ok()) {
+        EXPECT_EQ(sent.code(), StatusCode::kFailedPrecondition) << sent.ToString();
+      }
     }
     for (auto& x : t) x->SetLinger(0);  // their chunks can never go
   }
