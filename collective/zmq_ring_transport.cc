@@ -156,13 +156,15 @@ void ZmqRingTransport::SetEndpoints(const std::vector<std::string>& endpoints) {
   dealers_.clear();
   dealer_monitors_.clear();
   refused_.clear();
+  redial_at_.clear();
 }
 
 zmq::socket_t ZmqRingTransport::Monitor(zmq::socket_t& socket) {
   // Names are per context (this transport's) and never reused: a closed socket's monitor
   // may not have released its name yet.
   const std::string ep = "inproc://fedmesh-ring-monitor-" + std::to_string(monitors_made_++);
-  if (zmq_socket_monitor(socket.handle(), ep.c_str(), ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+  if (zmq_socket_monitor(socket.handle(), ep.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     throw zmq::error_t();
   }
   zmq::socket_t m(context_, zmq::socket_type::pair);
@@ -173,6 +175,15 @@ zmq::socket_t ZmqRingTransport::Monitor(zmq::socket_t& socket) {
 
 zmq::socket_t& ZmqRingTransport::Dealer(int to) {
   auto it = dealers_.find(to);
+  auto redial = redial_at_.find(to);
+  if (it != dealers_.end() && redial != redial_at_.end() && std::chrono::steady_clock::now() >= redial->second) {
+    // `to` refused this key: libzmq never dials that connection again, so a new socket does
+    // (what was queued on the old one could never go).
+    redial_at_.erase(redial);
+    dealer_monitors_.erase(to);
+    dealers_.erase(it);
+    it = dealers_.end();
+  }
   if (it != dealers_.end()) return it->second;
   zmq::socket_t d(context_, zmq::socket_type::dealer);
   d.set(zmq::sockopt::linger, options_.linger_ms);
@@ -217,27 +228,39 @@ Status ZmqRingTransport::SendFrames(int to, const std::string& header, std::uniq
   std::string* bytes = payload.release();
   zmq::message_t frame(bytes->data(), bytes->size(), [](void*, void* hint) { delete static_cast<std::string*>(hint); },
                        bytes);
-  if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+  zmq::socket_t* dealer = &d;
+  if (!dealer->send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
     // No connection to queue on: wait for one, but not for a link refused for its mechanism
-    // (libzmq then never dials again).
-    FM_RETURN_IF_ERROR(WaitWritable(to, d));
-    if (!d.send(zmq::buffer(header), zmq::send_flags::sndmore)) return TookNothing(to);
+    // (libzmq then never dials again), and with a new socket once one refused for its key
+    // is due to be dialled again.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.send_timeout_ms);
+    for (;;) {
+      FM_ASSIGN_OR_RETURN(const bool writable, WaitWritable(to, *dealer, deadline));
+      if (writable) break;
+      dealer = &Dealer(to);
+    }
+    if (!dealer->send(zmq::buffer(header), zmq::send_flags::sndmore)) return TookNothing(to);
   }
-  if (!d.send(frame, zmq::send_flags::none)) return TookNothing(to);  // a message's later parts always go
+  if (!dealer->send(frame, zmq::send_flags::none)) return TookNothing(to);  // a message's later parts always go
   return Status::OK();
 }
 
-Status ZmqRingTransport::WaitWritable(int to, zmq::socket_t& dealer) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.send_timeout_ms);
+Result<bool> ZmqRingTransport::WaitWritable(int to, zmq::socket_t& dealer,
+                                            std::chrono::steady_clock::time_point deadline) {
   zmq::socket_t& monitor = dealer_monitors_.at(to);
   for (;;) {
     ReadMonitor(monitor, to);
     if (refused_.count(to)) return Refused(to);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return TookNothing(to);
+    const auto now = std::chrono::steady_clock::now();
+    auto redial = redial_at_.find(to);
+    if (redial != redial_at_.end() && now >= redial->second) return false;
+    auto until = deadline;
+    if (redial != redial_at_.end()) until = std::min(until, redial->second);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+    if (now >= deadline) return TookNothing(to);
     zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLOUT, 0}, {monitor.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, left);
-    if (items[0].revents & ZMQ_POLLOUT) return Status::OK();
+    zmq::poll(items, 2, std::max(left, std::chrono::milliseconds(1)));
+    if (items[0].revents & ZMQ_POLLOUT) return true;
   }
 }
 
@@ -289,10 +312,22 @@ void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
     uint32_t value;
     std::memcpy(&id, event.data(), 2);
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+    const auto now = std::chrono::steady_clock::now();
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && to >= 0) {
+      ++key_refusals_;
+      redial_at_[to] = now + kRedialAfterRefusal;
+      if (!options_.log || (key_refusals_ > 1 && now - refusal_logged_at_ < std::chrono::seconds(30))) continue;
+      refusal_logged_at_ = now;
+      options_.log(group_[to].identity.name + " (rank " + std::to_string(to) + ", " + group_[to].endpoint +
+                   ") refused this member's key (ZAP status " + std::to_string(value) +
+                   "): is this member's public key in its allow directory? Dialling again every " +
+                   std::to_string(kRedialAfterRefusal.count()) + " ms while sending (" +
+                   std::to_string(key_refusals_) + " refusal" + (key_refusals_ == 1 ? "" : "s") + " so far)");
+      continue;
+    }
     if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) continue;
     ++mismatches_;
     if (to >= 0) refused_.insert(to);
-    const auto now = std::chrono::steady_clock::now();
     if (!options_.log || (mismatches_ > 1 && now - mismatch_logged_at_ < std::chrono::seconds(30))) continue;
     mismatch_logged_at_ = now;
     const std::string which =

@@ -108,6 +108,12 @@ class ZmqRingTransport final : public CollectiveTransport {
   // against aes-256-gcm or none): a member configured differently, or a stranger. Counted
   // while Receive runs.
   uint64_t mechanism_mismatches() const { return mismatches_; }
+  // CurveZMQ: handshakes this member dialled that a member's ZAP refused (this key is not in
+  // its allow directory). libzmq never dials such a connection again; this transport does,
+  // with a new socket, at the first send kRedialAfterRefusal after the refusal, and logs
+  // the first refusal (then at most one line per 30 s). Counted while Receive runs.
+  uint64_t key_refusals() const { return key_refusals_; }
+  static constexpr std::chrono::milliseconds kRedialAfterRefusal{1000};
 
  private:
   ZmqRingTransport() = default;
@@ -117,9 +123,10 @@ class ZmqRingTransport final : public CollectiveTransport {
   // One message from the router: a chunk (returned), or a handshake answered, or dropped.
   Result<std::optional<std::pair<int, Chunk>>> HandleRouterMessage(std::vector<zmq::message_t> parts);
 
-  // Until `dealer` can queue a message: Unavailable after send_timeout_ms, FailedPrecondition
-  // (Refused) once the connection to `to` failed for its mechanism.
-  Status WaitWritable(int to, zmq::socket_t& dealer);
+  // Until `dealer` can queue a message (true), or a new socket is due because `to` refused
+  // this key (false): Unavailable at `deadline`, FailedPrecondition (Refused) once the
+  // connection to `to` failed for its mechanism.
+  Result<bool> WaitWritable(int to, zmq::socket_t& dealer, std::chrono::steady_clock::time_point deadline);
   Status TookNothing(int to) const;
   Status Refused(int to) const;
   // A PAIR socket told of `socket`'s handshakes that failed for the protocol.
@@ -167,6 +174,9 @@ class ZmqRingTransport final : public CollectiveTransport {
   uint64_t monitors_made_ = 0;
   uint64_t mismatches_ = 0;
   std::set<int> refused_;  // members whose end refused the connection this one dialed (mechanism)
+  uint64_t key_refusals_ = 0;
+  std::chrono::steady_clock::time_point refusal_logged_at_{};
+  std::map<int, std::chrono::steady_clock::time_point> redial_at_;  // members that refused this key
   std::chrono::steady_clock::time_point mismatch_logged_at_{};
   // AES-256-GCM: this transport's random incarnation; links to others; theirs to it by the
   // router's id of their connection (at most 4 per member: HELLOs from strangers cannot grow

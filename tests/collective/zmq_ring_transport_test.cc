@@ -454,6 +454,62 @@ TEST(ZmqRingTransport, AMemberWithAnotherSecurityIsNamedAsSuchInTheLog) {
   }
 }
 
+// CurveZMQ: rank 1 starts with an allow list that lacks rank 0's key and refuses it; libzmq
+// would never dial that connection again, so without a new socket rank 0 could not reach
+// rank 1 even after rank 1 restarts admitting the key. Rank 0 logs the refusal once, dials
+// again while it sends, and its chunks reach the restarted rank 1.
+TEST(ZmqRingTransport, ACurveDialRefusedForItsKeyIsDialledAgainAndReachesTheMemberLater) {
+  std::vector<Identity> ids;
+  ids.push_back(Make("rank-0"));
+  ids.push_back(Make("rank-1"));
+  Identity other = Make("not-rank-0");
+  const std::vector<RingMember> group = {{"", ids[0].public_identity()}, {"", ids[1].public_identity()}};
+  const std::vector<RingMember> wrong = {{"", other.public_identity()}, {"", ids[1].public_identity()}};
+  std::vector<std::string> lines;
+  ZmqRingTransportOptions o;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  auto a = ZmqRingTransport::Create(ids[0], group, "tcp://127.0.0.1:*", o);
+  auto b = ZmqRingTransport::Create(ids[1], wrong, "tcp://127.0.0.1:*");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string b_endpoint = (*b)->endpoint();
+  (*a)->SetEndpoints({(*a)->endpoint(), b_endpoint});
+  uint32_t index = 0;
+  auto send = [&] {
+    Chunk c;
+    c.op = 1;
+    c.index = index++;
+    c.bytes = std::string("chunk");
+    ASSERT_TRUE((*a)->Send(1, std::move(c)).ok());
+  };
+  send();
+  for (int i = 0; i < 100 && (*a)->key_refusals() == 0; ++i) {
+    ASSERT_TRUE((*a)->Receive(20).ok());
+    auto got = (*b)->Receive(0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_FALSE(got->has_value()) << "a refused key got a chunk in";
+  }
+  ASSERT_GE((*a)->key_refusals(), 1u);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("rank-1 (rank 1, " + b_endpoint + ") refused this member's key (ZAP status 400): is "
+                                  "this member's public key in its allow directory?"));
+
+  b->reset();  // rank 1 restarts, now admitting rank 0's key
+  auto b2 = ZmqRingTransport::Create(ids[1], group, b_endpoint);
+  ASSERT_TRUE(b2.ok()) << b2.status().ToString();
+  std::optional<std::pair<int, Chunk>> got;
+  for (int i = 0; i < 50 && !got; ++i) {  // 5 s: the redial comes 1 s after the refusal
+    send();
+    ASSERT_TRUE((*a)->Receive(0).ok());
+    auto r = (*b2)->Receive(100);
+    ASSERT_TRUE(r.ok());
+    got = std::move(*r);
+  }
+  ASSERT_TRUE(got.has_value()) << "rank 0 never dialled the restarted rank 1 again";
+  EXPECT_EQ(got->first, 0);
+  EXPECT_GE(got->second.index, 1u) << "the chunk sent on the refused connection is lost";
+  (*a)->SetLinger(0);
+}
+
 // The same securities on both sides: no mismatch is counted or logged.
 TEST_P(ZmqRingSecurity, MatchingSecuritiesCountNoMismatch) {
   ZmqRingTransportOptions o = With(GetParam());
