@@ -302,6 +302,13 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::HandleRouterMessa
   return Out(std::make_pair(sender, std::move(c)));
 }
 
+bool ZmqRingTransport::ShouldLog(std::chrono::steady_clock::time_point& logged_at, uint64_t count,
+                                 std::chrono::steady_clock::time_point now) const {
+  if (!options_.log || (count > 1 && now - logged_at < std::chrono::seconds(30))) return false;
+  logged_at = now;
+  return true;
+}
+
 void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
   for (;;) {
     zmq::message_t event, address;
@@ -316,8 +323,7 @@ void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && to >= 0) {
       ++key_refusals_;
       redial_at_[to] = now + kRedialAfterRefusal;
-      if (!options_.log || (key_refusals_ > 1 && now - refusal_logged_at_ < std::chrono::seconds(30))) continue;
-      refusal_logged_at_ = now;
+      if (!ShouldLog(refusal_logged_at_, key_refusals_, now)) continue;
       options_.log(group_[to].identity.name + " (rank " + std::to_string(to) + ", " + group_[to].endpoint +
                    ") refused this member's key (ZAP status " + std::to_string(value) +
                    "): is this member's public key in its allow directory? Dialling again every " +
@@ -328,8 +334,7 @@ void ZmqRingTransport::ReadMonitor(zmq::socket_t& monitor, int to) {
     if (id != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || value != ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) continue;
     ++mismatches_;
     if (to >= 0) refused_.insert(to);
-    if (!options_.log || (mismatches_ > 1 && now - mismatch_logged_at_ < std::chrono::seconds(30))) continue;
-    mismatch_logged_at_ = now;
+    if (!ShouldLog(mismatch_logged_at_, mismatches_, now)) continue;
     const std::string which =
         to < 0 ? "a connection accepted on " + address.to_string()  // libzmq names the listener, not the peer
                : "the connection to " + group_[to].identity.name + " (rank " + std::to_string(to) + ", " +
@@ -353,8 +358,8 @@ Result<std::optional<std::pair<int, Chunk>>> ZmqRingTransport::Receive(int timeo
         // A WELCOME may come while this waits: look again soon to send what waits for it.
         if (Handshaking()) wait = std::min(wait, std::chrono::milliseconds(20));
       }
-      std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                            {router_monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      std::vector<zmq::pollitem_t>& items = poll_items_;  // kept: no allocation per call
+      items.assign({{router_.handle(), 0, ZMQ_POLLIN, 0}, {router_monitor_.handle(), 0, ZMQ_POLLIN, 0}});
       for (auto& [to, m] : dealer_monitors_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
       zmq::poll(items, wait);
       if (items[1].revents & ZMQ_POLLIN) ReadMonitor(router_monitor_, -1);

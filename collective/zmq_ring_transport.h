@@ -68,9 +68,10 @@ struct ZmqRingTransportOptions {
   // read), and a close that dropped them would leave the successor waiting for ever. Set
   // it low (SetLinger) when a run failed and nobody waits for the rest. Default: 10,000 ms.
   int linger_ms = 10000;
-  // Told (at most once per 30 s) when a connection offered another security mechanism than
-  // this transport's: a member configured with another `security`. Such a member is never
-  // heard, so without this line a mismatch looks like a member that is down. Default: none.
+  // Told (each at most once per 30 s) when a connection offered another security mechanism
+  // than this transport's (a member configured with another `security`), and when a member
+  // refused this key. Such a member is never heard, so without these lines it looks like a
+  // member that is down. Default: none.
   std::function<void(const std::string&)> log;
 };
 
@@ -129,13 +130,16 @@ class ZmqRingTransport final : public CollectiveTransport {
   Result<bool> WaitWritable(int to, zmq::socket_t& dealer, std::chrono::steady_clock::time_point deadline);
   Status TookNothing(int to) const;
   Status Refused(int to) const;
-  // A PAIR socket told of `socket`'s handshakes that failed for the protocol.
+  // A PAIR socket told of `socket`'s handshakes that failed for the protocol or the key.
   zmq::socket_t Monitor(zmq::socket_t& socket);
   // Reads a monitor (the router's: to = -1; else the dealer's to `to`): counts, and logs
   // (bounded), mechanism mismatches. libzmq reports a mismatch at whichever end reads the
   // other's greeting first (a dealer redials until its own end does), so each attempt is
   // seen by at least one of the two members, nearly always by both.
   void ReadMonitor(zmq::socket_t& monitor, int to);
+  // Whether the `count`th event of a kind is logged (the first, then one per 30 s).
+  bool ShouldLog(std::chrono::steady_clock::time_point& logged_at, uint64_t count,
+                 std::chrono::steady_clock::time_point now) const;
 
   // AES-256-GCM (collective/zmq_ring_sealed.cc). A handshake never blocks: a chunk for a rank
   // whose link is not agreed yet waits in its OutLink, and is sealed and sent, in order, once
@@ -178,6 +182,7 @@ class ZmqRingTransport final : public CollectiveTransport {
   std::chrono::steady_clock::time_point refusal_logged_at_{};
   std::map<int, std::chrono::steady_clock::time_point> redial_at_;  // members that refused this key
   std::chrono::steady_clock::time_point mismatch_logged_at_{};
+  std::vector<zmq::pollitem_t> poll_items_;  // Receive's, reused
   // AES-256-GCM: this transport's random incarnation; links to others; theirs to it by the
   // router's id of their connection (at most 4 per member: HELLOs from strangers cannot grow
   // it, and they evict links no chunk has proven first); the incarnation each rank last
