@@ -14,12 +14,17 @@ Result<WireType> WireTypeOfCompression(std::string_view compression) {
 }
 
 Status EncodeWireFloats(WireType wire, std::span<const float> values, std::string& out) {
+  if (wire == WireType::kFloat32) {
+    // One pass over the bytes: resize() would zero-fill them first (3.5% of a sealed
+    // 2-rank all-reduce's samples in perf).
+    out.assign(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    return Status::OK();
+  }
   out.resize(values.size() * WireBytes(wire));
   auto* dst = reinterpret_cast<uint8_t*>(out.data());
   switch (wire) {
     case WireType::kFloat32:
-      if (!values.empty()) std::memcpy(dst, values.data(), values.size() * 4);
-      return Status::OK();
+      return Status::OK();  // assigned above
     case WireType::kFloat16:
       return codec::Fp16Quantizer().Encode(values, 0, dst);
     case WireType::kBFloat16:

@@ -231,14 +231,16 @@ TEST(ElasticSteps, ADeathAtAnyPointOfAnAverageLeavesTheSurvivorsIdentical) {
 // a step boundary with the ring's state; everyone ends with the same model.
 TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
   const int n = 3;
-  const uint64_t steps = 40;
+  const uint64_t steps = 80;
   Group g(n);
   auto& [hub, members, result] = g;
   std::vector<uint64_t> joined_at(n);
+  std::atomic<bool> rejoined{false};
   g.OnThreads([&](int r) {
     const auto first_life = [&, r, dies = DiesAt(hub, r, 1, 6)](uint64_t step) {
-      // The survivors slow down a little so that the restarted member finds them running.
-      if (r != 1 && step > 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // The survivors slow down until the restarted member is back, so that it finds them
+      // running however slowly a busy machine restarts it (74 x 20 ms at most).
+      if (r != 1 && step > 5 && !rejoined.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       return dies(step);
     };
     result[r] = Live(members[r], hub.endpoint(r), n, steps, FastOptions(), first_life);
@@ -251,6 +253,7 @@ TEST(ElasticSteps, ARestartedMemberRejoinsWithTheRingsState) {
     members[1].w.assign(kParams, -3.0f);  // not the ring's: it must take theirs
     const auto second_life = [&](uint64_t step) {
       if (joined_at[1] == 0) joined_at[1] = step - 1;
+      rejoined = true;
       return true;
     };
     result[1] = Live(members[1], hub.endpoint(1), n, steps, FastOptions(), second_life,

@@ -79,7 +79,9 @@ inline std::optional<std::map<std::string, double>> ParseExposition(const std::s
 // when the module is not installed).
 inline std::string ParseWithPrometheusClient(const std::string& text, const std::string& dir) {
   if (std::system("/usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1") != 0) return "skip";
-  const std::string in = dir + "/scrape.txt", out = dir + "/parse.txt";
+  // Named by process: callers may pass a directory other test processes share (TempDir()).
+  const std::string tag = std::to_string(::getpid());
+  const std::string in = dir + "/scrape." + tag + ".txt", out = dir + "/parse." + tag + ".txt";
   std::ofstream(in) << text;
   const std::string cmd =
       "/usr/bin/python3 -c \"import sys; from prometheus_client.parser import text_string_to_metric_families as p; "
@@ -87,6 +89,8 @@ inline std::string ParseWithPrometheusClient(const std::string& text, const std:
   const int rc = std::system(cmd.c_str());
   std::ifstream r(out);
   std::string s((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
+  std::remove(in.c_str());
+  std::remove(out.c_str());
   return rc == 0 ? "" : s;
 }
 
