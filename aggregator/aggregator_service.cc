@@ -386,6 +386,9 @@ std::optional<std::string> AggregatorService::SiteOfKey(const std::string& key_z
 
 Status AggregatorService::ReloadAllowlist() {
   FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config_.allow_dir));
+  std::map<std::string, std::string> sites;
+  for (const PublicIdentity& p : allowlist) sites[p.curve_public_z85()] = p.name;
+  FM_RETURN_IF_ERROR(CheckSiteKeysApart(sites));
   const std::map<std::string, std::string> before = name_of_key_;
   server_->Reload(allowlist);
   SetAllowlist(allowlist);

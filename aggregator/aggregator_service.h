@@ -101,7 +101,8 @@ class AggregatorService {
   // Re-reads config.allow_dir and hands it to the transport: new keys may connect; a
   // removed key's connection is closed at once, its next handshake refused, the engine
   // forgets its node (RoundEngine::OnRevoke: the open round stops waiting for it) and
-  // nothing more is sent to it. A read error changes nothing; a store error is returned.
+  // nothing more is sent to it. A read error, or a site key that is also an admin or
+  // observer key, changes nothing; a store error is returned.
   Status ReloadAllowlist();
 
   bool finished() const { return finished_; }
@@ -138,6 +139,9 @@ class AggregatorService {
   // [aggregator] db starts another; a paused one stays paused), opens the admin channel and
   // the status page when configured.
   Status StartOperations(const Identity& identity);
+  // InvalidArgument naming the key when one of `sites` (Z85 key -> name) is an admin or
+  // observer key.
+  Status CheckSiteKeysApart(const std::map<std::string, std::string>& sites) const;
   // Answers the admin requests waiting (at most a few per call), without blocking.
   Status PollAdmin();
   // Runs one admin request and records it (log line and store) with who sent it.
@@ -193,6 +197,9 @@ class AggregatorService {
   std::string endpoint_;
 
   std::map<std::string, std::string> name_of_key_;  // Z85 curve key -> site name
+  // Z85 curve key -> "[admin] admins key NAME" / "[admin] observers key NAME": never also a
+  // site key (a site must not reach the admin channel with the key it trains with).
+  std::map<std::string, std::string> operator_keys_;
   std::map<std::string, PublicIdentity> identity_of_key_;  // Z85 curve key -> enrolled identity
   // The verified signature of each node's latest update, stored with it when accepted.
   std::map<std::string, UpdateSignatureRecord> verified_;

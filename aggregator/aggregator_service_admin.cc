@@ -32,6 +32,16 @@ nlohmann::json Refusal(const std::string& why) { return {{"ok", false}, {"error"
 
 }  // namespace
 
+Status AggregatorService::CheckSiteKeysApart(const std::map<std::string, std::string>& sites) const {
+  for (const auto& [key, what] : operator_keys_) {
+    if (auto site = sites.find(key); site != sites.end()) {
+      return Status::InvalidArgument(what + " is also the key of site " + site->second + " in " + config_.allow_dir +
+                                     "; admin and observer keys must be kept apart from site keys");
+    }
+  }
+  return Status::OK();
+}
+
 Status AggregatorService::StartOperations(const Identity& identity) {
   FM_ASSIGN_OR_RETURN(std::optional<std::string> paused, store_->Control("paused"));
   if (paused) {
@@ -52,13 +62,11 @@ Status AggregatorService::StartOperations(const Identity& identity) {
       if (!o.ok()) return o.status().WithContext("[admin] observers");
       observers = std::move(o).value();
     }
-    for (const PublicIdentity& a : admins) {
-      if (name_of_key_.contains(a.curve_public_z85())) {
-        return Status::InvalidArgument("[admin] admins: key " + a.name +
-                                       " is also a site key in " + config_.allow_dir +
-                                       "; admin keys must be kept apart from site keys");
-      }
+    for (const PublicIdentity& a : admins) operator_keys_[a.curve_public_z85()] = "[admin] admins key " + a.name;
+    for (const PublicIdentity& o : observers) {
+      operator_keys_[o.curve_public_z85()] = "[admin] observers key " + o.name;
     }
+    FM_RETURN_IF_ERROR(CheckSiteKeysApart(name_of_key_));
     FM_ASSIGN_OR_RETURN(admin_, AdminServer::Create(identity, admins, observers));
     FM_ASSIGN_OR_RETURN(admin_endpoint_, admin_->Bind(config_.admin_listen));
     spdlog::info("admin channel on {} ({} admin key(s), {} observer key(s))", admin_endpoint_,

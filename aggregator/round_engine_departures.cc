@@ -39,6 +39,15 @@ std::vector<RoundEngine::Output> RoundEngine::OnRevoke(const std::string& node_i
   if (stats_ && !stats_->secure_phase()) {
     stats_->Forget(node_id);
     if (stats_->complete()) AdvanceStats(out);
+  } else if (stats_ && stats_secagg_ && stats_secagg_->Revoke(node_id) && stats_secagg_->StageComplete()) {
+    AdvanceStatsSecAgg(/*at_deadline=*/true, out);
+  }
+  if (secagg_ && phase_ == Phase::kRoundOpen) {
+    // The secure round stops counting on it: its stage closes now if everyone else has
+    // answered, and it is a dropout to SecAgg+ from here on (what it sent stays).
+    // Nothing more can come for the stage then: closing it is what its deadline would do.
+    if (secagg_->Revoke(node_id) && secagg_->StageComplete()) AdvanceSecAgg(/*at_deadline=*/true, out);
+    return out;
   }
   StopWaitingFor(node_id, "was revoked", out);
   return out;

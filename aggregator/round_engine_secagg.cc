@@ -58,6 +58,7 @@ void RoundEngine::AdvanceSecAgg(bool at_deadline, std::vector<Output>& out) {
     return;
   }
   for (auto& [to, body] : step->sends) {
+    if (!nodes_.contains(to)) continue;  // revoked: nothing more is sent to it
     out.push_back(Send{to, wire::Message{OutHeader(), std::move(body)}, std::nullopt});
   }
   if (!step->result) {

@@ -79,6 +79,8 @@ class SecAggRound {
   Result<Step> Close();
   // SecAggServer::Withdraw.
   bool Withdraw(std::string_view node) { return server_.Withdraw(node); }
+  // SecAggServer::Revoke.
+  bool Revoke(std::string_view node) { return server_.Revoke(node); }
 
   uint64_t masked_bytes() const { return masked_bytes_; }
   // The record_privacy of each accepted masked input (the sum's contributors), by node.

@@ -69,15 +69,24 @@ size_t SecAggServer::expected() const {
     case SecAggStage::kAdvertiseKeys:
       return allowlist_.size();
     case SecAggStage::kShareKeys:
-      return graph_->size();
+      return graph_->size() - RevokedWaitedFor(nullptr, in_u1_);
     case SecAggStage::kMaskedInput:
-      return Count(in_u1_);
+      return Count(in_u1_) - RevokedWaitedFor(&in_u1_, in_u2_);
     case SecAggStage::kUnmasking:
-      return Count(in_u2_);
+      return Count(in_u2_) - RevokedWaitedFor(&in_u2_, unmasked_);
     case SecAggStage::kFinished:
       return 0;
   }
   return 0;
+}
+
+size_t SecAggServer::RevokedWaitedFor(const std::vector<bool>* members, const std::vector<bool>& sent) const {
+  size_t n = 0;
+  for (const std::string& id : revoked_) {
+    const std::optional<uint32_t> i = graph_->IndexOf(id);
+    if (i && (members == nullptr || (*members)[*i]) && !sent[*i]) ++n;
+  }
+  return n;
 }
 
 Status SecAggServer::CheckMessage(std::string_view what, SecAggStage stage,
@@ -124,6 +133,35 @@ bool SecAggServer::Withdraw(std::string_view client) {
   if (it == allowlist_.end()) return false;
   allowlist_.erase(it);
   return true;
+}
+
+bool SecAggServer::Revoke(std::string_view client) {
+  auto it = allowlist_.find(client);
+  if (it == allowlist_.end()) return false;
+  allowlist_.erase(it);
+  revoked_.emplace(client);
+  switch (stage_) {
+    case SecAggStage::kAdvertiseKeys:
+      // No roster yet: it leaves with its keys, and no one will share a secret with it.
+      advertised_.erase(std::string(client));
+      return true;
+    case SecAggStage::kFinished:
+      return false;
+    default:
+      break;
+  }
+  const std::optional<uint32_t> i = graph_->IndexOf(client);
+  if (!i) return false;
+  switch (stage_) {
+    case SecAggStage::kShareKeys:
+      return !in_u1_[*i];
+    case SecAggStage::kMaskedInput:
+      return in_u1_[*i] && !in_u2_[*i];
+    case SecAggStage::kUnmasking:
+      return in_u2_[*i] && !unmasked_[*i];
+    default:
+      return false;
+  }
 }
 
 Status SecAggServer::OnAdvertise(const AdvertiseKeys& m) {

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,6 +108,14 @@ class SecAggServer {
   // later stages, where SecAgg+ handles a dropout by itself, or after it advertised.
   bool Withdraw(std::string_view client);
 
+  // `client` was revoked (its key left the federation): no message of it is accepted any
+  // more, and the open stage no longer counts on one (expected() drops), so it can close
+  // without waiting for the deadline. What it sent before stays: SecAgg+ treats it from
+  // here on as a client that dropped out. Before the roster is made it simply leaves it.
+  // True when the open stage's counts changed (the caller may see whether it can close
+  // now); false when it was unknown, already revoked, or had already sent for the stage.
+  bool Revoke(std::string_view client);
+
  private:
   struct CollectedShare {
     uint8_t x = 0;
@@ -124,10 +133,14 @@ class SecAggServer {
   Result<SecAggOutbox> CloseMaskedInput();
   Result<SecAggOutbox> CloseUnmasking();
   std::vector<std::string> Members(const std::vector<bool>& in) const;
+  // Revoked clients the open stage still counted on: in `members` (every roster member
+  // when null) and not marked in `sent`.
+  size_t RevokedWaitedFor(const std::vector<bool>* members, const std::vector<bool>& sent) const;
 
   SecAggOptions options_;
   FixedPointOptions fixed_point_;
   std::map<std::string, PublicIdentity, std::less<>> allowlist_;
+  std::set<std::string, std::less<>> revoked_;  // off allowlist_ too
   std::unique_ptr<SecureRandom> rng_;
   SecAggStage stage_ = SecAggStage::kAdvertiseKeys;
 

@@ -184,7 +184,33 @@ TEST_F(AggregatorOperationsTest, AnAdminKeyThatIsAlsoASiteKeyIsRefused) {
   auto s = CreateService();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.status().message(), HasSubstr("admin keys must be kept apart from site keys"));
+  EXPECT_THAT(s.status().message(), HasSubstr("[admin] admins key site-a is also the key of site site-a"));
+  EXPECT_THAT(s.status().message(), HasSubstr("must be kept apart from site keys"));
+}
+
+// An observer key may not be a site key either (the admin socket admits observers too).
+TEST_F(AggregatorOperationsTest, AnObserverKeyThatIsAlsoASiteKeyIsRefused) {
+  SetUpAdmins();
+  fs::copy_file(dir_.path + "/allow/site-b.pub", dir_.path + "/observers/site-b.pub");
+  auto s = CreateService();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("[admin] observers key site-b is also the key of site site-b"));
+}
+
+// Nor can a reload make one a site: the reload is refused and the sites stay as they were.
+TEST_F(AggregatorOperationsTest, AReloadThatEnrolsAnAdminKeyAsASiteIsRefused) {
+  SetUpAdmins();
+  auto service = CreateService();
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  fs::copy_file(dir_.path + "/admins/alice.pub", dir_.path + "/allow/alice.pub");
+  fs::permissions(dir_.path + "/allow/alice.pub", fs::perms::owner_read | fs::perms::owner_write |
+                                                      fs::perms::group_read | fs::perms::others_read);
+  const Status reload = (*service)->ReloadAllowlist();
+  EXPECT_EQ(reload.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(reload.message(), HasSubstr("[admin] admins key alice is also the key of site alice"));
+  EXPECT_FALSE((*service)->SiteOfKey(alice_.public_identity().curve_public_z85()).has_value());
+  EXPECT_TRUE((*service)->SiteOfKey(nodes_.front().identity.public_identity().curve_public_z85()).has_value());
 }
 
 TEST_F(AggregatorOperationsTest, StatusPageShowsRoundsAndSitesAndRefusesWithoutItsToken) {

@@ -102,6 +102,7 @@ class SecAggRoundTest : public ::testing::Test {
       Output o = std::move(queue.front());
       queue.pop_front();
       if (auto* send = std::get_if<RoundEngine::Send>(&o)) {
+        sent_to_.push_back(send->to);
         for (auto& reply : NodeReceives(send->to, send->message)) {
           auto more = engine_->OnMessage(send->to, wire::Message{From(send->to), std::move(reply)});
           queue.insert(queue.end(), more.begin(), more.end());
@@ -182,6 +183,7 @@ class SecAggRoundTest : public ::testing::Test {
   std::optional<double> timer_;
   std::vector<Output> events_;
   std::vector<std::string> rejects_;
+  std::vector<std::string> sent_to_;  // every Send's recipient, in order
   uint64_t next_id_ = 1;
 };
 
@@ -206,6 +208,55 @@ TEST_F(SecAggRoundTest, ANodeThatDiesBeforeItsMaskedInputIsLeftOut) {
   Start(Options());
   FireTimer();  // stage 3 closes at its deadline without site-1
   ExpectMeanOf({"site-0", "site-2", "site-3", "site-4"});
+}
+
+// A site revoked (SIGHUP after its key left the allowlist, or `kick`) while the secure round
+// waits for it: the stage closes at once, not at its deadline, nothing more is sent to it,
+// and the round ends on the exact mean of the others, or with its update when its masked
+// input came before the revocation. At each of the four stages.
+TEST_F(SecAggRoundTest, ARevokedSiteIsNotWaitedForAtAnyStage) {
+  const SecAggStage stages[] = {SecAggStage::kAdvertiseKeys, SecAggStage::kShareKeys, SecAggStage::kMaskedInput,
+                                SecAggStage::kUnmasking};
+  for (SecAggStage stage : stages) {
+    SCOPED_TRACE("silent from stage " + std::string(SecAggStageName(stage)));
+    nodes_.clear();
+    SetUp();
+    events_.clear();
+    rejects_.clear();
+    sent_to_.clear();
+    timer_.reset();
+    nodes_.at("site-2").dies_at = stage;
+    Start(Options());
+    ASSERT_TRUE(Closed().empty()) << "the stage waits for site-2";
+    const size_t sends_before = sent_to_.size();
+    Pump(engine_->OnRevoke("site-2"));
+    for (size_t i = sends_before; i < sent_to_.size(); ++i) EXPECT_NE(sent_to_[i], "site-2") << i;
+    if (stage == SecAggStage::kUnmasking) {
+      ExpectMeanOf({"site-0", "site-1", "site-2", "site-3", "site-4"});
+    } else {
+      ExpectMeanOf({"site-0", "site-1", "site-3", "site-4"});
+    }
+  }
+}
+
+// Revoked below quorum (3 of 5 silent in ShareKeys, then revoked one by one): once nothing
+// more can come the attempt fails at once, not at the stage's deadline, and is retried.
+TEST_F(SecAggRoundTest, RevocationsBelowQuorumFailTheAttemptAtOnce) {
+  for (const char* id : {"site-0", "site-1", "site-2"}) nodes_.at(id).dies_at = SecAggStage::kShareKeys;
+  RoundEngineOptions o = Options();
+  o.max_retries = 0;
+  Start(o);
+  const double now = env_.now;
+  for (const char* id : {"site-0", "site-1", "site-2"}) Pump(engine_->OnRevoke(id));
+  EXPECT_EQ(env_.now, now);
+  bool finished = false;
+  for (const auto& e : events_) {
+    if (const auto* f = std::get_if<RoundEngine::Finished>(&e)) {
+      finished = true;
+      EXPECT_THAT(f->status.message(), HasSubstr("secure aggregation stage"));
+    }
+  }
+  EXPECT_TRUE(finished) << "the attempt still waits for its deadline";
 }
 
 TEST_F(SecAggRoundTest, TooFewNodesFailTheAttemptAndItIsRetried) {

@@ -158,6 +158,67 @@ TEST_F(SecAggProtocolTest, DropsBeforeTheMaskedInputAreExcludedAndTheRestIsExact
   EXPECT_EQ(round.roster().members.size(), 49u);
 }
 
+// A revoked client is no longer waited for, at whichever stage: expected() drops by one when
+// it had not sent for the open stage (so the stage can close at once), its later messages are
+// refused, and the round ends with the exact sum of the others, or with its input too when
+// it had sent it before the revocation. 5 clients, complete graph (k = 4, t = 3).
+TEST_F(SecAggProtocolTest, ARevokedClientIsNotWaitedForAtAnyStage) {
+  for (int stage = 0; stage < 4; ++stage) {
+    SCOPED_TRACE("revoked in stage " + std::to_string(stage));
+    SecAggOptions options;
+    options.vector_size = 64;
+    SecAggRound round(5, options, 11 + stage);
+    // site-002 sends nothing from `stage` on; it is revoked once the others have sent.
+    const auto skip = [&](int s) { return s >= stage ? std::set<size_t>{2} : std::set<size_t>{}; };
+    const auto revoke_if = [&](int s) {
+      if (s != stage) return;
+      const size_t expected = round.server().expected();
+      EXPECT_LT(round.server().accepted(), expected) << "the stage waits for site-002";
+      EXPECT_TRUE(round.server().Revoke("site-002"));
+      EXPECT_EQ(round.server().expected(), expected - 1);
+      EXPECT_EQ(round.server().accepted(), round.server().expected()) << "the stage can close now";
+      EXPECT_FALSE(round.server().Revoke("site-002")) << "once";
+    };
+    round.Advertise(skip(0));
+    revoke_if(0);
+    if (stage == 0) {
+      EXPECT_EQ(round.server().OnAdvertise(round.client(2).advertisement()).code(), StatusCode::kPermissionDenied);
+    }
+    ASSERT_TRUE(round.Close().ok());
+    EXPECT_EQ(round.roster().members.size(), stage == 0 ? 4u : 5u);
+    round.ShareKeys(skip(1));
+    revoke_if(1);
+    ASSERT_TRUE(round.Close().ok());
+    round.MaskedInput(skip(2));
+    revoke_if(2);
+    ASSERT_TRUE(round.Close().ok());
+    round.Unmask(skip(3));
+    revoke_if(3);
+    Result<SecAggOutbox> out = round.Close();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ASSERT_TRUE(out->result.has_value());
+    // Its masked input came before a revocation in stage 3: it stays in the sum.
+    EXPECT_EQ(out->result->sum, stage == 3 ? round.ExpectedSum({0, 1, 2, 3, 4}) : round.ExpectedSum({0, 1, 3, 4}));
+    EXPECT_EQ(out->result->contributors.size(), stage == 3 ? 5u : 4u);
+  }
+}
+
+// Revoking a client that already sent for the open stage leaves the count it waits for as
+// it was (after the roster), and an unknown name changes nothing.
+TEST_F(SecAggProtocolTest, RevokingAClientThatHasSentChangesNothingTheStageWaitsFor) {
+  SecAggOptions options;
+  options.vector_size = 16;
+  SecAggRound round(5, options, 3);
+  round.Advertise();
+  ASSERT_TRUE(round.Close().ok());
+  round.ShareKeys({4});
+  EXPECT_EQ(round.server().expected(), 5u);
+  EXPECT_EQ(round.server().accepted(), 4u);
+  EXPECT_FALSE(round.server().Revoke("site-000"));
+  EXPECT_EQ(round.server().expected(), 5u);
+  EXPECT_FALSE(round.server().Revoke("site-nobody"));
+}
+
 // The same with the complete graph of 5 (k = 4, t = 3): one client skips MaskedInput.
 TEST_F(SecAggProtocolTest, SmallRoundWithOneClientDroppingBeforeItsInput) {
   SecAggOptions options;
