@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "config/config_loader.h"
+#include "core/model_zoo.h"
 #include "telemetry/host_port.h"
 #include "config/loss_config.h"
 #include "aggregator/strategy_config.h"
@@ -148,7 +149,8 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("model", "num_classes", 10,
                "Outputs of a built-in model (classes; 1 for bce_with_logits or a single "
                "regression target). Ignored with [model] onnx")
-            .Min(1),
+            .Min(1)
+            .Max(65536),
         StringKey("codec", "update", "",
                   "Codec chain every node must encode its update with, e.g. topk:0.01|int8|zstd; "
                   "empty = each node's own [codec] chain"),
@@ -172,7 +174,8 @@ const ConfigSchema& AggregatorConfigSchema() {
         IntKey("eval", "every", 1, "Federated evaluation every this many rounds").Min(1),
         IntKey("eval", "min_sites", 1,
                "Fewest site answers for a federated evaluation to report federated metrics")
-            .Min(1),
+            .Min(1)
+            .Max(1000000),
         FloatKey("eval", "timeout_s", 120.0,
                  "Seconds a federated evaluation waits for the sites' answers")
             .Min(0, true),
@@ -201,7 +204,7 @@ const ConfigSchema& AggregatorConfigSchema() {
         FloatListKey("stats", "quantiles", {0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99},
                      "Quantiles reported per feature, each in [0, 1]"),
         IntKey("stats", "min_sites", 1,
-               "Fewest sites releasing statistics for federation figures").Min(1),
+               "Fewest sites releasing statistics for federation figures").Min(1).Max(1000000),
         FloatKey("stats", "timeout_s", 120.0, "Seconds each statistics phase waits for the sites")
             .Min(0, true),
         StringKey("data", "normalize", "none",
@@ -251,6 +254,7 @@ namespace {
 Status ReadUpstream(const ConfigValues& v, AggregatorConfig* c) {
   AggregatorConfig::Upstream& u = c->upstream;
   u.endpoint = v.GetString("upstream", "endpoint");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "upstream", "endpoint", EndpointUse::kConnect));
   u.public_key = v.GetString("upstream", "public_key");
   u.key = v.GetString("upstream", "key");
   u.federation_id = v.GetString("upstream", "federation");
@@ -301,6 +305,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.config_path = path;
   c.federation_id = v.GetString("federation", "id");
   c.listen = v.GetString("aggregator", "listen");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "aggregator", "listen", EndpointUse::kBind));
   c.key_path = v.GetString("aggregator", "key");
   c.allow_dir = v.GetString("aggregator", "allow");
   c.max_pending_upload_bytes =
@@ -310,6 +315,7 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.metrics_path = v.GetString("aggregator", "metrics");
   c.metrics_listen = v.GetString("metrics", "listen");
   c.admin_listen = v.GetString("admin", "listen");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "admin", "listen", EndpointUse::kBind));
   c.admin_dir = v.GetString("admin", "admins");
   c.observer_dir = v.GetString("admin", "observers");
   c.status_listen = v.GetString("status_page", "listen");
@@ -423,6 +429,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
         Status::InvalidArgument("input_shape needs 1 value ([features]) or 3 ([height, width, "
                                 "channels]), got " + std::to_string(c.model.input_shape.size())),
         v, {{"", "model", "input_shape"}});
+  }
+  if (Status s = CheckModelSize(c.model); !s.ok()) {
+    return AttributeToKey(std::move(s), v, {{"", "model", "input_shape"}});
   }
 
   FM_RETURN_IF_ERROR(ReadUpstream(v, &c));

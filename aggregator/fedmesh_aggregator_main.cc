@@ -20,6 +20,7 @@
 
 #include "core/allocator_tuning.h"
 #include "core/env.h"
+#include "core/exit_code.h"
 #include "aggregator/aggregator_service.h"
 #include "aggregator/aggregator_config.h"
 #include "telemetry/terminal_progress.h"
@@ -68,12 +69,6 @@ void SetLogger(const std::string& id, fedmesh::TerminalProgress* progress = null
   spdlog::set_default_logger(logger);
 }
 
-bool IsConfigError(fedmesh::StatusCode code) {
-  using fedmesh::StatusCode;
-  return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
-         code == StatusCode::kCorruption || code == StatusCode::kPermissionDenied ||
-         code == StatusCode::kFailedPrecondition || code == StatusCode::kAlreadyExists;
-}
 
 }  // namespace
 
@@ -135,7 +130,7 @@ int main(int argc, char** argv) {
   auto service = fedmesh::AggregatorService::Create(*config, &env, std::move(service_options));
   if (!service.ok()) {
     spdlog::error("{}", service.status().ToString());
-    return IsConfigError(service.status().code()) ? 2 : 1;
+    return fedmesh::ExitCodeFor(service.status());
   }
   std::printf("listening on %s\n", (*service)->endpoint().c_str());
   std::fflush(stdout);

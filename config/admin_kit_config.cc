@@ -18,7 +18,9 @@ const ConfigSchema& AdminKitConfigSchema() {
         RequiredKey("admin", "endpoint", ConfigType::kString,
                     "The aggregator's admin endpoint, e.g. tcp://agg.example.org:5556"),
         StringKey("admin", "server_key", "aggregator.pub", "The aggregator's public key file").Path(),
-        IntKey("admin", "timeout_ms", 10000, "How long to wait for the aggregator's answer").Min(1),
+        IntKey("admin", "timeout_ms", 10000, "How long to wait for the aggregator's answer")
+            .Min(1)
+            .Max(86400000),  // a day; read into an int
     };
     return s;
   }();
@@ -32,6 +34,7 @@ Result<AdminKitConfig> LoadAdminKitConfig(const std::string& path) {
   c.name = v.GetString("admin", "name");
   c.key_path = v.GetString("admin", "key");
   c.endpoint = v.GetString("admin", "endpoint");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "admin", "endpoint", EndpointUse::kConnect));
   c.server_key = v.GetString("admin", "server_key");
   c.timeout_ms = static_cast<int>(v.GetInt("admin", "timeout_ms"));
   return c;

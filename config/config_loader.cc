@@ -444,6 +444,13 @@ Status AttributeToKey(const Status& status, const ConfigValues& values,
   return status.WithContext(origin + ": [" + std::string(best->section) + "] " + std::string(best->key));
 }
 
+Status CheckEndpointKey(const ConfigValues& values, std::string_view section, std::string_view key,
+                        EndpointUse use) {
+  const std::string& endpoint = values.GetString(section, key);
+  if (endpoint.empty()) return Status::OK();
+  return AttributeToKey(CheckZmqEndpoint(endpoint, use), values, {{"", section, key}});
+}
+
 const ConfigValues::Entry& ConfigValues::Get(std::string_view section, std::string_view key,
                                              ConfigType type) const {
   auto it = entries_.find(FullName(section, key));

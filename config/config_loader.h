@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "config/config_schema.h"
+#include "config/zmq_endpoint.h"
 
 namespace fedmesh {
 
@@ -69,5 +70,10 @@ struct FieldKey {
 };
 Status AttributeToKey(const Status& status, const ConfigValues& values,
                       const std::vector<FieldKey>& fields);
+
+// CheckZmqEndpoint (config/zmq_endpoint.h) on a string key's value, naming the key and where
+// it was set; OK for an empty value (the key is unset).
+Status CheckEndpointKey(const ConfigValues& values, std::string_view section, std::string_view key,
+                        EndpointUse use);
 
 }  // namespace fedmesh

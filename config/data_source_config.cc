@@ -24,7 +24,7 @@ std::vector<ConfigKey> DataSourceConfigKeys(const std::string& seed_key,
       StringKey("data", "label_column", "", "csv only: the column holding the labels"),
       IntKey("data", "num_classes", 0, "Number of classes; 0 = max label + 1 of the data")
           .Min(0)
-          .Max(1000000),
+          .Max(65536),  // what the CSV reader takes (kMaxCsvLabel + 1)
       BoolKey("data", "regression", false,
               "The labels are float regression targets (csv label column, npz y)"),
       StringListKey("data", "label_values", {},

@@ -76,6 +76,11 @@ namespace {
 // Area under the ROC curve from (score, positive) pairs: the Mann-Whitney statistic, ties
 // counted half. NaN when one class is absent.
 double Auc(std::vector<std::pair<float, bool>> s) {
+  // A diverged model's NaN scores have no order: sorting them breaks std::sort's contract and
+  // the tie loop below would never advance. The AUC of such scores is undefined.
+  for (const auto& [score, positive] : s) {
+    if (std::isnan(score)) return std::nan("");
+  }
   std::sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   double pos = 0, neg = 0, rank_sum = 0;
   for (size_t i = 0; i < s.size();) {

@@ -1,5 +1,8 @@
 #include "core/model_zoo.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include "core/builtin_graph.h"
 #include "core/graph/graph.h"
 #include "core/layers/activations.h"
@@ -47,6 +50,41 @@ Result<BuiltinEngine> ParseBuiltinEngine(const std::string& text) {
   return Status::InvalidArgument("engine '" + text + "' is not one of auto, graph, layers");
 }
 
+double BuiltinModelParams(const ModelSpec& spec) {
+  double features = 1;
+  for (int d : spec.input_shape) features *= std::max(d, 0);
+  const double k = std::max(spec.num_classes, 0);
+  double params = 0;
+  if (spec.name == "logreg") {
+    params = features * k + k;
+  } else if (spec.name == "mlp") {
+    double in = features;
+    for (int h : spec.hidden) {
+      params += in * std::max(h, 0) + std::max(h, 0);
+      in = std::max(h, 0);
+    }
+    params += in * k + k;
+  } else if (spec.name == "cnn" && spec.input_shape.size() == 3) {
+    const double h = spec.input_shape[0] / 4, w = spec.input_shape[1] / 4, c = spec.input_shape[2];
+    params = (c * 25 * 32 + 32) + (32 * 25 * 64 + 64) + (h * w * 64 * 512 + 512) + (512 * k + k);
+  }
+  return params;
+}
+
+Status CheckModelSize(const ModelSpec& spec) {
+  if (IsOnnxModelName(spec.name)) return Status::OK();
+  const double params = BuiltinModelParams(spec);
+  if (params <= static_cast<double>(kMaxBuiltinModelParams)) return Status::OK();
+  char count[32];
+  std::snprintf(count, sizeof(count), "%.3g", params);
+  return Status::InvalidArgument(spec.name + " over input " + ShapeToString(spec.input_shape) + " with " +
+                                 std::to_string(spec.num_classes) + " outputs would have " + count +
+                                 " parameters; a built-in model has at most " +
+                                 std::to_string(kMaxBuiltinModelParams) +
+                                 " (1 GiB of float32): use a smaller input shape (resize images), fewer "
+                                 "classes or hidden units");
+}
+
 Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backend,
                                           const BuildModelOptions& options) {
   FM_RETURN_IF_ERROR(ValidateModelName(spec.name));
@@ -66,6 +104,7 @@ Result<std::unique_ptr<Model>> BuildModel(const ModelSpec& spec, Backend* backen
   if (!(spec.dropout >= 0.0f && spec.dropout < 1.0f)) {
     return Status::InvalidArgument("dropout must be in [0, 1), got " + std::to_string(spec.dropout));
   }
+  FM_RETURN_IF_ERROR(CheckModelSize(spec));
   std::vector<std::unique_ptr<Layer>> L;
   if (spec.name == "logreg") {
     L.push_back(std::make_unique<Flatten>());

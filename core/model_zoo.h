@@ -23,6 +23,18 @@ struct ModelSpec {
   float dropout = 0.0f;             // dropout before each hidden Dense of mlp/cnn; 0 = none
 };
 
+// The most trainable parameters a built-in model may have: 2^28 float32 = 1 GiB, which every
+// copy of the model (optimizer state, the round's updates, the store) multiplies.
+inline constexpr uint64_t kMaxBuiltinModelParams = uint64_t{1} << 28;
+// The trainable parameters the built-in model `spec` names would have, counted without
+// building it (in double: a hostile shape's products overflow 64 bits); 0 for ONNX models
+// and for shapes BuildModel refuses anyway.
+double BuiltinModelParams(const ModelSpec& spec);
+// For a built-in model: InvalidArgument when it would have more than kMaxBuiltinModelParams
+// parameters, so a huge shape is refused instead of exhausting memory. OK for ONNX models
+// (the file's size is bounded when it is read).
+Status CheckModelSize(const ModelSpec& spec);
+
 // The names BuildModel accepts, for error messages and --help.
 const std::vector<std::string>& KnownModelNames();
 

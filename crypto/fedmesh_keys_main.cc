@@ -20,6 +20,7 @@
 #include <string>
 #include <system_error>
 
+#include "core/exit_code.h"
 #include "crypto/identity.h"
 #include "crypto/key_files.h"
 
@@ -30,26 +31,10 @@ using fedmesh::Result;
 using fedmesh::Status;
 using fedmesh::StatusCode;
 
-constexpr int kExitOk = 0;
-constexpr int kExitRuntime = 1;
-constexpr int kExitBadInput = 2;
-
-int ExitCodeFor(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return kExitOk;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kCorruption:
-    case StatusCode::kPermissionDenied:
-    case StatusCode::kAlreadyExists:
-    case StatusCode::kOutOfRange:
-    case StatusCode::kFailedPrecondition:
-      return kExitBadInput;
-    default:
-      return kExitRuntime;
-  }
-}
+using fedmesh::ExitCodeFor;
+using fedmesh::kExitBadInput;
+using fedmesh::kExitOk;
+using fedmesh::kExitRuntime;
 
 int Fail(const Status& s) {
   spdlog::error("{}", s.message());

@@ -19,6 +19,7 @@
 
 #include "core/allocator_tuning.h"
 #include "core/env.h"
+#include "core/exit_code.h"
 #include "node/node_config.h"
 #include "node/federated_client.h"
 #include "node/allreduce_service.h"
@@ -29,24 +30,9 @@
 
 namespace {
 
-constexpr int kExitRuntime = 1;
-constexpr int kExitBadInput = 2;
-
-int ExitCodeFor(const fedmesh::Status& s) {
-  switch (s.code()) {
-    case fedmesh::StatusCode::kInvalidArgument:
-    case fedmesh::StatusCode::kNotFound:
-    case fedmesh::StatusCode::kCorruption:
-    case fedmesh::StatusCode::kOutOfRange:
-    case fedmesh::StatusCode::kPermissionDenied:
-    case fedmesh::StatusCode::kFailedPrecondition:
-    case fedmesh::StatusCode::kUnimplemented:
-    case fedmesh::StatusCode::kUnavailable:
-      return kExitBadInput;
-    default:
-      return kExitRuntime;
-  }
-}
+using fedmesh::ExitCodeFor;
+using fedmesh::kExitBadInput;
+using fedmesh::kExitRuntime;
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_reload{false};
@@ -206,7 +192,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
   app.add_option("--label-column", o.data.label_column, "CSV column holding the label");
-  app.add_option("--num-classes", o.data.num_classes, "Number of classes (0 = largest label + 1)")->capture_default_str();
+  app.add_option("--num-classes", o.data.num_classes, "Number of classes (0 = largest label + 1)")
+      ->check(CLI::Range(0, 65536))
+      ->capture_default_str();
   app.add_flag("--regression", o.data.regression, "The labels are float regression targets (csv, npz)");
   app.add_option("--label-values", o.data.label_values, "CSV: text labels in class order, comma separated")->delimiter(',');
   app.add_option("--features", o.data.features, "CSV: feature columns in order, comma separated (default: all but the label)")->delimiter(',');

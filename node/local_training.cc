@@ -1,6 +1,7 @@
 #include "node/local_training.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -32,6 +33,27 @@ Status ValidateLocalTrainingOptions(const LocalTrainingOptions& o) {
   FM_RETURN_IF_ERROR(ValidateRecordPrivacy(o.privacy));
   return ValidateTrainerOptions(o.trainer);
 }
+
+namespace {
+
+// OK while the loss and every parameter are finite; otherwise why the run stops.
+Status CheckTrainingFinite(const Model& model, double mean_loss, int epoch, double lr) {
+  const std::vector<float> params = model.GetParams();
+  const auto bad = std::find_if(params.begin(), params.end(), [](float v) { return !std::isfinite(v); });
+  if (std::isfinite(mean_loss) && bad == params.end()) return Status::OK();
+  char lr_text[32];
+  std::snprintf(lr_text, sizeof(lr_text), "%g", lr);
+  std::string what = bad != params.end()
+                         ? "parameter " + std::to_string(bad - params.begin()) + " of " + std::to_string(params.size()) +
+                               " is " + (std::isnan(*bad) ? "NaN" : "infinite")
+                         : "the mean training loss is " + std::string(std::isnan(mean_loss) ? "NaN" : "infinite");
+  return Status::FailedPrecondition("training diverged in epoch " + std::to_string(epoch) + ": " + what +
+                                    "; lower the learning rate (lr " + lr_text +
+                                    "), or look for extreme values in the data or the initial weights; no "
+                                    "model is written");
+}
+
+}  // namespace
 
 Result<LocalTrainingReport> RunLocalTraining(
     const LocalTrainingOptions& options, Env* env,
@@ -169,6 +191,9 @@ Result<LocalTrainingReport> RunLocalTraining(
       metrics.flush();
       if (!metrics) return Status::IOError("writing metrics file '" + options.metrics_path + "' failed");
     }
+    // A diverged run stops here: more epochs cannot bring it back, and its model must not
+    // be written (nothing could load it: every reader refuses non-finite weights).
+    FM_RETURN_IF_ERROR(CheckTrainingFinite(*model, es.mean_loss, epoch, options.trainer.sgd.lr));
   }
   if (!options.save_model_path.empty()) {
     FM_RETURN_IF_ERROR(SaveModel(*model, options.save_model_path, &spec));

@@ -8,6 +8,7 @@
 #include "config/config_loader.h"
 #include "config/data_source_config.h"
 #include "config/loss_config.h"
+#include "crypto/identity.h"
 #include "node/ring_liveness.h"
 
 namespace fedmesh {
@@ -36,7 +37,8 @@ const ConfigSchema& NodeConfigSchema() {
         RequiredKey("federation", "id", T::kString,
                     "The federation this site belongs to: the aggregator's [federation] id"),
         RequiredKey("node", "id", T::kString,
-                    "This site's id: in every message and log line; printable ASCII, no spaces"),
+                    "This site's id: in every message and log line, and the name in its key file: "
+                    "1-64 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"),
         StringKey("node", "key", "node.key", "This site's long-term key pair file (0600)").Path(),
         StringKey("node", "db", "node.db", "The node's SQLite store (checkpoints, state)").Path(),
         StringKey("node", "metrics", "", "Per-epoch metrics as JSON lines; empty = none").Path(),
@@ -365,9 +367,12 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   c.config_path = path;
   c.federation_id = v.GetString("federation", "id");
   c.node_id = v.GetString("node", "id");
+  // It is in every log line and message, and must be the name in this site's key file.
+  FM_RETURN_IF_ERROR(AttributeToKey(ValidateSiteName(c.node_id), v, {{"", "node", "id"}}));
   c.key_path = v.GetString("node", "key");
   c.db_path = v.GetString("node", "db");
   c.aggregator_endpoint = v.GetString("aggregator", "endpoint");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "aggregator", "endpoint", EndpointUse::kConnect));
   c.aggregator_public_key_path = v.GetString("aggregator", "public_key");
   c.upload_chunk_bytes = static_cast<uint64_t>(v.GetInt("aggregator", "upload_chunk_kb")) * 1024;
 
@@ -554,6 +559,7 @@ static Status ReadSplitConfig(const ConfigValues& v, NodeConfig& c) {
   k.enabled = v.GetString("train", "mode") == "split";
   k.role = v.GetString("split", "role");
   k.listen = v.GetString("split", "listen");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "split", "listen", EndpointUse::kBind));
   k.peers = v.GetStringList("split", "peers");
   k.allow_dir = v.GetString("split", "allow");
   k.id_column = v.GetString("split", "id_column");
@@ -624,6 +630,7 @@ static Status ReadCollectiveConfig(const ConfigValues& v, NodeConfig& c) {
   CollectiveConfig& k = c.collective;
   k.enabled = v.GetString("train", "mode") == "allreduce";
   k.listen = v.GetString("collective", "listen");
+  FM_RETURN_IF_ERROR(CheckEndpointKey(v, "collective", "listen", EndpointUse::kBind));
   k.group = v.GetStringList("collective", "group");
   k.allow_dir = v.GetString("collective", "allow");
   k.sync_every = v.GetInt("collective", "sync_every");

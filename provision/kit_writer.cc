@@ -185,16 +185,9 @@ Status WriteAdminKit(const ProjectConfig& p, const fs::path& kits, const Project
                    "the aggregator logs every action with the name `" + admin.name + "`.\n");
 }
 
-}  // namespace
-
-Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
-  const fs::path kits(out_dir);
+// WriteKits once it checked that none of the kits exists.
+Status WriteNewKits(const ProjectConfig& p, const fs::path& kits) {
   const fs::path dir = kits / p.aggregator_name;
-  if (fs::exists(dir)) return Status::AlreadyExists("kit " + dir.string() + " exists; kits are never overwritten");
-  for (const ProjectSite& s : p.sites)
-    if (fs::exists(kits / s.name)) return Status::AlreadyExists("kit " + (kits / s.name).string() + " exists");
-  for (const ProjectAdmin& a : p.admins)
-    if (fs::exists(kits / a.name)) return Status::AlreadyExists("kit " + (kits / a.name).string() + " exists");
   FM_RETURN_IF_ERROR(MakeDir(kits, kPublicDir));
   FM_RETURN_IF_ERROR(MakeDir(dir, fs::perms::owner_all));
   FM_ASSIGN_OR_RETURN(Identity agg, Identity::Generate(p.aggregator_name));
@@ -271,6 +264,34 @@ Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
   return Status::OK();
 }
 
+}  // namespace
+
+Status WriteKits(const ProjectConfig& p, const std::string& out_dir) {
+  const fs::path kits(out_dir);
+  std::vector<fs::path> made = {kits / p.aggregator_name};
+  for (const ProjectSite& s : p.sites) made.push_back(kits / s.name);
+  for (const ProjectAdmin& a : p.admins) made.push_back(kits / a.name);
+  for (const fs::path& dir : made)
+    if (fs::exists(dir))
+      return Status::AlreadyExists("kit " + dir.string() + " exists; kits are never overwritten");
+  const bool made_kits = !fs::exists(kits);
+  Status s;
+  try {
+    s = WriteNewKits(p, kits);
+  } catch (const fs::filesystem_error& e) {
+    s = Status::IOError(e.what());
+  }
+  if (!s.ok()) {
+    // A half-made kit would block the next run (kits are never overwritten): remove every
+    // folder this run made. None of them existed before it.
+    std::error_code ec;
+    for (const fs::path& dir : made) fs::remove_all(dir, ec);
+    fs::remove_all(kits / ".keys", ec);
+    if (made_kits) fs::remove(kits, ec);  // only when empty
+  }
+  return s;
+}
+
 Status AddSite(const ProjectConfig& p, const std::string& kits_dir, const std::string& name,
                const std::string& organisation, const std::string& public_key_path) {
   FM_RETURN_IF_ERROR(ValidateSiteName(name));
@@ -301,7 +322,17 @@ Status AddSite(const ProjectConfig& p, const std::string& kits_dir, const std::s
     pub = staging / (name + ".pub");
   }
   pubs.push_back(pub);
-  Status s = WriteSiteKit(p, kits, name, organisation, toml::table{}, pubs, id ? &*id : nullptr, pub);
+  const bool existed = fs::exists(kits / name);
+  Status s;
+  try {
+    s = WriteSiteKit(p, kits, name, organisation, toml::table{}, pubs, id ? &*id : nullptr, pub);
+  } catch (const fs::filesystem_error& e) {
+    s = Status::IOError(e.what());
+  }
+  if (!s.ok() && !existed) {
+    std::error_code ec;
+    fs::remove_all(kits / name, ec);  // no half-made kit blocks the next try
+  }
   if (s.ok()) {
     // Trusted everywhere: the aggregator admits it at its next SIGHUP; the other sites'
     // secure aggregation allowlists take it at their next start.

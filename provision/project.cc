@@ -1,8 +1,12 @@
 #include "provision/project.h"
 
+#include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <set>
+#include <string_view>
 
+#include "config/config_schema.h"
 #include "crypto/identity.h"
 
 namespace fedmesh {
@@ -26,6 +30,45 @@ Result<std::string> String(const toml::table& t, const std::string& path, const 
     return Status::InvalidArgument(Where(path, n->source(), std::string("[") + section + "] " + key) +
                                    " must be a non-empty string");
   return *v;
+}
+
+// A misspelt key (adress = ...) would otherwise be dropped without a word and its default
+// used: refuse every key `section` does not know, suggesting the closest as the config
+// loader (config/config_loader.cc) does.
+Status KnownKeys(const toml::table& t, const std::string& path, const std::string& section,
+                 std::initializer_list<std::string_view> known) {
+  for (const auto& [k, v] : t) {
+    const std::string_view key = k.str();
+    std::string_view best;
+    size_t best_d = SIZE_MAX;
+    bool found = false;
+    for (std::string_view name : known) {
+      found = found || name == key;
+      if (const size_t d = EditDistance(key, name); d < best_d) best_d = d, best = name;
+    }
+    if (found) continue;
+    std::string list;
+    for (std::string_view name : known) list += (list.empty() ? "" : ", ") + std::string(name);
+    const bool close = best_d <= 2 || best_d <= key.size() / 3;
+    return Status::InvalidArgument(
+        Where(path, k.source(), section + " " + std::string(key)) + ": unknown key (" +
+        (close ? "did you mean '" + std::string(best) + "'? " : "") + "known: " + list + ")");
+  }
+  return Status::OK();
+}
+
+// [federation] id is every kit's; a config table's own [federation] id may repeat it, not
+// change it (the aggregator would refuse the sites of its own project). `t` holds the
+// config table as parsed (a copy keeps no line numbers).
+Status SameFederation(const toml::table& t, const ProjectConfig& p, const std::string& where) {
+  const toml::node* n = t.at_path("config.federation.id").node();
+  if (n == nullptr) return Status::OK();
+  const auto id = n->value<std::string>();
+  if (id && *id == p.federation_id) return Status::OK();
+  return Status::InvalidArgument(Where(p.path, n->source(), "[" + where + ".federation] id") +
+                                 " is " + (id ? "\"" + *id + "\"" : "not a string") +
+                                 ", but [federation] id is \"" + p.federation_id +
+                                 "\"; every kit gets [federation] id: remove the one in " + where);
 }
 
 Result<toml::table> Config(const toml::table& t, const std::string& path, const std::string& where) {
@@ -88,9 +131,13 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
   }
   const toml::table* fed = root["federation"].as_table();
   if (fed == nullptr) return Status::InvalidArgument(path + ": [federation] id is required");
+  FM_RETURN_IF_ERROR(KnownKeys(*fed, path, "[federation]", {"id"}));
   FM_ASSIGN_OR_RETURN(p.federation_id, String(*fed, path, "federation", "id", true));
   const toml::table* agg = root["aggregator"].as_table();
   if (agg == nullptr) return Status::InvalidArgument(path + ": [aggregator] address is required");
+  FM_RETURN_IF_ERROR(
+      KnownKeys(*agg, path, "[aggregator]",
+                {"name", "address", "listen", "admin_address", "admin_listen", "config"}));
   FM_ASSIGN_OR_RETURN(p.aggregator_name, String(*agg, path, "aggregator", "name", false, "aggregator"));
   FM_ASSIGN_OR_RETURN(p.address, String(*agg, path, "aggregator", "address", true));
   FM_ASSIGN_OR_RETURN(p.listen, String(*agg, path, "aggregator", "listen", false, p.address));
@@ -100,30 +147,32 @@ Result<ProjectConfig> LoadProject(const std::string& path) {
   if (Status s = ValidateSiteName(p.aggregator_name); !s.ok())
     return Status::InvalidArgument(path + ": [aggregator] name: " + s.message());
   FM_ASSIGN_OR_RETURN(p.aggregator_config, Config(*agg, path, "[aggregator]"));
+  FM_RETURN_IF_ERROR(SameFederation(*agg, p, "aggregator.config"));
   if (const toml::table* d = root["site_defaults"].as_table()) {
+    FM_RETURN_IF_ERROR(KnownKeys(*d, path, "[site_defaults]", {"config"}));
     FM_ASSIGN_OR_RETURN(p.site_defaults, Config(*d, path, "[site_defaults]"));
+    FM_RETURN_IF_ERROR(SameFederation(*d, p, "site_defaults.config"));
   }
   if (const toml::table* k = root["kits"].as_table()) {
+    FM_RETURN_IF_ERROR(KnownKeys(*k, path, "[kits]", {"bin_dir"}));
     FM_ASSIGN_OR_RETURN(p.bin_dir, String(*k, path, "kits", "bin_dir", false, "/usr/bin"));
   }
   std::set<std::string> names = {p.aggregator_name};
   FM_ASSIGN_OR_RETURN(std::vector<const toml::table*> sites, Tables(root, "site", path));
   for (const toml::table* t : sites) {
+    FM_RETURN_IF_ERROR(KnownKeys(*t, path, "[[site]]", {"name", "organisation", "config"}));
     ProjectSite site;
     FM_ASSIGN_OR_RETURN(site.name, UniqueName(*t, path, "site", names));
     FM_ASSIGN_OR_RETURN(site.organisation, String(*t, path, "site", "organisation", false, ""));
     FM_ASSIGN_OR_RETURN(site.config, Config(*t, path, "[[site]] " + site.name));
+    FM_RETURN_IF_ERROR(SameFederation(*t, p, "site.config"));
     p.sites.push_back(std::move(site));
   }
   FM_ASSIGN_OR_RETURN(p.admin_address, String(*agg, path, "aggregator", "admin_address", false, ""));
   FM_ASSIGN_OR_RETURN(p.admin_listen, String(*agg, path, "aggregator", "admin_listen", false, p.admin_address));
   FM_ASSIGN_OR_RETURN(std::vector<const toml::table*> admins, Tables(root, "admin", path));
   for (const toml::table* t : admins) {
-    for (const auto& [k, v] : *t) {
-      if (k.str() != "name" && k.str() != "role")
-        return Status::InvalidArgument(Where(path, v.source(), "[[admin]] " + std::string(k.str())) +
-                                       ": unknown key (name, role)");
-    }
+    FM_RETURN_IF_ERROR(KnownKeys(*t, path, "[[admin]]", {"name", "role"}));
     ProjectAdmin admin;
     FM_ASSIGN_OR_RETURN(admin.name, UniqueName(*t, path, "admin", names));
     FM_ASSIGN_OR_RETURN(admin.role, String(*t, path, "admin", "role", false, "admin"));

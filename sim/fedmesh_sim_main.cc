@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exit_code.h"
 #include "sim/client_shards.h"
 #include "sim/plot.h"
 #include "sim/rank_group.h"
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
     if (!quiet) std::fprintf(stderr, "%s\n", line.c_str());
   }, ranks.get());
   if (!report.ok()) {
-    const int rc = report.status().code() == fedmesh::StatusCode::kInvalidArgument ? 2 : 1;
+    const int rc = fedmesh::ExitCodeFor(report.status());
     if (ranks->size() > 1) {
       // This rank may have failed alone while the others wait for it in a collective.
       std::fprintf(stderr, "fedmesh-sim (rank %d of %d): %s\n", ranks->rank(), ranks->size(),

@@ -179,11 +179,17 @@ Status CheckSelection(const std::string& path, const std::vector<std::string>& s
   return Status::OK();
 }
 
+StoreSchema Schema() { return StoreSchema{"aggregator store", 0x464D4147, &Steps()}; }
+
 }  // namespace
 
 Result<std::unique_ptr<AggregatorStore>> AggregatorStore::Open(const std::string& path) {
-  const StoreSchema schema{"aggregator store", 0x464D4147, &Steps()};
-  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabase(path, schema));
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabase(path, Schema()));
+  return std::unique_ptr<AggregatorStore>(new AggregatorStore(std::move(db)));
+}
+
+Result<std::unique_ptr<AggregatorStore>> AggregatorStore::OpenReadOnly(const std::string& path) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabaseReadOnly(path, Schema()));
   return std::unique_ptr<AggregatorStore>(new AggregatorStore(std::move(db)));
 }
 

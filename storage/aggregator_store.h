@@ -121,6 +121,10 @@ class AggregatorStore {
   // another kind (a node store, a foreign database) or written by a newer fedmesh is
   // FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<AggregatorStore>> Open(const std::string& path);
+  // Opens an existing store for reading (fedmesh-model export), even while its aggregator
+  // runs: nothing is created, migrated or written (OpenStoreDatabaseReadOnly); every
+  // writing method then fails with PermissionDenied.
+  static Result<std::unique_ptr<AggregatorStore>> OpenReadOnly(const std::string& path);
 
   AggregatorStore(const AggregatorStore&) = delete;
   AggregatorStore& operator=(const AggregatorStore&) = delete;

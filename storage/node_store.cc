@@ -43,11 +43,17 @@ CREATE TABLE attributes (
   return kSteps;
 }
 
+StoreSchema Schema() { return StoreSchema{"node store", 0x464D4E44, &Steps()}; }
+
 }  // namespace
 
 Result<std::unique_ptr<NodeStore>> NodeStore::Open(const std::string& path) {
-  const StoreSchema schema{"node store", 0x464D4E44, &Steps()};
-  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabase(path, schema));
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabase(path, Schema()));
+  return std::unique_ptr<NodeStore>(new NodeStore(std::move(db)));
+}
+
+Result<std::unique_ptr<NodeStore>> NodeStore::OpenReadOnly(const std::string& path) {
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, OpenStoreDatabaseReadOnly(path, Schema()));
   return std::unique_ptr<NodeStore>(new NodeStore(std::move(db)));
 }
 

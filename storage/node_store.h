@@ -43,6 +43,8 @@ class NodeStore {
   // Opens or creates the node's store at `path` (schema version 2; a v1 file is migrated). A file of another kind
   // or written by a newer fedmesh is FailedPrecondition; a damaged file is Corruption.
   static Result<std::unique_ptr<NodeStore>> Open(const std::string& path);
+  // For reading only, as AggregatorStore::OpenReadOnly.
+  static Result<std::unique_ptr<NodeStore>> OpenReadOnly(const std::string& path);
 
   NodeStore(const NodeStore&) = delete;
   NodeStore& operator=(const NodeStore&) = delete;

@@ -26,11 +26,16 @@ std::string KindOf(int64_t application_id) {
   }
 }
 
-Status CheckKind(Database& db, const StoreSchema& schema) {
+// `fresh_ok`: an empty file (no kind, no schema yet) is fine: it is about to be migrated.
+Status CheckKind(Database& db, const StoreSchema& schema, bool fresh_ok) {
   FM_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt(db, "PRAGMA application_id"));
   FM_ASSIGN_OR_RETURN(int64_t version, PragmaInt(db, "PRAGMA user_version"));
   if (app_id == schema.application_id) return Status::OK();
-  if (app_id == 0 && version == 0) return Status::OK();  // new (or empty) file: migrate it
+  if (app_id == 0 && version == 0) {
+    if (fresh_ok) return Status::OK();  // new (or empty) file: migrate it
+    return Status::FailedPrecondition(db.path() + " is an empty database, not a fedmesh " + schema.kind +
+                                      "; check the path");
+  }
   const std::string what = app_id == 0
                                ? "a SQLite database of some other program (schema version " +
                                      std::to_string(version) + ")"
@@ -45,13 +50,24 @@ Result<std::unique_ptr<Database>> OpenStoreDatabase(const std::string& path,
                                                     const StoreSchema& schema) {
   FM_CHECK(schema.steps != nullptr && !schema.steps->empty());
   FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(path, DatabaseOptions{}));
-  FM_RETURN_IF_ERROR(CheckKind(*db, schema));
+  FM_RETURN_IF_ERROR(CheckKind(*db, schema, /*fresh_ok=*/true));
   FM_RETURN_IF_ERROR(Migrate(*db, *schema.steps));
   FM_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt(*db, "PRAGMA application_id"));
   if (app_id != schema.application_id) {
     return Status::Internal("the schema of the " + schema.kind + " at " + path +
                             " did not set application_id " + std::to_string(schema.application_id));
   }
+  return db;
+}
+
+Result<std::unique_ptr<Database>> OpenStoreDatabaseReadOnly(const std::string& path,
+                                                            const StoreSchema& schema) {
+  FM_CHECK(schema.steps != nullptr && !schema.steps->empty());
+  DatabaseOptions options;
+  options.read_only = true;
+  FM_ASSIGN_OR_RETURN(std::unique_ptr<Database> db, Database::Open(path, options));
+  FM_RETURN_IF_ERROR(CheckKind(*db, schema, /*fresh_ok=*/false));
+  FM_RETURN_IF_ERROR(CheckMigrated(*db, *schema.steps));
   return db;
 }
 

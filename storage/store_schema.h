@@ -32,5 +32,10 @@ struct StoreSchema {
 // the "upgrade fedmesh" message.
 Result<std::unique_ptr<Database>> OpenStoreDatabase(const std::string& path,
                                                     const StoreSchema& schema);
+// The same for reading only: nothing is created or migrated (DatabaseOptions::read_only). A
+// missing file is NotFound; a file of another kind, an empty or non-SQLite file, or one at
+// an older or newer schema is refused with a message that says which.
+Result<std::unique_ptr<Database>> OpenStoreDatabaseReadOnly(const std::string& path,
+                                                            const StoreSchema& schema);
 
 }  // namespace fedmesh

@@ -1,19 +1,23 @@
 // fedmesh-model: inspects ONNX models and exports trained ones out of fedmesh stores.
 //   fedmesh-model inspect FILE.onnx
 //   fedmesh-model export --db STORE.db [--round N | --best METRIC] --out FILE.onnx|FILE.npz
-// Exit codes: 0 success, 2 bad input (a file that does not read, a round that does not
-// exist), 1 anything else.
+// export opens the store read-only: it never creates, migrates or changes one.
+// Exit codes: 0 success, 2 bad input (a file that does not read, a --db that is not a
+// fedmesh store, a round that does not exist), 1 anything else.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "core/backend.h"
 #include "core/builtin_graph.h"
+#include "core/exit_code.h"
 #include "core/graph/graph_model.h"
 #include "core/model.h"
 #include "core/hex.h"
@@ -22,25 +26,15 @@
 #include "core/onnx/onnx_reader.h"
 #include "storage/aggregator_store.h"
 #include "storage/node_store.h"
+#include "storage/sqlite/database.h"
 
 namespace {
 
-constexpr int kExitBadInput = 2;
-constexpr int kExitRuntime = 1;
+using fedmesh::kExitBadInput;
 
 int Fail(const fedmesh::Status& s) {
   std::fprintf(stderr, "fedmesh-model: %s\n", s.message().c_str());
-  switch (s.code()) {
-    case fedmesh::StatusCode::kInvalidArgument:
-    case fedmesh::StatusCode::kNotFound:
-    case fedmesh::StatusCode::kCorruption:
-    case fedmesh::StatusCode::kOutOfRange:
-    case fedmesh::StatusCode::kUnimplemented:
-    case fedmesh::StatusCode::kFailedPrecondition:
-      return kExitBadInput;
-    default:
-      return kExitRuntime;
-  }
+  return fedmesh::ExitCodeFor(s);
 }
 
 std::string Dims(const fedmesh::graph::Dims& d) { return fedmesh::graph::DimsToString(d); }
@@ -122,6 +116,32 @@ fedmesh::Result<uint64_t> BestRound(fedmesh::AggregatorStore& store, const std::
   return *best;
 }
 
+// A read-only connection cannot checkpoint, so it leaves the -wal and -shm files it made
+// beside a WAL store, owned by whoever ran export (which can lock the aggregator's user out
+// of its own store). SQLite removes them when the last connection that may write closes:
+// one more, which writes nothing (the WAL is empty), does so on destruction; they are left
+// alone when they were there before (another process has the store open).
+class SidecarTidy {
+ public:
+  explicit SidecarTidy(const std::string& db) : db_(db), had_(Present()) {}
+  ~SidecarTidy() {
+    if (had_ || !Present()) return;
+    fedmesh::DatabaseOptions o;
+    o.create_if_missing = false;
+    (void)fedmesh::Database::Open(db_, o);  // closed at once
+  }
+  SidecarTidy(const SidecarTidy&) = delete;
+  SidecarTidy& operator=(const SidecarTidy&) = delete;
+
+ private:
+  bool Present() const {
+    std::error_code ec;
+    return std::filesystem::exists(db_ + "-wal", ec) || std::filesystem::exists(db_ + "-shm", ec);
+  }
+  std::string db_;
+  bool had_;
+};
+
 // The model of `round` (its committed version; the latest when round is empty; the best
 // by federated evaluation with `best`) from an aggregator store, or the checkpointed model
 // of a node store.
@@ -130,7 +150,22 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
   std::string graph_bytes;
   std::optional<fedmesh::ModelSpec> builtin;  // the store's built-in model, when it says
   std::vector<float> params;
-  auto agg = fedmesh::AggregatorStore::Open(db);
+  // Read-only: export never creates, migrates or writes a store.
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec)) return Fail(fedmesh::Status::NotFound("--db " + db + " does not exist"));
+  const SidecarTidy tidy(db);  // destroyed after the store (declared in the blocks below)
+  auto agg = fedmesh::AggregatorStore::OpenReadOnly(db);
+  std::unique_ptr<fedmesh::NodeStore> node_store;
+  if (!agg.ok()) {
+    auto node = fedmesh::NodeStore::OpenReadOnly(db);
+    if (!node.ok()) {
+      // A store of one kind that could not be read says why; anything else is no store.
+      if (node.status().message().find("is a fedmesh aggregator store") != std::string::npos) return Fail(agg.status());
+      if (agg.status().message().find("is a fedmesh node store") != std::string::npos) return Fail(node.status());
+      return Fail(agg.status().WithContext("--db " + db + " is not a fedmesh store"));
+    }
+    node_store = std::move(node).value();
+  }
   if (agg.ok()) {
     if (!part.empty()) return Fail(fedmesh::Status::InvalidArgument("--part is for a split job's node store, " + db + " is an aggregator's"));
     auto graph = (*agg)->ModelGraph();
@@ -171,11 +206,7 @@ int Export(const std::string& db, std::optional<uint64_t> round, const std::stri
     std::fprintf(stderr, "fedmesh-model: aggregator store %s, model version %llu\n", db.c_str(),
                  static_cast<unsigned long long>(version));
   } else {
-    auto node = fedmesh::NodeStore::Open(db);
-    if (!node.ok())
-      return Fail(fedmesh::Status::InvalidArgument(
-          db + " is neither an aggregator store (" + agg.status().message() +
-          ") nor a node store (" + node.status().message() + ")"));
+    auto* node = &node_store;
     if (round || !best.empty())
       return Fail(fedmesh::Status::InvalidArgument("--round and --best are for aggregator stores"));
     auto cp = (*node)->LoadCheckpoint();

@@ -6,8 +6,11 @@
 // order both agreed (row k is the same record on both sides), with its header.
 // Exit codes: 0 aligned, 1 the exchange failed (no answer, a protocol error, disagreement),
 // 2 bad arguments, keys or data (naming the file, line and column).
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -22,9 +25,42 @@
 
 namespace {
 
+namespace fs = std::filesystem;
+
+// The PSI library names its options by their struct fields; this binary's user knows the flags.
+std::string FlagNames(std::string what) {
+  for (const auto& [field, flag] :
+       {std::pair<std::string, std::string>{"PsiOptions.max_ids", "--max-ids"},
+        {"PsiOptions.order_seed", "--order-seed"}})
+    for (size_t at; (at = what.find(field)) != std::string::npos;)
+      what.replace(at, field.size(), flag);
+  return what;
+}
+
 int Fail(int code, const std::string& what) {
-  std::fprintf(stderr, "fedmesh-psi: %s\n", what.c_str());
+  std::fprintf(stderr, "fedmesh-psi: %s\n", FlagNames(what).c_str());
   return code;
+}
+
+// --out is written only after the exchange, when the peer has its result already: a
+// path that cannot be written, or one that would overwrite --data, is refused before
+// anything is sent. Empty when --out will do.
+std::string CheckOut(const std::string& out, const std::string& data) {
+  std::error_code ec;
+  if (out == data || fs::equivalent(out, data, ec))
+    return "--out " + out + " is --data " + data +
+           ": writing the intersection would overwrite the input table; give another file";
+  if (fs::is_directory(out, ec)) return "--out " + out + " is a directory; give a file name in it";
+  const fs::path dir =
+      fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
+  if (!fs::is_directory(dir, ec))
+    return "--out " + out + ": folder " + dir.string() + " does not exist";
+  // The rows go to --out.tmp in that folder, then are renamed over --out.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return "--out " + out + ": folder " + dir.string() + " is not writable";
+  if (fs::exists(out, ec) && ::access(out.c_str(), W_OK) != 0)
+    return "--out " + out + " is not writable";
+  return "";
 }
 
 }  // namespace
@@ -48,8 +84,18 @@ int main(int argc, char** argv) {
   app.add_option("--id-column", id_column, "The column holding the record ids")->required();
   app.add_option("--out", out, "Where to write the aligned rows (CSV)")->required();
   app.add_option("--delimiter", delimiter, "Field separator of --data (default ',')");
-  app.add_option("--order-seed", order_seed, "Mixed into the agreed order; both parties give the same (default 0)");
-  app.add_option("--max-ids", max_ids, "Most ids either party may hold (default 100000000)");
+  // Both are unsigned (the seed is 64 bits mixed into the order's hash): CLI11 would take
+  // "-1" as 2^64-1 without a word.
+  const CLI::Validator unsigned_number(
+      [](std::string& v) {
+        return !v.empty() && v[0] == '-' ? "must be 0 or more, not " + v : std::string();
+      },
+      "UINT");
+  app.add_option("--order-seed", order_seed,
+                 "Mixed into the agreed order; both parties give the same (default 0)")
+      ->check(unsigned_number);
+  app.add_option("--max-ids", max_ids, "Most ids either party may hold (default 100000000)")
+      ->check(unsigned_number);
   app.add_option("--security", security,
                  "How the link is encrypted: curve (CurveZMQ) or aes-256-gcm (sealed links); both parties give "
                  "the same (default curve)")
@@ -61,6 +107,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  if (std::string bad = CheckOut(out, data); !bad.empty()) return Fail(2, bad);
 
   auto me = fedmesh::ReadIdentity(key);
   if (!me.ok()) return Fail(2, "--key: " + me.status().message());
@@ -72,6 +119,9 @@ int main(int argc, char** argv) {
   auto ids = fedmesh::CsvColumn(*table, id_column, /*unique=*/true);
   if (!ids.ok()) return Fail(2, "--id-column: " + ids.status().message());
 
+  if (ids->size() > max_ids)
+    return Fail(2, "--max-ids: " + data + " holds " + std::to_string(ids->size()) +
+                       " ids, over the limit of " + std::to_string(max_ids) + "; raise --max-ids");
   fedmesh::psi::PsiOptions po;
   po.max_ids = max_ids;
   po.order_seed = order_seed;

@@ -91,7 +91,7 @@ bool IsMissing(std::string_view cell) {
   // Numbers and most categories fail this first test, which is all most cells cost.
   if (cell.size() > 4 || (!cell.empty() && cell[0] != 'N' && cell[0] != 'n' && cell[0] != '?'))
     return false;
-  static constexpr std::string_view kMissing[] = {"", "NA", "N/A", "NaN", "nan", "null", "NULL", "?"};
+  static constexpr std::string_view kMissing[] = {"", "NA", "N/A", "NaN", "nan", "NAN", "null", "NULL", "?"};
   return std::find(std::begin(kMissing), std::end(kMissing), cell) != std::end(kMissing);
 }
 

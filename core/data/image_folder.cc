@@ -117,8 +117,8 @@ Status AppendImage(const std::string& path, const ImageFolderOptions& o, std::ve
   if (pixels > o.max_pixels_per_image) {
     return Status::InvalidArgument(
         "image file " + path + " is " + std::to_string(w) + " x " + std::to_string(h) + " = " +
-        std::to_string(pixels) + " pixels, over ImageFolderOptions.max_pixels_per_image (" +
-        std::to_string(o.max_pixels_per_image) + "); shrink the image or raise the limit");
+        std::to_string(pixels) + " pixels, over the limit of " + std::to_string(o.max_pixels_per_image) +
+        " pixels a source image may have; shrink it before training");
   }
   std::unique_ptr<stbi_uc, StbFree> img(
       stbi_load_from_memory(bytes.data(), len, &w, &h, &file_channels, o.channels));

@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -226,6 +227,11 @@ Result<graph::Graph> ParseOnnx(std::string_view bytes, const ReaderLimits& limit
 }
 
 Result<graph::Graph> ReadOnnxFile(const std::string& path, const ReaderLimits& limits) {
+  // An ifstream opens a directory on Linux and reports its size as 2^63 - 1.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(path + ": is a directory, not an ONNX file");
+  }
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return Status::NotFound(path + ": cannot open the ONNX file");
   const std::streamoff size = f.tellg();
@@ -242,6 +248,10 @@ Result<graph::Graph> ReadOnnxFile(const std::string& path, const ReaderLimits& l
 }
 
 Result<graph::Tensor> ReadOnnxTensorFile(const std::string& path, const ReaderLimits& limits) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(path + ": is a directory, not an ONNX tensor file");
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) return Status::NotFound(path + ": cannot open the tensor file");
   std::stringstream ss;

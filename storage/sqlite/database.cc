@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -48,17 +49,29 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path,
                                    std::to_string(options.busy_timeout_ms));
   }
   const bool in_memory = path == ":memory:";
-  if (!options.create_if_missing && !in_memory) {
+  if (!in_memory) {
+    // SQLite says only "unable to open database file" for these; they are configuration
+    // mistakes, so say which.
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return Status::InvalidArgument("database " + path + " is a directory; name a file in it");
+    }
+    const std::string parent = std::filesystem::path(path).parent_path().string();
+    if (!parent.empty() && ::stat(parent.c_str(), &st) != 0 && errno == ENOENT) {
+      return Status::NotFound("database " + path + ": its directory " + parent + " does not exist");
+    }
+  }
+  if ((!options.create_if_missing || options.read_only) && !in_memory) {
     // SQLite would only say "unable to open database file"; say what is actually wrong.
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-      return Status::NotFound("database " + path +
-                              " does not exist (and create_if_missing is false)");
+      return Status::NotFound("database " + path + " does not exist" +
+                              (options.read_only ? "" : " (and create_if_missing is false)"));
     }
   }
 
-  int flags = SQLITE_OPEN_READWRITE;
-  if (options.create_if_missing) flags |= SQLITE_OPEN_CREATE;
+  int flags = options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
+  if (options.create_if_missing && !options.read_only) flags |= SQLITE_OPEN_CREATE;
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   // Even a failed open allocates a handle (it carries the error message); the Database
@@ -81,6 +94,7 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path,
     if (rc == SQLITE_OK) rc = sqlite3_step(probe);
     if (rc != SQLITE_ROW) return db->Error(rc, "reading the database header and schema");
   }
+  if (options.read_only) return db;
 
   if (!in_memory) {
     const char* wanted = options.wal ? "wal" : "delete";

@@ -46,6 +46,11 @@ struct DatabaseOptions {
   // is one fsync per transaction, and fedmesh commits per state change, not per row.
   // NORMAL is for data that can be regenerated, such as simulator metrics.
   bool synchronous_full = true;
+
+  // Open for reading only (SQLITE_OPEN_READONLY): nothing is created, written or switched
+  // (wal and synchronous_full are left as the file has them), a missing file is NotFound.
+  // Default: false. For tools that read a store another process may be writing.
+  bool read_only = false;
 };
 
 class Database;

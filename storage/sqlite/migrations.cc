@@ -13,6 +13,19 @@ Status NewerThanBinary(const Database& db, int version, int latest) {
 
 }  // namespace
 
+Status CheckMigrated(Database& db, const std::vector<std::string>& steps) {
+  const int latest = static_cast<int>(steps.size());
+  FM_ASSIGN_OR_RETURN(int version, db.UserVersion());
+  if (version > latest) return NewerThanBinary(db, version, latest);
+  if (version < latest) {
+    return Status::FailedPrecondition(db.path() + ": database schema version " + std::to_string(version) +
+                                      " is older than this binary's (" + std::to_string(latest) +
+                                      ") and a read-only open cannot migrate it; start the binary that "
+                                      "owns the store once (it migrates it), then read it again");
+  }
+  return Status::OK();
+}
+
 Status Migrate(Database& db, const std::vector<std::string>& steps) {
   const int latest = static_cast<int>(steps.size());
   // Read-only fast path: an up-to-date file (every start after the first) takes no lock.

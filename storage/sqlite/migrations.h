@@ -24,4 +24,9 @@ namespace fedmesh {
 // REQUIRES: no step contains BEGIN, COMMIT or ROLLBACK (each already runs in a transaction).
 Status Migrate(Database& db, const std::vector<std::string>& steps);
 
+// For a read-only connection, which cannot migrate: OK when the file is at the latest of
+// `steps`; FailedPrecondition when it is older (start the binary that owns the store once
+// to migrate it) or newer (upgrade fedmesh).
+Status CheckMigrated(Database& db, const std::vector<std::string>& steps);
+
 }  // namespace fedmesh

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator_config.h"
+#include "config/admin_kit_config.h"
 #include "config/config_loader.h"
 #include "tests/config/config_temp_dir.h"
 
@@ -188,6 +189,26 @@ TEST(ConfigAggregator, ModelShapeKeys) {
   auto zero = LoadAggregatorConfig(path, {"model.num_classes=0"});
   ASSERT_FALSE(zero.ok());
   EXPECT_THAT(zero.status().message(), HasSubstr("[model] num_classes"));
+  // Shapes and class counts that would exhaust memory (std::length_error, bad_alloc) or wrap
+  // in an int (4294967298 -> 2) are refused at load, naming the key.
+  for (const char* huge : {"model.num_classes=2000000000", "model.num_classes=4294967298"}) {
+    auto r2 = LoadAggregatorConfig(path, {huge});
+    ASSERT_FALSE(r2.ok()) << huge;
+    EXPECT_THAT(r2.status().message(), HasSubstr("[model] num_classes")) << huge;
+  }
+  for (const char* huge : {"model.input_shape=100000,100000,100000", "model.input_shape=4096,4096,64"}) {
+    auto r2 = LoadAggregatorConfig(path, {huge, "model.name=mlp"});
+    ASSERT_FALSE(r2.ok()) << huge;
+    EXPECT_THAT(r2.status().message(), HasSubstr("[model] input_shape: mlp over input")) << huge;
+    EXPECT_THAT(r2.status().message(), HasSubstr("parameters; a built-in model has at most 268435456")) << huge;
+  }
+  EXPECT_TRUE(LoadAggregatorConfig(path, {"model.input_shape=224,224,3", "model.name=cnn"}).ok());
+  // Counts read into an int are bounded, not wrapped (4294967297 used to become 1).
+  for (const char* key : {"eval.min_sites", "stats.min_sites"}) {
+    auto wrapped = LoadAggregatorConfig(path, {std::string(key) + "=4294967297"});
+    ASSERT_FALSE(wrapped.ok()) << key;
+    EXPECT_THAT(wrapped.status().message(), HasSubstr("must be in [1, 1000000], got 4294967297")) << key;
+  }
 }
 
 // Issue 8: the [strategy] table reaches StrategyOptions; out-of-range values and unknown
@@ -445,6 +466,35 @@ key = "region-a.key"
     EXPECT_THAT(bad.status().message(), HasSubstr(key)) << set;
     EXPECT_THAT(bad.status().message(), HasSubstr("regional aggregator")) << set;
   }
+}
+
+}  // namespace
+}  // namespace fedmesh
+
+namespace fedmesh {
+namespace {
+
+// An admin kit's timeout is read into an int: a value past a day is refused naming the key
+// (9223372036854775807 used to wait "-1 ms", 4294967297 one millisecond).
+TEST(ConfigAdminKit, TimeoutIsBoundedNotWrapped) {
+  const std::string dir = ::testing::TempDir() + "/admin_kit_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  for (const char* t : {"4294967297", "9223372036854775807"}) {
+    const std::string path = dir + "/admin.toml";
+    std::ofstream(path) << "[admin]\nname = \"alice\"\nendpoint = \"tcp://127.0.0.1:5556\"\ntimeout_ms = " << t << "\n";
+    auto kit = LoadAdminKitConfig(path);
+    ASSERT_FALSE(kit.ok()) << t;
+    EXPECT_THAT(kit.status().message(), ::testing::HasSubstr("[admin] timeout_ms: must be in [1, 86400000]")) << t;
+    EXPECT_THAT(kit.status().message(), ::testing::HasSubstr("admin.toml:4")) << t;
+  }
+  // An endpoint that is no endpoint is named with its line (it used to fail at the call as
+  // "fedmesh-admin: fedmesh-admin: talking to bogus: Invalid argument").
+  const std::string path = dir + "/admin.toml";
+  std::ofstream(path) << "[admin]\nname = \"alice\"\nendpoint = \"bogus\"\n";
+  auto kit = LoadAdminKitConfig(path);
+  ASSERT_FALSE(kit.ok());
+  EXPECT_THAT(kit.status().message(), ::testing::HasSubstr("admin.toml:3:12: [admin] endpoint: \"bogus\" is not a ZeroMQ endpoint"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

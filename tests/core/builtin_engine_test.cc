@@ -217,6 +217,45 @@ TEST(BuiltinEngine, ClippedPassesOfChangingSizesLoadIntoTheLayers) {
   }
 }
 
+// The count CheckModelSize refuses by is the built model's own, for every built-in; a shape
+// past 2^28 parameters is refused before any memory is taken (it used to end in bad_alloc).
+TEST(BuiltinEngine, ParameterCountWithoutBuildingMatchesTheModelAndBoundsIt) {
+  auto be = MakeCpuBackend(1);
+  struct Case {
+    const char* name;
+    SampleShape shape;
+    int classes;
+    std::vector<int> hidden;
+  };
+  for (const Case& c : {Case{"logreg", {30}, 2, {}}, Case{"mlp", {28, 28, 1}, 10, {256}},
+                        Case{"mlp", {7}, 1, {16, 8, 4}}, Case{"cnn", {28, 28, 1}, 10, {}},
+                        Case{"cnn", {31, 30, 3}, 7, {}}}) {
+    ModelSpec spec;
+    spec.name = c.name;
+    spec.input_shape = c.shape;
+    spec.num_classes = c.classes;
+    if (!c.hidden.empty()) spec.hidden = c.hidden;
+    auto m = BuildModel(spec, be.get());
+    ASSERT_TRUE(m.ok()) << c.name << ": " << m.status().ToString();
+    EXPECT_EQ(BuiltinModelParams(spec), static_cast<double>((*m)->num_params())) << c.name << " " << ShapeToString(c.shape);
+    EXPECT_TRUE(CheckModelSize(spec).ok());
+  }
+  ModelSpec logreg;
+  logreg.name = "logreg";
+  logreg.num_classes = 1;
+  logreg.input_shape = {1 << 27};
+  EXPECT_TRUE(CheckModelSize(logreg).ok());  // 2^27 + 1 parameters
+  logreg.input_shape = {1 << 28};
+  Status big = CheckModelSize(logreg);
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("would have 2.68e+08 parameters"), std::string::npos) << big.message();
+  ModelSpec huge;
+  huge.input_shape = {100000, 100000, 100000};
+  auto refused = BuildModel(huge, be.get());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("mlp over input"), std::string::npos) << refused.status().message();
+}
+
 TEST(BuiltinEngine, ChoiceIsParsedAndLayersStayOnRequest) {
   EXPECT_EQ(*ParseBuiltinEngine("auto"), BuiltinEngine::kAuto);
   EXPECT_EQ(*ParseBuiltinEngine("graph"), BuiltinEngine::kGraph);

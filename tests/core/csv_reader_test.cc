@@ -359,6 +359,11 @@ TEST(CsvReaderTest, MissingCellsAreAnErrorOrDropTheirRow) {
   EXPECT_EQ(ds->labels, (std::vector<int32_t>{0, 1}));
   ExpectError(ParseCsv("a,y\nNA,1\n", o, "site.csv").status(), StatusCode::kCorruption,
               {"no data rows without missing values"});
+  // Every spelling of a missing cell drops its row, NAN (an upper-case export) included: it
+  // used to be parsed as a number, refused as non-finite, and not dropped.
+  ds = ParseCsv("a,y\n1,0\nNAN,1\nNaN,1\nnan,0\nN/A,1\nnull,1\nNULL,0\n,1\n2,1\n", o, "site.csv");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->features, (std::vector<float>{1, 2}));
 }
 
 // Text labels map in the order listed, the same on a site that lacks a class; anything else

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/backend.h"
 #include "core/env.h"
@@ -135,6 +136,25 @@ TEST(Metrics, MulticlassMacroF1AndTwoClassAuc) {
   std::vector<int32_t> y2 = {1, 0, 1, 0};
   two.Add(z2.data(), 4, y2.data(), nullptr);
   EXPECT_NEAR(two.Finish()["auc"], 1.0, 1e-9);
+}
+
+// A diverged model's NaN outputs: the AUC is NaN (undefined), at once. Before, the tie loop
+// never advanced past a NaN score and evaluation hung (found feeding lr = 3e38).
+TEST(Metrics, NonFiniteScoresGiveANanAucWithoutHanging) {
+  const float nan = std::nanf("");
+  for (int cols : {1, 2}) {
+    MetricAccumulator m(cols == 1 ? Task::kBinary : Task::kMulticlass, cols);
+    std::vector<float> z(4 * cols, nan);
+    std::vector<int32_t> y = {0, 1, 0, 1};
+    m.Add(z.data(), 4, y.data(), nullptr);
+    auto r = m.Finish();
+    EXPECT_TRUE(std::isnan(r["auc"])) << cols;
+  }
+  MetricAccumulator inf(Task::kBinary, 1);
+  std::vector<float> z = {0.5f, std::numeric_limits<float>::infinity(), -1.0f, 2.0f};
+  std::vector<int32_t> y = {0, 1, 0, 1};
+  inf.Add(z.data(), 4, y.data(), nullptr);
+  EXPECT_NEAR(inf.Finish()["auc"], 1.0, 1e-9) << "an infinite score still has a rank";
 }
 
 TEST(Metrics, Regression) {

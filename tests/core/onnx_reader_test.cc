@@ -74,6 +74,11 @@ TEST(OnnxReader, MissingFileNamesThePath) {
   auto g = onnx::ReadOnnxFile("/nonexistent/model.onnx");
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("/nonexistent/model.onnx"), std::string::npos);
+  // A directory (ifstream opens one and says it is 2^63 - 1 bytes long) is named as such.
+  auto dir = onnx::ReadOnnxFile(::testing::TempDir());
+  ASSERT_FALSE(dir.ok());
+  EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dir.status().message().find("is a directory, not an ONNX file"), std::string::npos) << dir.status().message();
 }
 
 TEST(OnnxReader, RoundTripThroughTheWriterKeepsEverything) {

@@ -174,6 +174,26 @@ TEST_F(DataCli, NpzDatasetTrains) {
   EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_accuracy"), 0.95) << r.output;
 }
 
+// A learning rate that makes the model diverge: the run stops in the first epoch with one
+// sentence naming the learning rate, and no model file is written (before, the run ended
+// with exit 0, NaN metrics and a saved model no reader would load; with a binary label the
+// AUC's tie loop then never ended on NaN scores and the run hung).
+TEST_F(DataCli, ADivergedRunStopsAndWritesNoModel) {
+  Rng rng(5);
+  std::ostringstream table;
+  table << "a,b,y\n";
+  for (int i = 0; i < 200; ++i) table << rng.Uniform(-1, 1) << "," << rng.Uniform(-1, 1) << "," << i % 2 << "\n";
+  const std::string csv = Write("div.csv", table.str());
+  const fs::path out = dir_ / "diverged.onnx";
+  const ProcessResult r = Node("--data csv:" + csv + " --label-column y --model logreg --epochs 3 --lr 3e38"
+                               " --save-model " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training diverged in epoch 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lr 3e+38"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("epoch 2/3"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(DataCli, MalformedDataExitsWithCode2NamingTheProblem) {
   const std::string good = Write("good.csv", "a,b,y\n1,2,0\n3,4,1\n");
   const std::string text = Write("text.csv", "a,b,y\n1,2,0\n3,four,1\n");

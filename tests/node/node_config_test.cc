@@ -176,6 +176,28 @@ id = "f"
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(m.status().message(),
               HasSubstr("--set model.name=resnet: [model] name: must be one of \"logreg\", \"mlp\", \"cnn\""));
+
+  // A mistyped endpoint is named at load with its line, not by libzmq after the data loaded.
+  std::string typo = dir.Write("typo.toml", R"([node]
+id = "s"
+[aggregator]
+endpoint = "htp://nowhere:5555"
+public_key = "agg.pub"
+[federation]
+id = "f"
+)");
+  auto e = LoadNodeConfig(typo, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.status().message(), HasSubstr(typo + ":4:12: [aggregator] endpoint: \"htp://nowhere:5555\" is not a ZeroMQ endpoint"));
+  auto c = LoadNodeConfig(typo, {"aggregator.endpoint=tcp://agg:5555", "train.mode=allreduce", "collective.listen=tcp://0.0.0.0:0"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("[collective] listen: \"tcp://0.0.0.0:0\": the port must be a number"));
+  // The site id goes into every log line: control characters and spaces are refused at load.
+  for (const char* id : {"site 1", "site\x01x", "-site"}) {
+    auto bad_id = LoadNodeConfig(path, {"data.index=1", std::string("node.id=") + id});
+    ASSERT_FALSE(bad_id.ok()) << id;
+    EXPECT_THAT(bad_id.status().message(), HasSubstr("[node] id: ")) << id;
+  }
 }
 
 TEST(ConfigNode, PrivacyKeysAndWhatDpSgdRefuses) {

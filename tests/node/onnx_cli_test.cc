@@ -25,6 +25,8 @@
 #include "core/onnx/onnx_writer.h"
 #include "core/trainer.h"
 #include "onnx/onnx_pb.h"
+#include "storage/aggregator_store.h"
+#include "storage/node_store.h"
 #include "tests/node/process_harness.h"
 
 namespace fedmesh {
@@ -207,6 +209,68 @@ TEST_F(OnnxCli, BuiltinModelSavesAsOnnx) {
   auto ev = trainer.Evaluate(LoadFashionMnist(DataSplit::kTest).value());
   ASSERT_TRUE(ev.ok());
   EXPECT_NEAR(ev->accuracy, printed, 1e-4);
+}
+
+// fedmesh-model export opens its store read-only: a missing --db is refused, not created;
+// a file that is not a fedmesh store is named and left as it was (it used to become an
+// SQLite database); aggregator and node stores export and stay byte for byte the same.
+TEST_F(OnnxCli, ExportNeverCreatesOrChangesItsStore) {
+  const std::string out = " --out " + (dir_ / "x.npz").string();
+  const fs::path missing = dir_ / "nope.db";
+  ProcessResult r = Exec(kBin + "fedmesh-model export --db " + missing.string() + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--db " + missing.string() + " does not exist"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(missing));
+
+  const fs::path empty = dir_ / "empty.toml";
+  Write(empty, "");
+  r = Exec(kBin + "fedmesh-model export --db " + empty.string() + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--db " + empty.string() + " is not a fedmesh store"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is an empty database"), std::string::npos) << r.output;
+  const fs::path text = dir_ / "notes.txt";
+  Write(text, "not a database at all, but long enough to fill SQLite's 100-byte header check......"
+              "..................................................................................");
+  const std::string text_before = Slurp(text);
+  r = Exec(kBin + "fedmesh-model export --db " + text.string() + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--db " + text.string() + " is not a fedmesh store"), std::string::npos) << r.output;
+  EXPECT_EQ(Slurp(text), text_before);
+  EXPECT_EQ(fs::file_size(empty), 0u);
+  EXPECT_FALSE(fs::exists(dir_ / "x.npz"));
+
+  // "%20" in the name is taken as written (no URI decoding).
+  const fs::path agg_db = dir_ / "agg%20store.db", node_db = dir_ / "node.db";
+  const std::vector<float> global = {0.5f, -1.25f, 3.0f}, local = {7.0f, 8.0f};
+  {
+    auto agg = AggregatorStore::Open(agg_db.string());
+    ASSERT_TRUE(agg.ok()) << agg.status().ToString();
+    ASSERT_TRUE((*agg)->SaveModel(1, global).ok());
+    auto node = NodeStore::Open(node_db.string());
+    ASSERT_TRUE(node.ok()) << node.status().ToString();
+    NodeCheckpoint cp;
+    cp.model_version = 1;
+    cp.model = local;
+    ASSERT_TRUE((*node)->SaveCheckpoint(cp).ok());
+  }
+  for (const auto& [db, want] : {std::pair{agg_db, global}, std::pair{node_db, local}}) {
+    SCOPED_TRACE(db.string());
+    const std::string before = Slurp(db);
+    const fs::path npz = dir_ / (db.stem().string() + ".npz");
+    r = Exec(kBin + "fedmesh-model export --db " + db.string() + " --out " + npz.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto arrays = ReadNpzFile(npz.string());
+    ASSERT_TRUE(arrays.ok()) << arrays.status().ToString();
+    ASSERT_EQ(arrays->size(), 1u);
+    EXPECT_EQ((*arrays)[0].f, want);
+    EXPECT_EQ(Slurp(db), before);
+    EXPECT_FALSE(fs::exists(db.string() + "-wal"));
+    EXPECT_FALSE(fs::exists(db.string() + "-shm"));
+  }
+  // The node store is refused as an aggregator's with --round, naming the file as given.
+  r = Exec(kBin + "fedmesh-model export --db " + node_db.string() + " --round 1" + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--round and --best are for aggregator stores"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -157,6 +157,48 @@ TEST_F(PsiCliTest, SealedLinksAlignAlikeAndAnotherSecurityIsNamed) {
   EXPECT_FALSE(fs::exists(dir_ / "c2.csv"));
 }
 
+// --out is written after the exchange, when the peer has its result already: one that would
+// overwrite --data or cannot be written is refused (exit 2, naming --out) before anything
+// is sent, as are a --max-ids below the table and a negative --order-seed, named by flag.
+TEST_F(PsiCliTest, OutAndLimitsAreCheckedBeforeTheExchange) {
+  WriteTable("bank.csv", {1, 2, 3});
+  const std::string table = ReadWholeFile(dir_ / "bank.csv");
+  fs::create_symlink("bank.csv", dir_ / "link.csv");
+  fs::create_directories(dir_ / "folder");
+  struct Case {
+    std::string out;
+    std::vector<std::string> extra;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"bank.csv", {}, "--out bank.csv is --data bank.csv: writing the intersection would overwrite the input table"},
+      {"./bank.csv", {}, "--out ./bank.csv is --data bank.csv"},
+      {"link.csv", {}, "--out link.csv is --data bank.csv"},
+      {"/nonexistent/x.csv", {}, "--out /nonexistent/x.csv: folder /nonexistent does not exist"},
+      {"folder", {}, "--out folder is a directory"},
+      {"o.csv", {"--max-ids", "2"}, "--max-ids: bank.csv holds 3 ids, over the limit of 2; raise --max-ids"},
+      {"o.csv", {"--order-seed", "-1"}, "--order-seed: must be 0 or more, not -1"},
+      {"o.csv", {"--max-ids=-5"}, "--max-ids: must be 0 or more, not -5"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.out + " " + (c.extra.empty() ? "" : c.extra[0]));
+    auto args = Args(1, "bank.csv", c.out);
+    args.back() = "1500";  // --timeout-ms: were the exchange tried, it would fail with exit 1
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    auto rc = fedmesh::testing::RunToCompletion(args, dir_, dir_ / "out.log", seconds(30));
+    ASSERT_TRUE(rc.has_value());
+    const std::string log = ReadWholeFile(dir_ / "out.log");
+    EXPECT_EQ(*rc, 2) << log;
+    EXPECT_NE(log.find(c.expect), std::string::npos) << "want: " << c.expect << "\ngot: " << log;
+    EXPECT_EQ(log.find("heard nothing"), std::string::npos) << log;
+    EXPECT_EQ(log.find("PsiOptions"), std::string::npos) << log;
+    fs::remove(dir_ / "out.log");
+  }
+  EXPECT_EQ(ReadWholeFile(dir_ / "bank.csv"), table);
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "o.csv"));
+}
+
 TEST_F(PsiCliTest, APeerThatNeverComesIsExitOneAndNoOutput) {
   WriteTable("ok.csv", {1, 2});
   auto args = Args(1, "ok.csv", "o.csv");

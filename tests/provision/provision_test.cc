@@ -88,7 +88,29 @@ TEST(ProvisionTest, ProjectErrorsNameFileLineAndKey) {
        "project.toml:9: [[admin]] name \"alice\" is used twice"},
       {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"tcp://a:2\"\n"
        "[[admin]]\nname = \"alice\"\nkey = \"x\"\n",
-       "project.toml:8: [[admin]] key: unknown key (name, role)"},
+       "project.toml:8: [[admin]] key: unknown key (known: name, role)"},
+      // Misspelt keys used to be dropped without a word (their defaults used instead).
+      {"[federation]\nidd = \"f\"\n", "project.toml:2: [federation] idd: unknown key (did you mean 'id'? known: id)"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadress = \"tcp://b:1\"\n",
+       "project.toml:5: [aggregator] adress: unknown key (did you mean 'address'? known: name, address, listen, "
+       "admin_address, admin_listen, config)"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[[site]]\nname = \"a\"\n"
+       "organisaton = \"A\"\n",
+       "project.toml:7: [[site]] organisaton: unknown key (did you mean 'organisation'?"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[kits]\nbin_dirr = \"/opt\"\n",
+       "project.toml:6: [kits] bin_dirr: unknown key (did you mean 'bin_dir'?"},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[site_defaults]\nthreads = 2\n",
+       "project.toml:6: [site_defaults] threads: unknown key (known: config)"},
+      // A config table may repeat [federation] id, not change it: the kits would disagree.
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[aggregator.config.federation]\n"
+       "id = \"other\"\n",
+       "project.toml:6: [aggregator.config.federation] id is \"other\", but [federation] id is \"f\""},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[site_defaults.config.federation]\n"
+       "id = \"g\"\n",
+       "project.toml:6: [site_defaults.config.federation] id is \"g\", but [federation] id is \"f\""},
+      {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\n[[site]]\nname = \"a\"\n"
+       "[site.config.federation]\nid = \"g\"\n",
+       "project.toml:8: [site.config.federation] id is \"g\", but [federation] id is \"f\""},
       {"[federation]\nid = \"f\"\n[aggregator]\naddress = \"tcp://a:1\"\nadmin_address = \"a:2\"\n",
        "project.toml:5: [aggregator] admin_address is \"a:2\"; it must be tcp://HOST:PORT"},
       {"[federation]\nid = 3\n", "project.toml:2: [federation] id must be a non-empty string"},
@@ -100,6 +122,52 @@ TEST(ProvisionTest, ProjectErrorsNameFileLineAndKey) {
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(p.status().message(), HasSubstr(c.expect)) << c.body;
   }
+}
+
+// The same id repeated in a config table is no conflict.
+TEST(ProvisionTest, ConfigMayRepeatTheFederationId) {
+  TempDir dir;
+  auto p = LoadProject(dir.Write("project.toml", std::string(kProject) +
+                                                     "\n[aggregator.config.federation]\nid = \"hospitals\"\n"));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->federation_id, "hospitals");
+}
+
+// A run that fails half-way (here: a config key the aggregator's or a site's loader
+// refuses, found after that kit's keys were written) leaves no kit behind, so the next
+// run, with the project fixed, is not refused for kits that "exist".
+TEST(ProvisionTest, AFailedRunLeavesNoPartialKit) {
+  TempDir dir;
+  const fs::path kits = fs::path(dir.path()) / "kits";
+  std::string bad_agg = kProject;
+  bad_agg.insert(bad_agg.find("min_clients = 2\n") + 16, "bogus = 1\n");
+  auto p = LoadProject(dir.Write("project.toml", bad_agg));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Status s = WriteKits(*p, kits.string());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("bogus"));
+  EXPECT_FALSE(fs::exists(kits / "aggregator"));
+  EXPECT_FALSE(fs::exists(kits)) << "the kits folder was made by the failed run";
+
+  // The second site's config is refused after the aggregator's and the first site's kits
+  // were complete; the kits folder existed before, with a file of someone else's.
+  fs::create_directories(kits);
+  std::ofstream(kits / "notes.txt") << "keep me";
+  std::string bad_site = kProject;
+  bad_site.insert(bad_site.find("index = 1\n") + 10, "bogus = 1\n");
+  p = LoadProject(dir.Write("project.toml", bad_site));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  s = WriteKits(*p, kits.string());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("st-mary"));
+  for (const char* kit : {"aggregator", "general", "st-mary", ".keys"}) EXPECT_FALSE(fs::exists(kits / kit)) << kit;
+  EXPECT_TRUE(fs::exists(kits / "notes.txt"));
+
+  p = LoadProject(dir.Write("project.toml", kProject));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  s = WriteKits(*p, kits.string());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(fs::exists(kits / "st-mary" / "site.toml"));
 }
 
 TEST(ProvisionTest, KitsHoldKeysConfigsUnitsAndReadmes) {

@@ -225,8 +225,8 @@ TEST(ClientStateStoreTest, UnwritableSpillPathFailsCreate) {
   options.spill_path = "/nonexistent-dir/x.db";
   auto store = ClientStateStore::Create(options);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), StatusCode::kIOError) << store.status().ToString();
-  EXPECT_THAT(store.status().message(), HasSubstr("/nonexistent-dir/x.db"));
+  EXPECT_EQ(store.status().code(), StatusCode::kNotFound) << store.status().ToString();
+  EXPECT_THAT(store.status().message(), HasSubstr("/nonexistent-dir/x.db: its directory /nonexistent-dir does not exist"));
 }
 
 TEST(ClientStateStoreTest, DamagedSpilledRowIsCorruptionNamingTheClient) {

@@ -26,6 +26,7 @@
 #include "sim/sim_config.h"
 #include "sim/sim_data.h"
 #include "sim/simulation.h"
+#include "tests/node/process_harness.h"
 
 namespace fedmesh {
 namespace {
@@ -169,6 +170,21 @@ TEST(SimDataSources, ConfigErrorsNameTheKey) {
   auto r = RunSimulation(*o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("label column"), std::string::npos) << r.status().ToString();
+}
+
+// The binary: a data file that is missing, or malformed, is bad input like a bad key: exit 2
+// (it exited 1 for anything but InvalidArgument, e.g. a missing CSV's NotFound).
+TEST(SimDataSources, DataErrorsExitTwoNamingTheFile) {
+  const std::string sim = FEDMESH_BINARY_DIR "/bin/fedmesh-sim --quiet --set sim.rounds=1 --set data.label_column=y ";
+  auto missing = fedmesh::testing::RunShell(sim + "--set data.dataset=csv:/nonexistent/nope.csv 2>&1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/nope.csv"), std::string::npos) << missing.output;
+  const std::string ragged = ::testing::TempDir() + "/sim_ragged_" + std::to_string(::getpid()) + ".csv";
+  std::ofstream(ragged) << "a,b,y\n1,2,0\n3,1\n";
+  auto bad = fedmesh::testing::RunShell(sim + "--set data.dataset=csv:" + ragged + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("line 3"), std::string::npos) << bad.output;
+  std::remove(ragged.c_str());
 }
 
 // Every client holds client_test_fraction of its shard out; the held-out rows are never in

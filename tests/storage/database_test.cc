@@ -73,13 +73,21 @@ TEST_F(DatabaseTest, MissingFileWithoutCreateIsNotFound) {
   EXPECT_FALSE(std::filesystem::exists(path_));
 }
 
-TEST_F(DatabaseTest, MissingDirectoryIsIOErrorNamingThePath) {
+// A configuration mistake, said as one (SQLite says only "unable to open database file"):
+// a missing directory is NotFound, a directory given as the file InvalidArgument, both
+// naming the path (the binaries exit 2 for them).
+TEST_F(DatabaseTest, MissingDirectoryOrADirectoryAsTheFileIsNamed) {
   const std::string path = dir_.Path("no/such/dir/fedmesh.db");
   auto db = Database::Open(path, {});
   ASSERT_FALSE(db.ok());
-  EXPECT_EQ(db.status().code(), StatusCode::kIOError);
+  EXPECT_EQ(db.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(db.status().message(), HasSubstr(path));
-  EXPECT_THAT(db.status().message(), HasSubstr("unable to open database file"));
+  EXPECT_THAT(db.status().message(), HasSubstr("does not exist"));
+  std::filesystem::create_directories(dir_.Path("a-dir.db"));
+  auto dir = Database::Open(dir_.Path("a-dir.db"), {});
+  ASSERT_FALSE(dir.ok());
+  EXPECT_EQ(dir.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(dir.status().message(), HasSubstr("a-dir.db is a directory"));
 }
 
 TEST_F(DatabaseTest, NegativeBusyTimeoutIsInvalidArgument) {
