@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "config/config_loader.h"
 #include "aggregator/eval_lines.h"
 #include "aggregator/site_table.h"
 #include "aggregator/stats_report.h"
@@ -111,8 +112,10 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   s->options_.transport.heartbeat_interval_ms =
       static_cast<int>(std::min<uint64_t>(config.rounds.heartbeat_interval_ms, 86400000));
 
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
-  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist, ReadAllowlist(config.allow_dir));
+  FM_ASSIGN_OR_RETURN(Identity identity,
+                      FromKey(ReadIdentity(config.key_path), config.config_path, "aggregator", "key"));
+  FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist,
+                      FromKey(ReadAllowlist(config.allow_dir), config.config_path, "aggregator", "allow"));
   if (allowlist.empty()) {
     spdlog::warn("allowlist directory {} holds no .pub files: no node can connect until one is "
                  "enrolled and the aggregator reloads (SIGHUP)",

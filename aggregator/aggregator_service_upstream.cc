@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "aggregator/aggregator_service.h"
+#include "config/config_loader.h"
 #include "crypto/key_files.h"
 
 namespace fedmesh {
@@ -34,8 +35,9 @@ std::string GrantText(const UpstreamTask& t, uint64_t base_version) {
 
 Status AggregatorService::StartUpstream() {
   const AggregatorConfig::Upstream& u = config_.upstream;
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(u.key));
-  FM_ASSIGN_OR_RETURN(PublicIdentity top, ReadPublicIdentity(u.public_key));
+  FM_ASSIGN_OR_RETURN(Identity identity, FromKey(ReadIdentity(u.key), config_.config_path, "upstream", "key"));
+  FM_ASSIGN_OR_RETURN(PublicIdentity top,
+                      FromKey(ReadPublicIdentity(u.public_key), config_.config_path, "upstream", "public_key"));
   UpstreamLinkOptions o;
   o.endpoint = u.endpoint;
   o.federation_id = u.federation_id;

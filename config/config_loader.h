@@ -71,6 +71,16 @@ struct FieldKey {
 Status AttributeToKey(const Status& status, const ConfigValues& values,
                       const std::vector<FieldKey>& fields);
 
+// For a file or directory a config key names, read after the config loaded (a key file, an
+// allow directory): an error is prefixed with the config file and the key, "node.toml:
+// [node] key: key file keys/n.key does not exist", so the user knows which setting to fix.
+template <typename T>
+Result<T> FromKey(Result<T> r, const std::string& config_path, std::string_view section, std::string_view key) {
+  if (r.ok()) return r;
+  return r.status().WithContext((config_path.empty() ? std::string("config") : config_path) + ": [" +
+                                std::string(section) + "] " + std::string(key));
+}
+
 // CheckZmqEndpoint (config/zmq_endpoint.h) on a string key's value, naming the key and where
 // it was set; OK for an empty value (the key is unset).
 Status CheckEndpointKey(const ConfigValues& values, std::string_view section, std::string_view key,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/config_loader.h"
 #include "core/builtin_graph.h"
 #include "core/hex.h"
 #include "core/json_line.h"
@@ -55,7 +56,7 @@ Result<std::unique_ptr<AllreduceService>> AllreduceService::Create(const NodeCon
   s->config_ = config;
   s->env_ = env;
   s->log_ = std::move(log);
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  FM_ASSIGN_OR_RETURN(Identity identity, FromKey(ReadIdentity(config.key_path), config.config_path, "node", "key"));
   if (identity.name() != config.node_id) {
     return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" + identity.name() +
                                    "' but [node] id is '" + config.node_id + "'");

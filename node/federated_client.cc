@@ -1,5 +1,6 @@
 #include "node/federated_client.h"
 
+#include "config/config_loader.h"
 #include "core/hex.h"
 
 #include <csignal>
@@ -113,7 +114,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   }
 
   // Keys first: the cheapest check, and the most likely mistake on a fresh site.
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  FM_ASSIGN_OR_RETURN(Identity identity, FromKey(ReadIdentity(config.key_path), config.config_path, "node", "key"));
   if (identity.name() != config.node_id) {
     return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" +
                                    identity.name() + "' but [node] id is '" + config.node_id +
@@ -121,7 +122,8 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
                                    "[node] id to '" + identity.name() + "'");
   }
   FM_ASSIGN_OR_RETURN(PublicIdentity server,
-                      ReadPublicIdentity(config.aggregator_public_key_path));
+                      FromKey(ReadPublicIdentity(config.aggregator_public_key_path), config.config_path,
+                              "aggregator", "public_key"));
 
   std::unique_ptr<FederatedClient> c(
       new FederatedClient(config, options, env, std::move(identity), std::move(log)));
@@ -163,7 +165,8 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   c->carry_.feedback.emplace(std::move(feedback));
 
   if (!config.secagg_allow_dir.empty()) {
-    FM_ASSIGN_OR_RETURN(c->secagg_allow_, ReadAllowlist(config.secagg_allow_dir));
+    FM_ASSIGN_OR_RETURN(c->secagg_allow_,
+                        FromKey(ReadAllowlist(config.secagg_allow_dir), config.config_path, "secagg", "allow"));
   }
   FM_ASSIGN_OR_RETURN(c->store_, NodeStore::Open(config.db_path));
   if (config.training.privacy.enabled()) {

@@ -1,5 +1,6 @@
 #include "node/gossip_service.h"
 
+#include "config/config_loader.h"
 #include "core/graph/graph_model.h"
 
 #include <algorithm>
@@ -77,14 +78,14 @@ Result<std::unique_ptr<GossipService>> GossipService::Create(
   }
   FM_ASSIGN_OR_RETURN(GossipNodeOptions options, NodeOptionsFrom(config));
   FM_ASSIGN_OR_RETURN(std::vector<Seed> seeds, ParseSeeds(config.gossip.seeds));
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  FM_ASSIGN_OR_RETURN(Identity identity, FromKey(ReadIdentity(config.key_path), config.config_path, "node", "key"));
   if (identity.name() != config.node_id) {
     return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" +
                                    identity.name() + "' but [node] id is '" + config.node_id +
                                    "'");
   }
   FM_ASSIGN_OR_RETURN(std::vector<PublicIdentity> allowlist,
-                      ReadAllowlist(config.gossip.allow_dir));
+                      FromKey(ReadAllowlist(config.gossip.allow_dir), config.config_path, "gossip", "allow"));
   std::unique_ptr<GossipService> s(
       new GossipService(config, env, std::move(identity), std::move(log)));
 

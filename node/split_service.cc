@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/config_loader.h"
 #include "collective/group_members.h"
 #include "core/data/csv_table.h"
 #include "core/data/data_source.h"
@@ -37,7 +38,7 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
   s->config_ = config;
   s->log_ = std::move(log);
   const SplitConfig& k = config.split;
-  FM_ASSIGN_OR_RETURN(Identity identity, ReadIdentity(config.key_path));
+  FM_ASSIGN_OR_RETURN(Identity identity, FromKey(ReadIdentity(config.key_path), config.config_path, "node", "key"));
   if (identity.name() != config.node_id) {
     return Status::InvalidArgument("key file '" + config.key_path + "' belongs to site '" + identity.name() +
                                    "' but [node] id is '" + config.node_id + "'");

@@ -4,6 +4,8 @@
 // global + a fixed delta, so the FedAvg result can be computed by hand. Everything runs
 // on the test thread: the test alternates service Steps with node polls, and every wait
 // is a bounded loop with a deadline.
+#include <gmock/gmock.h>
+
 #include "tests/aggregator/aggregator_service_fixture.h"
 
 namespace fedmesh {
@@ -252,6 +254,23 @@ TEST_F(AggregatorServiceTest, AggregatorServiceRefusesKeyNotInAllowlist) {
   auto nodes = service->store().Nodes();
   ASSERT_TRUE(nodes.ok());
   EXPECT_TRUE(nodes->empty());
+}
+
+// A key file or allow directory that is missing names the config key that points at it
+// (it named only the path, and the user had to guess which setting).
+TEST_F(AggregatorServiceTest, AMissingKeyFileOrAllowDirectoryNamesItsKey) {
+  config_.config_path = dir_.path + "/aggregator.toml";
+  config_.key_path = dir_.path + "/nope.key";
+  auto s = CreateService();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound) << s.status().ToString();
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr(dir_.path + "/aggregator.toml: [aggregator] key: "));
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr("nope.key"));
+  config_.key_path = SecretKeyPath(dir_.path + "/aggregator");
+  config_.allow_dir = dir_.path + "/no-allow";
+  s = CreateService();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), ::testing::HasSubstr(dir_.path + "/aggregator.toml: [aggregator] allow: "));
 }
 
 // The model alone fixes its shape ([model] input_shape, num_classes): a CSV eval file whose

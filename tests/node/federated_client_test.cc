@@ -427,6 +427,20 @@ TEST_F(FederatedClientTest, CheckpointWithCodecStateOfAnotherSizeIsRefused) {
       << client.status().message();
 }
 
+// A missing key file or aggregator public key names the config key behind it.
+TEST_F(FederatedClientTest, AMissingKeyFileNamesItsConfigKey) {
+  for (const auto& [key, expect] : {std::pair<std::string, std::string>{"node", "node.toml: [node] key: "},
+                                    {"aggregator", "node.toml: [aggregator] public_key: "}}) {
+    NodeConfig c = Config();
+    c.config_path = "node.toml";
+    (key == "node" ? c.key_path : c.aggregator_public_key_path) = dir_ / "nope.key";
+    auto client = FederatedClient::Create(c, Options(), &env_, [](const std::string&) {});
+    ASSERT_FALSE(client.ok()) << key;
+    EXPECT_EQ(client.status().code(), StatusCode::kNotFound) << client.status().ToString();
+    EXPECT_NE(client.status().message().find(expect), std::string::npos) << client.status().message();
+  }
+}
+
 TEST_F(FederatedClientTest, ReSendsRegisterUntilAcked) {
   StartClient(Config(), Options());
   auto first = Next<wire::Register>();
