@@ -32,38 +32,29 @@ std::string ShortestFloat(double v) {
 
 std::string SQuote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-bool Close(std::string_view typed, std::string_view known) {
-  size_t d = EditDistance(typed, known);
-  return d <= 2 || d <= typed.size() / 3;
-}
-
 // " (did you mean [train]?)" or " (known sections: [node], [data])".
 std::string SuggestSection(const ConfigSchema& schema, std::string_view section) {
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  std::string all;
-  for (const std::string& s : schema.Sections()) {
-    size_t d = EditDistance(section, s);
-    if (d < best_d) best_d = d, best = s;
-    all += (all.empty() ? "" : ", ") + ("[" + s + "]");
+  const std::vector<std::string> sections = schema.Sections();
+  const std::vector<std::string_view> names(sections.begin(), sections.end());
+  if (std::string_view best = ClosestName(section, names); !best.empty()) {
+    return " (did you mean [" + std::string(best) + "]?)";
   }
-  if (!best.empty() && Close(section, best)) return " (did you mean [" + best + "]?)";
+  std::string all;
+  for (const std::string& s : sections) all += (all.empty() ? "" : ", ") + ("[" + s + "]");
   return " (known sections: " + all + ")";
 }
 
 // Suggests the closest key of `section`, else the same key in another section, else lists
 // the section's keys.
 std::string SuggestKey(const ConfigSchema& schema, std::string_view section, std::string_view key) {
-  const ConfigKey* best = nullptr;
-  size_t best_d = SIZE_MAX;
+  std::vector<std::string_view> names;
   std::string all;
   for (const ConfigKey& k : schema.keys) {
     if (k.section != section) continue;
-    size_t d = EditDistance(key, k.key);
-    if (d < best_d) best_d = d, best = &k;
+    names.push_back(k.key);
     all += (all.empty() ? "" : ", ") + k.key;
   }
-  if (best && Close(key, best->key)) return " (did you mean " + SQuote(best->key) + "?)";
+  if (std::string_view best = ClosestName(key, names); !best.empty()) return " (did you mean " + SQuote(best) + "?)";
   for (const ConfigKey& k : schema.keys) {
     if (k.key == key) return " (did you mean " + k.Name() + "? it belongs in [" + k.section + "])";
   }

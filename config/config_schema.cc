@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <sstream>
 
 namespace fedmesh {
@@ -262,6 +263,15 @@ size_t EditDistance(std::string_view a, std::string_view b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+std::string_view ClosestName(std::string_view typed, const std::vector<std::string_view>& known) {
+  std::string_view best;
+  size_t best_d = SIZE_MAX;
+  for (std::string_view name : known) {
+    if (const size_t d = EditDistance(typed, name); d < best_d) best_d = d, best = name;
+  }
+  return best_d <= 2 || best_d <= typed.size() / 3 ? best : std::string_view();
 }
 
 }  // namespace fedmesh

@@ -95,5 +95,8 @@ std::string RenderConfigDocsPage(const std::vector<const ConfigSchema*>& schemas
 
 // Levenshtein distance, for "did you mean" suggestions.
 size_t EditDistance(std::string_view a, std::string_view b);
+// The name of `known` closest to `typed` when it is close enough to be a misspelling of it
+// (edit distance at most 2, or at most a third of typed's length); empty otherwise.
+std::string_view ClosestName(std::string_view typed, const std::vector<std::string_view>& known);
 
 }  // namespace fedmesh

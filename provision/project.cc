@@ -1,6 +1,6 @@
 #include "provision/project.h"
 
-#include <cstdint>
+#include <algorithm>
 #include <fstream>
 #include <initializer_list>
 #include <set>
@@ -37,22 +37,16 @@ Result<std::string> String(const toml::table& t, const std::string& path, const 
 // loader (config/config_loader.cc) does.
 Status KnownKeys(const toml::table& t, const std::string& path, const std::string& section,
                  std::initializer_list<std::string_view> known) {
+  const std::vector<std::string_view> names(known);
   for (const auto& [k, v] : t) {
     const std::string_view key = k.str();
-    std::string_view best;
-    size_t best_d = SIZE_MAX;
-    bool found = false;
-    for (std::string_view name : known) {
-      found = found || name == key;
-      if (const size_t d = EditDistance(key, name); d < best_d) best_d = d, best = name;
-    }
-    if (found) continue;
+    if (std::find(names.begin(), names.end(), key) != names.end()) continue;
     std::string list;
-    for (std::string_view name : known) list += (list.empty() ? "" : ", ") + std::string(name);
-    const bool close = best_d <= 2 || best_d <= key.size() / 3;
+    for (std::string_view name : names) list += (list.empty() ? "" : ", ") + std::string(name);
+    const std::string_view best = ClosestName(key, names);
     return Status::InvalidArgument(
         Where(path, k.source(), section + " " + std::string(key)) + ": unknown key (" +
-        (close ? "did you mean '" + std::string(best) + "'? " : "") + "known: " + list + ")");
+        (best.empty() ? "" : "did you mean '" + std::string(best) + "'? ") + "known: " + list + ")");
   }
   return Status::OK();
 }
