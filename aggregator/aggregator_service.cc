@@ -510,8 +510,10 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
                              v.message(), bad_signatures_);
                 return Status::OK();
               }
-              const Sha256Digest digest = fit->update.sha256 ? *fit->update.sha256
-                                                             : Sha256::Hash(fit->update.bytes);
+              const wire::PayloadDigest digest =
+                  fit->update.digest
+                      ? *fit->update.digest
+                      : wire::HashPayload(wire::DigestKind::kBlake3, fit->update.bytes);
               verified_[*name] = UpdateSignatureRecord{
                   fit->round, *name,
                   UpdateSigningBytes(config_.federation_id, *name, version, *fit, digest),

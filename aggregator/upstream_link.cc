@@ -164,6 +164,7 @@ Result<UpstreamTask> UpstreamLink::CheckTask(const wire::Message& m, const wire:
   t.settings.learning_rate = task.learning_rate;
   t.settings.momentum = task.momentum;
   t.update_codec = task.update_codec;
+  if (task.global_model.digest) t.digest_kind = task.global_model.digest->kind;
   t.message_id = m.header.message_id;
   return t;
 }
@@ -202,7 +203,8 @@ Status UpstreamLink::SendResult(const UpstreamTask& task, std::span<const float>
   r.bytes_before_codec = 4 * static_cast<uint64_t>(change.size());
   r.bytes_after_codec = r.update.bytes.size();
   wire::Header header = OutHeader(task.round, task.model_version);
-  FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r)
+  FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r,
+                                task.digest_kind)
                          .WithContext("signing the regional update of round " + std::to_string(task.round)));
   if (Status s = transport_->Send(wire::Message{std::move(header), std::move(r)}); !s.ok()) {
     spdlog::warn("upstream: sending the result of round {} failed: {}", task.round, s.message());

@@ -60,6 +60,8 @@ struct UpstreamTask {
   RoundEngine::TrainingSettings settings;  // what the top asks every site to train with
   std::string update_codec;    // FitTask::update_codec: the chain the answer must use ("" = none)
   uint64_t message_id = 0;     // of the FitTask, for a refusal
+  // The digest the task's model came with; the answer is signed and sent in the same kind.
+  wire::DigestKind digest_kind = wire::DigestKind::kBlake3;
 };
 
 // What Poll and Send have done, for logs and tests.

@@ -5,12 +5,14 @@
 // the same bytes. Prints one JSON line per measurement. The baseline runs in the same
 // process: raw cppzmq DEALER -> ROUTER moving the same bytes in the same 8 MiB frames
 // (CurveZMQ on and off, no fedmesh framing, hashing or decoding), and each fedmesh line
-// reports its ratio to it.
+// reports its ratio to it. Payload digests: BLAKE3 (fedmesh's default) and SHA-256 (what it
+// used before), side by side with --digest both.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -140,7 +142,11 @@ double Median(std::vector<double> v) {
 // its receive buffers land in; later rounds reuse the memory the previous round freed,
 // as the raw baseline's receive buffers do from its second frame on. One JSON line per
 // round, then a summary of rounds 2..rounds (median) against the raw baseline's.
-void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds) {
+void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds,
+                fedmesh::wire::DigestKind digest) {
+  fedmesh::wire::WireLimits limits;
+  limits.payload_digest = digest;
+  const std::string digest_name(fedmesh::wire::DigestKindName(digest));
   auto server_id = Identity::Generate("aggregator");
   if (!server_id.ok()) Die(server_id.status(), "identity");
   std::vector<Identity> ids;
@@ -166,6 +172,7 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds)
     co.curve = curve;
     co.federation_id = "bench";
     co.node_id = ids[c].name();
+    co.limits = limits;
     auto client = fedmesh::ZmqClient::Create(co, &ids[c]);
     if (!client.ok()) Die(client.status(), "client");
     auto s = (*client)->Connect(*endpoint, server_id->public_identity().curve_public);
@@ -203,7 +210,7 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds)
     std::vector<std::vector<fedmesh::wire::Frame>> encoded(clients);
     if (pre_encoded) {
       for (int c = 0; c < clients; ++c) {
-        auto f = fedmesh::wire::Encode(msgs[c]);
+        auto f = fedmesh::wire::Encode(msgs[c], limits);
         if (!f.ok()) Die(f.status(), "encode");
         encoded[c] = std::move(*f);
       }
@@ -222,6 +229,9 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds)
       if (!e.ok() || !e->has_value()) Die(e.ok() ? fedmesh::Status::DeadlineExceeded("updates") : e.status(), "poll");
       if (auto* r = std::get_if<fedmesh::Received>(&**e)) {
         if (auto* fr = std::get_if<fedmesh::wire::FitResult>(&r->message.body)) {
+          if (!fr->update.digest || fr->update.digest->kind != digest) {
+            Die(fedmesh::Status::Internal("the update did not travel with the digest asked for"), "check");
+          }
           auto v = fedmesh::wire::PayloadFloats(fr->update);
           if (!v.ok()) Die(v.status(), "payload");
           updates.push_back(std::move(*v));
@@ -244,7 +254,7 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds)
     }
     fedmesh::JsonLine j;
     j.Add("bench", "round").Add("params", int64_t(n)).Add("clients", clients).Add("curve", curve)
-        .Add("pre_encoded", pre_encoded).Add("round", round)
+        .Add("pre_encoded", pre_encoded).Add("digest", digest_name).Add("round", round)
         .Add("ship_s", ship_s).Add("ship_and_aggregate_s", total_s)
         .Add("mb_per_s", mb_s).Add("raw_zmq_mb_per_s", raw_mb_s).Add("ratio_to_raw", mb_s / raw_mb_s);
     std::printf("%s\n", j.str().c_str());
@@ -253,7 +263,8 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds)
   if (!later.empty()) {
     fedmesh::JsonLine j;
     j.Add("bench", "rounds_after_first").Add("params", int64_t(n)).Add("clients", clients)
-        .Add("curve", curve).Add("pre_encoded", pre_encoded).Add("rounds", int(later.size()))
+        .Add("curve", curve).Add("pre_encoded", pre_encoded).Add("digest", digest_name)
+        .Add("rounds", int(later.size()))
         .Add("median_mb_per_s", Median(later)).Add("median_raw_zmq_mb_per_s", Median(later_raw))
         .Add("ratio_of_medians", Median(later) / Median(later_raw));
     std::printf("%s\n", j.str().c_str());
@@ -280,6 +291,9 @@ int main(int argc, char** argv) {
   int rounds = 4;
   app.add_option("--rounds", rounds, "Rounds per configuration over the same connections (the first pays for fresh pages)")
       ->check(CLI::Range(1, 100));
+  std::string digest = "both";
+  app.add_option("--digest", digest, "Payload digest: blake3 (the default on the wire), sha256 (before it) or both")
+      ->check(CLI::IsMember({"blake3", "sha256", "both"}));
   bool rounds_only = false;
   app.add_flag("--rounds-only", rounds_only, "Skip the aggregation kernel measurement");
   CLI11_PARSE(app, argc, argv);
@@ -289,8 +303,11 @@ int main(int argc, char** argv) {
   for (size_t n : sizes) {
     for (bool pre : {false, true}) {
       if (encode != "both" && pre != (encode == "pre")) continue;
-      if (curve != "on") BenchRound(n, clients, false, pre, rounds);
-      if (curve != "off") BenchRound(n, clients, true, pre, rounds);
+      for (auto kind : {fedmesh::wire::DigestKind::kSha256, fedmesh::wire::DigestKind::kBlake3}) {
+        if (digest != "both" && digest != fedmesh::wire::DigestKindName(kind)) continue;
+        if (curve != "on") BenchRound(n, clients, false, pre, rounds, kind);
+        if (curve != "off") BenchRound(n, clients, true, pre, rounds, kind);
+      }
     }
   }
   return 0;

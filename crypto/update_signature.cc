@@ -8,7 +8,8 @@
 namespace fedmesh {
 namespace {
 
-constexpr std::string_view kDomain = "fedmesh/update/v1";
+constexpr std::string_view kDomainSha256 = "fedmesh/update/v1";
+constexpr std::string_view kDomainBlake3 = "fedmesh/update/v2";
 
 using signing::PutString;
 using signing::PutU64;
@@ -17,10 +18,10 @@ using signing::PutU64;
 
 std::vector<uint8_t> UpdateSigningBytes(std::string_view federation, std::string_view node,
                                         uint64_t model_version, const wire::FitResult& r,
-                                        const Sha256Digest& payload_sha256) {
+                                        const wire::PayloadDigest& payload_digest) {
   std::vector<uint8_t> out;
   out.reserve(192 + federation.size() + node.size() + r.update.codec.size());
-  PutString(&out, kDomain);
+  PutString(&out, payload_digest.kind == wire::DigestKind::kSha256 ? kDomainSha256 : kDomainBlake3);
   PutString(&out, federation);
   PutString(&out, node);
   PutU64(&out, r.round);
@@ -35,16 +36,17 @@ std::vector<uint8_t> UpdateSigningBytes(std::string_view federation, std::string
     PutU64(&out, dims.size());
     for (uint64_t d : dims) PutU64(&out, d);
   }
-  out.insert(out.end(), payload_sha256.begin(), payload_sha256.end());
+  out.insert(out.end(), payload_digest.bytes.begin(), payload_digest.bytes.end());
   return out;
 }
 
 Status SignUpdate(const Identity& signer, std::string_view federation, uint64_t model_version,
-                  wire::FitResult* r) {
-  const Sha256Digest digest = Sha256::Hash(r->update.bytes);
+                  wire::FitResult* r, wire::DigestKind kind) {
+  const wire::PayloadDigest digest = wire::HashPayload(kind, r->update.bytes);
   auto sig = signer.Sign(UpdateSigningBytes(federation, signer.name(), model_version, *r, digest));
   if (!sig.ok()) return sig.status();
   r->signature.assign(sig->begin(), sig->end());
+  r->update.digest = digest;
   return Status::OK();
 }
 
@@ -52,7 +54,9 @@ Status VerifyUpdate(const PublicIdentity& signer, std::string_view federation,
                     uint64_t model_version, const wire::FitResult& r) {
   const std::string what = "the update of " + signer.name + " for round " + std::to_string(r.round);
   if (r.signature.empty()) return Status::PermissionDenied(what + " is unsigned");
-  const Sha256Digest digest = r.update.sha256 ? *r.update.sha256 : Sha256::Hash(r.update.bytes);
+  const wire::PayloadDigest digest =
+      r.update.digest ? *r.update.digest
+                      : wire::HashPayload(wire::DigestKind::kBlake3, r.update.bytes);
   if (!VerifySignature(signer, UpdateSigningBytes(federation, signer.name, model_version, r, digest),
                        r.signature)) {
     return Status::PermissionDenied(what + " has a bad signature");

@@ -4,14 +4,14 @@
 
 namespace fedmesh::wire {
 
-Sha256Digest DigestMemo::Hash(std::span<const uint8_t> bytes) {
-  if (valid_ && bytes.size() == bytes_.size() &&
+PayloadDigest DigestMemo::Hash(DigestKind kind, std::span<const uint8_t> bytes) {
+  if (valid_ && digest_.kind == kind && bytes.size() == bytes_.size() &&
       (bytes.empty() || std::memcmp(bytes.data(), bytes_.data(), bytes.size()) == 0)) {
     ++hits_;
     return digest_;
   }
   ++misses_;
-  const Sha256Digest digest = Sha256::Hash(bytes);
+  const PayloadDigest digest = HashPayload(kind, bytes);
   valid_ = bytes.size() <= max_bytes_;
   if (valid_) {
     bytes_.assign(bytes.begin(), bytes.end());

@@ -1,4 +1,4 @@
-// DigestMemo: the SHA-256 of the last payload hashed through it, kept with a copy of its
+// DigestMemo: the digest (payload_digest.h) of the last payload hashed through it, kept with a copy of its
 // bytes. Bytes equal to those (same size, memcmp: about ten times cheaper than hashing)
 // get the remembered digest, which is what hashing them would give; any other bytes are
 // hashed and remembered in their place. For a sender that encodes one payload for many
@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "core/sha256.h"
+#include "core/wire/payload_digest.h"
 
 namespace fedmesh::wire {
 
@@ -22,7 +22,8 @@ class DigestMemo {
   // memory than the hash is worth). Default: 64 MiB.
   explicit DigestMemo(size_t max_bytes = size_t{64} << 20) : max_bytes_(max_bytes) {}
 
-  Sha256Digest Hash(std::span<const uint8_t> bytes);
+  // The remembered digest only when it is of `kind` too.
+  PayloadDigest Hash(DigestKind kind, std::span<const uint8_t> bytes);
 
   // Hashes served from memory and hashes computed, since construction.
   uint64_t hits() const { return hits_; }
@@ -32,7 +33,7 @@ class DigestMemo {
   size_t max_bytes_;
   bool valid_ = false;
   std::vector<uint8_t> bytes_;
-  Sha256Digest digest_{};
+  PayloadDigest digest_{};
   uint64_t hits_ = 0, misses_ = 0;
 };
 

@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/sha256.h"
+#include "core/wire/payload_digest.h"
 
 namespace fedmesh::wire {
 
@@ -66,10 +66,12 @@ struct TensorPayload {
   // element_count.
   std::vector<std::vector<uint64_t>> shapes;
   std::vector<uint8_t> bytes;  // the encoded payload
-  // SHA-256 of `bytes`. Set by decoding, after the check against the received bytes.
-  // Encode computes the hash itself; if this is set, it must match (a caller that signed
-  // the hash then changed the bytes gets an error, not a silently different message).
-  std::optional<Sha256Digest> sha256;
+  // The digest of `bytes` it traveled with (payload_digest.h). Set by decoding, after the
+  // check against the received bytes. Encode computes the hash itself (of
+  // WireLimits::payload_digest's kind, or of this one's kind when set); if this is set, it
+  // must match (a caller that signed the hash then changed the bytes gets an error, not a
+  // silently different message).
+  std::optional<PayloadDigest> digest;
 
   friend bool operator==(const TensorPayload&, const TensorPayload&) = default;
 };

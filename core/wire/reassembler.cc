@@ -238,18 +238,19 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
     pending_.erase(it);
     pending_declared_bytes_ -= done.payload_bytes;
     if (budget_ != nullptr) budget_->Release(done.payload_bytes);
-    const Sha256Digest digest = memo_ != nullptr ? memo_->Hash(done.bytes) : done.hasher.Finish();
-    if (digest != done.declared_sha256) {
+    const PayloadDigest digest = memo_ != nullptr ? memo_->Hash(done.declared.kind, done.bytes)
+                                                  : done.hasher.Finish();
+    if (digest != done.declared) {
       return Status::Corruption(StrCat("payload of message ", done.message.header.message_id,
-                                       " from '", done.message.header.sender_id,
-                                       "' fails its SHA-256 check (declared ",
-                                       Sha256Hex(done.declared_sha256), ", received bytes hash to ",
-                                       Sha256Hex(digest), "); the message is dropped"));
+                                       " from '", done.message.header.sender_id, "' fails its ",
+                                       DigestKindName(digest.kind), " check (declared ",
+                                       DigestText(done.declared), ", received bytes hash to ",
+                                       DigestText(digest), "); the message is dropped"));
     }
     TensorPayload* payload = MutablePayloadOf(done.message.body);
     FM_CHECK(payload != nullptr);
     payload->bytes = std::move(done.bytes);
-    payload->sha256 = digest;
+    payload->digest = digest;
     Status values = CheckPayloadValues(done.message.body);
     if (!values.ok()) {
       return values.WithContext(StrCat("message ", done.message.header.message_id, " from '",
@@ -271,10 +272,11 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
   FM_RETURN_IF_ERROR(
       CheckFraming(framing.payload_bytes, framing.chunk_bytes, framing.chunk_count, what, l));
   if (framing.payload_bytes == 0) {
-    if (framing.sha256 != EmptySha256()) {
-      return Status::Corruption(StrCat(what, " is empty but its sha256 is not that of no bytes"));
+    if (framing.digest != HashPayload(framing.digest.kind, {})) {
+      return Status::Corruption(StrCat(what, " is empty but its ", DigestKindName(framing.digest.kind),
+                                       " is not that of no bytes"));
     }
-    payload->sha256 = framing.sha256;
+    payload->digest = framing.digest;
     return std::optional<Message>(std::move(message));
   }
   Key key{message.header.sender_id, message.header.message_id};
@@ -312,7 +314,8 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
   p.payload_bytes = framing.payload_bytes;
   p.chunk_bytes = framing.chunk_bytes;
   p.chunk_count = framing.chunk_count;
-  p.declared_sha256 = framing.sha256;
+  p.declared = framing.digest;
+  p.hasher = PayloadHasher(framing.digest.kind);
   pending_declared_bytes_ += framing.payload_bytes;
   pending_.emplace(std::move(key), std::move(p));
   return std::optional<Message>();

@@ -98,6 +98,11 @@ Status ValidateLimits(const WireLimits& l) {
     return Status::InvalidArgument(
         "WireLimits.max_payload_bytes or max_elements is too large for this machine");
   }
+  if (l.payload_digest != DigestKind::kSha256 && l.payload_digest != DigestKind::kBlake3) {
+    return Status::InvalidArgument(StrCat("WireLimits.payload_digest is ",
+                                          static_cast<int>(l.payload_digest),
+                                          "; it must be kSha256 or kBlake3"));
+  }
   return Status::OK();
 }
 
@@ -122,10 +127,12 @@ Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, D
         payload_bytes == 0 ? 0 : (payload_bytes + framing.chunk_bytes - 1) / framing.chunk_bytes;
     FM_RETURN_IF_ERROR(CheckFraming(payload_bytes, framing.chunk_bytes, count, what, l));
     framing.chunk_count = static_cast<uint32_t>(count);
-    framing.sha256 = memo != nullptr ? memo->Hash(payload->bytes) : Sha256::Hash(payload->bytes);
-    if (payload->sha256.has_value() && *payload->sha256 != framing.sha256) {
-      return Status::InvalidArgument(StrCat(what, " sha256 is set to ", Sha256Hex(*payload->sha256),
-                                            " but the bytes hash to ", Sha256Hex(framing.sha256)));
+    const DigestKind kind = payload->digest ? payload->digest->kind : l.payload_digest;
+    framing.digest = memo != nullptr ? memo->Hash(kind, payload->bytes)
+                                     : HashPayload(kind, payload->bytes);
+    if (payload->digest.has_value() && *payload->digest != framing.digest) {
+      return Status::InvalidArgument(StrCat(what, " digest is set to ", DigestText(*payload->digest),
+                                            " but the bytes hash to ", DigestText(framing.digest)));
     }
     FM_RETURN_IF_ERROR(CheckPayloadValues(body));
   }

@@ -9,7 +9,6 @@
 #include <string>
 #include <string_view>
 
-#include "core/sha256.h"
 #include "core/status.h"
 #include "core/wire/wire_codec.h"
 
@@ -27,11 +26,8 @@ struct Framing {
   uint64_t payload_bytes = 0;
   uint64_t chunk_bytes = 0;
   uint32_t chunk_count = 0;
-  Sha256Digest sha256{};
+  PayloadDigest digest;
 };
-
-// The SHA-256 of no bytes: the hash an empty payload must carry.
-inline Sha256Digest EmptySha256() { return Sha256::Hash(std::string_view()); }
 
 // A Shamir share's x-coordinate: 1..255 (x = 0 would reveal the secret).
 Status CheckShareX(uint64_t x, size_t index);

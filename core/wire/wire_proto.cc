@@ -47,7 +47,11 @@ void ToProto(const TensorPayload& p, const Framing& f, pb::TensorPayload* out) {
   out->set_payload_bytes(f.payload_bytes);
   out->set_chunk_bytes(f.chunk_bytes);
   out->set_chunk_count(f.chunk_count);
-  out->set_sha256(f.sha256.data(), f.sha256.size());
+  if (f.digest.kind == DigestKind::kSha256) {
+    out->set_sha256(f.digest.bytes.data(), f.digest.bytes.size());
+  } else {
+    out->set_blake3(f.digest.bytes.data(), f.digest.bytes.size());
+  }
 }
 
 // Copies the description (not the bytes, which come in chunks). Counts that decide how
@@ -64,9 +68,17 @@ Status FromProto(const pb::TensorPayload& p, std::string_view what, const WireLi
                                        " dims; the limit is ", l.max_dims, " (max_dims)"));
     }
   }
-  if (p.sha256().size() != framing->sha256.size()) {
-    return Status::Corruption(
-        StrCat(what, " sha256 is ", p.sha256().size(), " bytes; a SHA-256 digest is 32"));
+  // Exactly one digest, of 32 bytes.
+  const bool sha256 = !p.sha256().empty(), blake3 = !p.blake3().empty();
+  if (sha256 == blake3) {
+    return Status::Corruption(StrCat(what, sha256 ? " carries both a sha256 and a blake3 digest"
+                                                  : " carries no digest (sha256 or blake3)",
+                                     "; exactly one is required"));
+  }
+  const std::string& declared = sha256 ? p.sha256() : p.blake3();
+  if (declared.size() != framing->digest.bytes.size()) {
+    return Status::Corruption(StrCat(what, " ", sha256 ? "sha256" : "blake3", " is ",
+                                     declared.size(), " bytes; the digest is 32"));
   }
   out->codec = p.codec();
   out->dtype = static_cast<DType>(p.dtype());
@@ -78,7 +90,8 @@ Status FromProto(const pb::TensorPayload& p, std::string_view what, const WireLi
   framing->payload_bytes = p.payload_bytes();
   framing->chunk_bytes = p.chunk_bytes();
   framing->chunk_count = p.chunk_count();
-  std::memcpy(framing->sha256.data(), p.sha256().data(), framing->sha256.size());
+  framing->digest.kind = sha256 ? DigestKind::kSha256 : DigestKind::kBlake3;
+  std::memcpy(framing->digest.bytes.data(), declared.data(), framing->digest.bytes.size());
   return Status::OK();
 }
 

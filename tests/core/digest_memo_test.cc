@@ -28,26 +28,26 @@ TEST(DigestMemo, EqualBytesAreServedAndDifferentBytesHashed) {
   const auto a = RandomBytes(100000, 1);
   auto b = a;
   b.back() ^= 1;  // same size, last byte differs: only a full comparison tells them apart
-  EXPECT_EQ(memo.Hash(a), Sha256::Hash(a));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, a), HashPayload(DigestKind::kBlake3, a));
   const auto copy = a;  // equal bytes elsewhere in memory
-  EXPECT_EQ(memo.Hash(copy), Sha256::Hash(a));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, copy), HashPayload(DigestKind::kBlake3, a));
   EXPECT_EQ(memo.hits(), 1u);
-  EXPECT_EQ(memo.Hash(b), Sha256::Hash(b));
-  EXPECT_NE(Sha256::Hash(a), Sha256::Hash(b));
-  EXPECT_EQ(memo.Hash(a), Sha256::Hash(a));  // only the last payload is kept
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, b), HashPayload(DigestKind::kBlake3, b));
+  EXPECT_NE(HashPayload(DigestKind::kBlake3, a), HashPayload(DigestKind::kBlake3, b));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, a), HashPayload(DigestKind::kBlake3, a));  // only the last payload is kept
   EXPECT_EQ(memo.hits(), 1u);
   EXPECT_EQ(memo.misses(), 3u);
-  EXPECT_EQ(memo.Hash(std::vector<uint8_t>{}), Sha256::Hash(std::vector<uint8_t>{}));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, std::vector<uint8_t>{}), HashPayload(DigestKind::kBlake3, std::vector<uint8_t>{}));
   const auto shorter = std::vector<uint8_t>(a.begin(), a.end() - 1);
-  EXPECT_EQ(memo.Hash(shorter), Sha256::Hash(shorter));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, shorter), HashPayload(DigestKind::kBlake3, shorter));
   EXPECT_EQ(memo.hits(), 1u);
 }
 
 TEST(DigestMemo, PayloadsOverTheLimitAreHashedButNotKept) {
   DigestMemo memo(/*max_bytes=*/1000);
   const auto big = RandomBytes(1001, 2);
-  EXPECT_EQ(memo.Hash(big), Sha256::Hash(big));
-  EXPECT_EQ(memo.Hash(big), Sha256::Hash(big));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, big), HashPayload(DigestKind::kBlake3, big));
+  EXPECT_EQ(memo.Hash(DigestKind::kBlake3, big), HashPayload(DigestKind::kBlake3, big));
   EXPECT_EQ(memo.hits(), 0u);
   EXPECT_EQ(memo.misses(), 2u);
 }
@@ -67,7 +67,7 @@ std::vector<float> Model(size_t n) {
   return v;
 }
 
-// A round's FitTasks to many nodes: one SHA-256 pass for the model, on both ends; the frames
+// A round's FitTasks to many nodes: one hash pass for the model, on both ends; the frames
 // and the decoded messages are exactly those made without a memo.
 TEST(WireDigestMemo, OnePayloadForManyReceiversIsHashedOnce) {
   WireLimits l;
@@ -86,8 +86,8 @@ TEST(WireDigestMemo, OnePayloadForManyReceiversIsHashedOnce) {
     auto plain = Decode(*without, l);
     ASSERT_TRUE(plain.ok());
     EXPECT_EQ(*decoded, *plain);
-    EXPECT_EQ(std::get<FitTask>(decoded->body).global_model.sha256,
-              Sha256::Hash(std::get<FitTask>(m.body).global_model.bytes));
+    EXPECT_EQ(std::get<FitTask>(decoded->body).global_model.digest,
+              HashPayload(DigestKind::kBlake3, std::get<FitTask>(m.body).global_model.bytes));
   }
   EXPECT_EQ(memo.misses(), 1u);
   EXPECT_EQ(memo.hits(), 9u);
@@ -106,11 +106,11 @@ TEST(WireDigestMemo, DamagedBytesStillFailTheirCheck) {
   (*chunk.mutable_chunk()->mutable_data())[10] ^= 0x01;
   const std::string s = chunk.SerializeAsString();
   frames->back() = Frame(s.begin(), s.end());
-  EXPECT_TRUE(HasCode(Decode(*frames, l, &memo).status(), StatusCode::kCorruption, "SHA-256"));
+  EXPECT_TRUE(HasCode(Decode(*frames, l, &memo).status(), StatusCode::kCorruption, "fails its blake3 check"));
   Reassembler r(l, &memo);
   Status last = Status::OK();
   for (const Frame& f : *frames) last = r.Add(f).status();
-  EXPECT_TRUE(HasCode(last, StatusCode::kCorruption, "SHA-256"));
+  EXPECT_TRUE(HasCode(last, StatusCode::kCorruption, "fails its blake3 check"));
   // Hashed: the sent bytes, then the damaged ones. The second decode of the damaged bytes
   // was served their own digest, which still fails.
   EXPECT_EQ(memo.misses(), 2u);

@@ -84,7 +84,7 @@ TEST(WireGossip, GossipModelRoundTripsWithItsPayloadAndSignature) {
   EXPECT_EQ(r.weight, 0.125);
   EXPECT_EQ(r.signature, g.signature);
   EXPECT_EQ(PayloadFloats(r.model).value(), values);
-  ASSERT_TRUE(r.model.sha256.has_value());
+  ASSERT_TRUE(r.model.digest.has_value());
 }
 
 TEST(WireGossip, PullRequestWithoutPayloadOrSignatureIsOneFrame) {

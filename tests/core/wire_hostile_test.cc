@@ -196,18 +196,71 @@ TEST(WireHostile, FlippedPayloadByteIsCorruption) {
   auto frames = MustEncode(FitResultMessage(Values(100, 18)), l);
   // The chunk data is the last field of the frame: flip its last byte.
   frames[2].back() ^= 0x01;
-  EXPECT_TRUE(HasCode(Decode(frames, l).status(), StatusCode::kCorruption, "SHA-256"));
+  EXPECT_TRUE(HasCode(Decode(frames, l).status(), StatusCode::kCorruption, "fails its blake3 check"));
   // A damaged declared hash is caught the same way.
   auto frames2 = MustEncode(FitResultMessage(Values(100, 18)), l);
   frames2[0] = Rewrite(frames2[0], [](pb::Envelope& e) {
-    (*e.mutable_fit_result()->mutable_update()->mutable_sha256())[0] ^= 0x80;
+    (*e.mutable_fit_result()->mutable_update()->mutable_blake3())[0] ^= 0x80;
   });
-  EXPECT_TRUE(HasCode(Decode(frames2, l).status(), StatusCode::kCorruption, "SHA-256"));
+  EXPECT_TRUE(HasCode(Decode(frames2, l).status(), StatusCode::kCorruption, "blake3"));
   auto frames3 = MustEncode(FitResultMessage(Values(100, 18)), l);
   frames3[0] = Rewrite(frames3[0], [](pb::Envelope& e) {
-    e.mutable_fit_result()->mutable_update()->mutable_sha256()->pop_back();
+    e.mutable_fit_result()->mutable_update()->mutable_blake3()->pop_back();
   });
-  EXPECT_TRUE(HasCode(Decode(frames3, l).status(), StatusCode::kCorruption, "32"));
+  EXPECT_TRUE(HasCode(Decode(frames3, l).status(), StatusCode::kCorruption, "blake3 is 31 bytes"));
+  // No digest, or both: refused before any chunk is kept.
+  auto frames4 = MustEncode(FitResultMessage(Values(100, 18)), l);
+  frames4[0] = Rewrite(frames4[0], [](pb::Envelope& e) {
+    e.mutable_fit_result()->mutable_update()->clear_blake3();
+  });
+  EXPECT_TRUE(HasCode(Decode(frames4, l).status(), StatusCode::kCorruption, "carries no digest"));
+  auto frames5 = MustEncode(FitResultMessage(Values(100, 18)), l);
+  frames5[0] = Rewrite(frames5[0], [](pb::Envelope& e) {
+    auto* u = e.mutable_fit_result()->mutable_update();
+    u->set_sha256(u->blake3());
+  });
+  EXPECT_TRUE(HasCode(Decode(frames5, l).status(), StatusCode::kCorruption, "both"));
+}
+
+// A sender that writes SHA-256 (a build before BLAKE3, or WireLimits::payload_digest =
+// kSha256) is understood, its damaged bytes caught by the SHA-256 check; a SHA-256 digest
+// relabelled as BLAKE3 (or the other way round) fails.
+TEST(WireHostile, Sha256PayloadsAreStillCheckedAndAccepted) {
+  WireLimits l;
+  l.max_chunk_bytes = 100;
+  l.payload_digest = DigestKind::kSha256;
+  const Message m = FitResultMessage(Values(100, 18));
+  auto frames = MustEncode(m, l);
+  EXPECT_TRUE(ParseEnvelope(frames[0]).fit_result().update().blake3().empty());
+  auto got = Decode(frames, l);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& u = std::get<FitResult>(got->body).update;
+  EXPECT_EQ(*u.digest, HashPayload(DigestKind::kSha256, std::get<FitResult>(m.body).update.bytes));
+  EXPECT_EQ(u.digest->bytes, Sha256::Hash(u.bytes));
+  auto damaged = frames;
+  damaged[2].back() ^= 0x01;
+  EXPECT_TRUE(HasCode(Decode(damaged, l).status(), StatusCode::kCorruption, "fails its sha256 check"));
+  auto relabelled = frames;
+  relabelled[0] = Rewrite(frames[0], [](pb::Envelope& e) {
+    auto* p = e.mutable_fit_result()->mutable_update();
+    p->set_blake3(p->sha256());
+    p->clear_sha256();
+  });
+  EXPECT_TRUE(HasCode(Decode(relabelled, l).status(), StatusCode::kCorruption, "fails its blake3 check"));
+  // An empty payload's digest must be its kind's hash of no bytes.
+  Message empty = FitResultMessage({});
+  auto one = MustEncode(empty, l);
+  ASSERT_EQ(one.size(), 1u);
+  auto back = Decode(one, l);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(Sha256Hex(std::get<FitResult>(back->body).update.digest->bytes),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  one[0] = Rewrite(one[0], [](pb::Envelope& e) {
+    auto* p = e.mutable_fit_result()->mutable_update();
+    p->set_blake3(p->sha256());
+    p->clear_sha256();
+  });
+  EXPECT_TRUE(HasCode(Decode(one, l).status(), StatusCode::kCorruption, "its blake3 is not that of no bytes"));
 }
 
 // Replaces element `index` of a codec "none" payload sent in `frames` by `value`, keeping
@@ -221,11 +274,11 @@ std::vector<Frame> WithValueAt(std::vector<Frame> frames, size_t chunk_bytes, si
     payload.insert(payload.end(), d.begin(), d.end());
   }
   std::memcpy(payload.data() + 4 * index, &value, 4);
-  const Sha256Digest sha = Sha256::Hash(payload);
+  const Blake3Digest digest = Blake3::Hash(payload);
   frames[0] = Rewrite(frames[0], [&](pb::Envelope& e) {
     auto* p = e.has_fit_task() ? e.mutable_fit_task()->mutable_global_model()
                                : e.mutable_fit_result()->mutable_update();
-    p->set_sha256(sha.data(), sha.size());
+    p->set_blake3(digest.data(), digest.size());
   });
   const size_t c = 1 + 4 * index / chunk_bytes;
   frames[c] = Rewrite(frames[c], [&](pb::Envelope& e) {

@@ -293,8 +293,8 @@ TEST(WireSecAgg, MaskedInputCrossesInChunksBitExactly) {
   EXPECT_EQ(mi.masked.dtype, DType::kUint32);
   EXPECT_EQ(mi.masked.codec, "none");
   EXPECT_EQ(mi.masked.element_count, words.size());
-  ASSERT_TRUE(mi.masked.sha256.has_value());
-  EXPECT_EQ(*mi.masked.sha256, Sha256::Hash(std::get<SecAggMaskedInput>(m.body).masked.bytes));
+  ASSERT_TRUE(mi.masked.digest.has_value());
+  EXPECT_EQ(*mi.masked.digest, HashPayload(DigestKind::kBlake3, std::get<SecAggMaskedInput>(m.body).masked.bytes));
   EXPECT_EQ(PayloadUint32s(mi.masked).value(), words);
 }
 

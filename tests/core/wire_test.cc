@@ -72,8 +72,8 @@ TEST(WireRoundTrip, FitTaskFieldByField) {
   EXPECT_EQ(t.global_model.dtype, DType::kFloat32);
   EXPECT_EQ(t.global_model.element_count, 1000u);
   EXPECT_EQ(t.global_model.shapes, (std::vector<std::vector<uint64_t>>{{10, 50}, {50}, {449}, {}}));
-  ASSERT_TRUE(t.global_model.sha256.has_value());
-  EXPECT_EQ(*t.global_model.sha256, Sha256::Hash(std::get<FitTask>(m.body).global_model.bytes));
+  ASSERT_TRUE(t.global_model.digest.has_value());
+  EXPECT_EQ(*t.global_model.digest, HashPayload(DigestKind::kBlake3, std::get<FitTask>(m.body).global_model.bytes));
   auto floats = PayloadFloats(t.global_model);
   ASSERT_TRUE(floats.ok());
   ASSERT_EQ(floats->size(), model.size());
@@ -258,8 +258,9 @@ TEST(WireRoundTrip, EmptyPayloadIsOneFrame) {
   const auto& u = std::get<FitResult>(got->body).update;
   EXPECT_EQ(u.element_count, 0u);
   EXPECT_TRUE(u.bytes.empty());
-  EXPECT_EQ(Sha256Hex(*u.sha256),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  // BLAKE3 of no bytes (the specification's test vector).
+  EXPECT_EQ(DigestText(*u.digest),
+            "blake3:af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262");
 }
 
 // Codecs other than "none" are opaque bytes to the wire layer: any length, no float checks.
@@ -320,10 +321,10 @@ TEST(WireRoundTrip, FloatHelpersAreLittleEndianFloat32) {
 TEST(WireEncode, PresetHashMustMatchTheBytes) {
   Message m = FitResultMessage(Values(10, 3));
   auto& u = std::get<FitResult>(m.body).update;
-  u.sha256 = Sha256::Hash(u.bytes);
+  u.digest = HashPayload(DigestKind::kBlake3, u.bytes);
   EXPECT_TRUE(Encode(m).ok());
   u.bytes[5] ^= 1;
-  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "sha256"));
+  EXPECT_TRUE(HasCode(Encode(m).status(), StatusCode::kInvalidArgument, "blake3:"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -516,7 +517,7 @@ TEST(WireReassembler, ChunkOfAnotherSenderMatchesNothing) {
   ASSERT_TRUE(r.Add(fa[1]).ok());
   const Frame forged =
       Rewrite(fb[2], [](pb::Envelope& e) { e.mutable_header()->set_sender_id("node-a"); });
-  EXPECT_TRUE(HasCode(r.Add(forged).status(), StatusCode::kCorruption, "SHA-256"));
+  EXPECT_TRUE(HasCode(r.Add(forged).status(), StatusCode::kCorruption, "fails its blake3 check"));
   EXPECT_EQ(r.pending_messages(), 0u);  // a completed message that fails is dropped
 }
 

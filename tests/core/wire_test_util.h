@@ -71,9 +71,9 @@ inline Message FitResultMessage(std::span<const float> update, uint64_t message_
 // What Decode returns for `m`: the same message with the payload hash filled in.
 inline Message WithHash(Message m) {
   if (auto* t = std::get_if<FitTask>(&m.body)) {
-    t->global_model.sha256 = Sha256::Hash(t->global_model.bytes);
+    t->global_model.digest = HashPayload(DigestKind::kBlake3, t->global_model.bytes);
   }
-  if (auto* r = std::get_if<FitResult>(&m.body)) r->update.sha256 = Sha256::Hash(r->update.bytes);
+  if (auto* r = std::get_if<FitResult>(&m.body)) r->update.digest = HashPayload(DigestKind::kBlake3, r->update.bytes);
   return m;
 }
 

@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
+#include "core/sha256.h"
 #include "core/wire/wire_codec.h"
 
 namespace fedmesh {
@@ -41,6 +44,7 @@ TEST(UpdateSignature, SignedUpdateVerifiesAndAnyChangeBreaksIt) {
   EXPECT_NE(weight.message().find("bad signature"), std::string::npos) << weight.ToString();
   wire::FitResult flipped = r;
   flipped.update.bytes[0] ^= 1;
+  flipped.update.digest.reset();  // as the bytes arrive: a receiver hashes what it got
   EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 3, flipped).ok());
   // A relay that re-signs with its own key cannot pass as the site.
   wire::FitResult resigned = heavier;
@@ -52,10 +56,46 @@ TEST(UpdateSignature, TheReceiversVerifiedDigestIsUsed) {
   Identity site = Identity::Generate("site-a").value();
   wire::FitResult r = Update();
   ASSERT_TRUE(SignUpdate(site, "fed", 0, &r).ok());
-  r.update.sha256 = Sha256::Hash(r.update.bytes);  // as the Reassembler sets it
+  r.update.digest = HashPayload(wire::DigestKind::kBlake3, r.update.bytes);  // as the Reassembler sets it
   EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 0, r).ok());
-  r.update.sha256->at(0) ^= 1;
+  r.update.digest->bytes.at(0) ^= 1;
   EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 0, r).ok());
+}
+
+// A site answering a task that came with SHA-256 (an aggregator built before BLAKE3) signs
+// the "fedmesh/update/v1" bytes over the SHA-256, which such an aggregator checks; the kind
+// is part of what is signed, so relabelling the digest breaks the signature.
+TEST(UpdateSignature, Sha256SignaturesKeepTheFormatBeforeBlake3) {
+  Identity site = Identity::Generate("site-a").value();
+  wire::FitResult r = Update();
+  ASSERT_TRUE(SignUpdate(site, "fed", 3, &r, wire::DigestKind::kSha256).ok());
+  ASSERT_TRUE(r.update.digest.has_value());
+  EXPECT_EQ(r.update.digest->kind, wire::DigestKind::kSha256);
+  EXPECT_EQ(r.update.digest->bytes, Sha256::Hash(r.update.bytes));
+  EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 3, r).ok());
+  const std::vector<uint8_t> signed_bytes =
+      UpdateSigningBytes("fed", "site-a", 3, r, *r.update.digest);
+  const std::string_view v1 = "fedmesh/update/v1";
+  ASSERT_GT(signed_bytes.size(), 8 + v1.size() + 32);
+  EXPECT_EQ(std::string(signed_bytes.begin() + 8, signed_bytes.begin() + 8 + v1.size()), v1);
+  EXPECT_TRUE(std::equal(signed_bytes.end() - 32, signed_bytes.end(), r.update.digest->bytes.begin()));
+  // The same bytes signed over BLAKE3 use v2; neither passes as the other.
+  wire::FitResult b = Update();
+  ASSERT_TRUE(SignUpdate(site, "fed", 3, &b).ok());
+  EXPECT_EQ(b.update.digest->kind, wire::DigestKind::kBlake3);
+  EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 3, b).ok());
+  wire::FitResult mixed = b;
+  mixed.update.digest = r.update.digest;
+  EXPECT_FALSE(VerifyUpdate(site.public_identity(), "fed", 3, mixed).ok());
+  // Through the wire: each is sent and checked in its own kind.
+  for (const wire::FitResult* x : {&r, &b}) {
+    auto frames = wire::Encode(wire::Message{{"fed", "site-a", 4, 3, 1}, *x});
+    ASSERT_TRUE(frames.ok()) << frames.status().ToString();
+    auto back = wire::Decode(*frames);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(std::get<wire::FitResult>(back->body).update.digest, x->update.digest);
+    EXPECT_TRUE(VerifyUpdate(site.public_identity(), "fed", 3, std::get<wire::FitResult>(back->body)).ok());
+  }
 }
 
 // A signature of any length but 64 is refused on the wire, both ways.

@@ -25,8 +25,10 @@
 
 #include "core/data/data_source.h"
 #include "core/data/partition.h"
+#include "core/sha256.h"
 #include "core/wire/wire_codec.h"
 #include "crypto/identity.h"
+#include "crypto/update_signature.h"
 #include "crypto/key_files.h"
 #include "transport/zmq/zmq_server.h"
 #include "storage/node_store.h"
@@ -297,6 +299,38 @@ TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsChange) {
   EXPECT_EQ((*cp)->model_version, 1u);
   EXPECT_EQ((*cp)->model, global);
   EXPECT_EQ((*cp)->velocity.size(), kParams);  // momentum 0.5: kept for the next round
+}
+
+// A site answers in the digest kind its task came with (crypto/update_signature.h): BLAKE3
+// and a "v2" signature for a task with BLAKE3 (this build's aggregators), SHA-256 and a "v1"
+// signature for one with SHA-256 (an aggregator built before BLAKE3, which reads only that).
+TEST_F(FederatedClientTest, AnswersInTheDigestKindOfItsTask) {
+  StartClient(Config(), Options());
+  const std::string peer = Handshake();
+  ASSERT_FALSE(peer.empty());
+  const std::vector<float> global = Global();
+  Send(peer, 1, Task(1, global));
+  auto first = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(first.has_value()) << "no FitResult within 20 s";
+  ASSERT_TRUE(first->second.update.digest.has_value());
+  EXPECT_EQ(first->second.update.digest->kind, wire::DigestKind::kBlake3);
+  EXPECT_TRUE(VerifyUpdate(node_pub_, kFed, 1, first->second).ok());
+
+  wire::FitTask old_style = Task(2, global);
+  old_style.global_model.digest =
+      wire::HashPayload(wire::DigestKind::kSha256, old_style.global_model.bytes);
+  Send(peer, 2, old_style);
+  auto second = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(second.has_value()) << "no FitResult within 20 s";
+  ASSERT_TRUE(second->second.update.digest.has_value());
+  EXPECT_EQ(second->second.update.digest->kind, wire::DigestKind::kSha256);
+  EXPECT_EQ(second->second.update.digest->bytes, Sha256::Hash(second->second.update.bytes));
+  EXPECT_TRUE(VerifyUpdate(node_pub_, kFed, 2, second->second).ok());
+  const auto signed_bytes =
+      UpdateSigningBytes(kFed, kSite, 2, second->second, *second->second.update.digest);
+  const std::string v1 = "fedmesh/update/v1";
+  EXPECT_EQ(std::string(signed_bytes.begin() + 8, signed_bytes.begin() + 8 + v1.size()), v1);
+  StopClient();
 }
 
 // Resumed uploads: the aggregator sends the same task again (it lost the node's connection
