@@ -6,7 +6,7 @@
 
 #include "config/config_loader.h"
 #include "core/model_zoo.h"
-#include "telemetry/host_port.h"
+#include "core/host_port.h"
 #include "config/loss_config.h"
 #include "aggregator/strategy_config.h"
 
@@ -314,12 +314,14 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   c.db_path = v.GetString("aggregator", "db");
   c.metrics_path = v.GetString("aggregator", "metrics");
   c.metrics_listen = v.GetString("metrics", "listen");
+  FM_RETURN_IF_ERROR(CheckHostPortKey(v, "metrics", "listen"));
   c.admin_listen = v.GetString("admin", "listen");
   FM_RETURN_IF_ERROR(CheckEndpointKey(v, "admin", "listen", EndpointUse::kBind));
   c.admin_dir = v.GetString("admin", "admins");
   c.observer_dir = v.GetString("admin", "observers");
   c.status_listen = v.GetString("status_page", "listen");
   c.status_token_file = v.GetString("status_page", "token_file");
+  FM_RETURN_IF_ERROR(CheckHostPortKey(v, "status_page", "listen"));
   if (!c.status_listen.empty() && !IsLoopbackHostPort(c.status_listen) &&
       c.status_token_file.empty()) {
     return AttributeToKey(

@@ -76,8 +76,15 @@ void RoundEngine::CloseStats(std::vector<Output>& out) {
   }
   if (report.total) {
     // Sites that impute missing cells use the federation's means (FitTask::impute_values).
+    // None when a feature has no value at any site: it has no mean, and a made-up 0 would be
+    // trained on; a site that must impute then refuses its tasks, saying so.
     impute_values_.clear();
-    for (const FeatureStatistics& f : report.total->features) impute_values_.push_back(f.mean);
+    const bool all_observed =
+        std::all_of(report.total->features.begin(), report.total->features.end(),
+                    [](const FeatureStatistics& f) { return f.count > 0; });
+    if (all_observed) {
+      for (const FeatureStatistics& f : report.total->features) impute_values_.push_back(f.mean);
+    }
   }
   out.push_back(StatsClosed{std::move(report)});
   stats_.reset();

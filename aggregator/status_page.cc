@@ -7,7 +7,7 @@
 
 #include "aggregator/status_html.h"
 #include "aggregator/stored_model_export.h"
-#include "telemetry/host_port.h"
+#include "core/host_port.h"
 
 namespace fedmesh {
 namespace {

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "core/check.h"
+#include "core/host_port.h"
 
 namespace fedmesh {
 
@@ -440,6 +441,12 @@ Status CheckEndpointKey(const ConfigValues& values, std::string_view section, st
   const std::string& endpoint = values.GetString(section, key);
   if (endpoint.empty()) return Status::OK();
   return AttributeToKey(CheckZmqEndpoint(endpoint, use), values, {{"", section, key}});
+}
+
+Status CheckHostPortKey(const ConfigValues& values, std::string_view section, std::string_view key) {
+  const std::string& text = values.GetString(section, key);
+  if (text.empty()) return Status::OK();
+  return AttributeToKey(ParseHostPort(text, "").status(), values, {{"", section, key}});
 }
 
 const ConfigValues::Entry& ConfigValues::Get(std::string_view section, std::string_view key,

@@ -86,4 +86,8 @@ Result<T> FromKey(Result<T> r, const std::string& config_path, std::string_view 
 Status CheckEndpointKey(const ConfigValues& values, std::string_view section, std::string_view key,
                         EndpointUse use);
 
+// ParseHostPort (core/host_port.h) on a string key's value ([metrics] listen, [status_page]
+// listen), naming the key and where it was set; OK for an empty value.
+Status CheckHostPortKey(const ConfigValues& values, std::string_view section, std::string_view key);
+
 }  // namespace fedmesh

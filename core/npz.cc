@@ -117,6 +117,32 @@ Result<NpzArray> DecodeNpy(std::string_view b, const std::string& name, const Np
   }
   if (hstart + hlen > b.size()) return Bad(name + ": truncated .npy header");
   const std::string header(b.substr(hstart, hlen));
+  // A Python dict literal with exactly the keys descr, fortran_order and shape, padded with
+  // spaces and a newline (numpy refuses anything else, and so do we: bytes after the dict or
+  // an extra key are not an array we understand).
+  {
+    const size_t open = header.find_first_not_of(' ');
+    const size_t close = header.rfind('}');
+    if (open == std::string::npos || header[open] != '{' || close == std::string::npos) {
+      return Bad(name + ": the .npy header is not a dict");
+    }
+    if (header.find_first_not_of(" \n", close + 1) != std::string::npos) {
+      return Bad(name + ": the .npy header has bytes after its dict");
+    }
+    int seen[3] = {0, 0, 0};
+    for (size_t q = header.find('\''); q != std::string::npos;) {
+      const size_t e = header.find('\'', q + 1);
+      if (e == std::string::npos) return Bad(name + ": the .npy header has an unclosed quote");
+      size_t after = header.find_first_not_of(' ', e + 1);
+      if (after != std::string::npos && header[after] == ':') {
+        const std::string key = header.substr(q + 1, e - q - 1);
+        const int k = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
+        if (k < 0) return Bad(name + ": the .npy header has an unknown key '" + key + "'");
+        if (++seen[k] > 1) return Bad(name + ": the .npy header repeats key '" + key + "'");
+      }
+      q = header.find('\'', e + 1);
+    }
+  }
   auto field = [&](const std::string& key) -> std::string {
     const size_t k = header.find("'" + key + "'");
     if (k == std::string::npos) return "";
@@ -166,7 +192,8 @@ Result<NpzArray> DecodeNpy(std::string_view b, const std::string& name, const Np
     if (a.dims.size() > 8) return Bad(name + ": rank " + std::to_string(a.dims.size()));
   }
   const int64_t n = graph::NumElements(a.dims);
-  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '='))
+  if (descr.size() != 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '=') ||
+      descr[2] < '0' || descr[2] > '9')
     return Bad(name + ": dtype '" + descr + "' is not a little-endian number type");
   const char kind = descr[1];
   const int width = std::atoi(descr.c_str() + 2);

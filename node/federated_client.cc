@@ -611,7 +611,9 @@ std::string FederatedClient::ImputeMissingCells(const wire::FitTask& task) {
   if (!needs_imputation_) return "";
   if (task.impute_values.empty()) {
     return "this site's data has missing cells to impute with the federation's means ([data] "
-           "missing = \"impute_mean\") and the aggregator sent none: it needs [stats] enabled";
+           "missing = \"impute_mean\") and the aggregator sent none: it needs [stats] enabled, "
+           "and a value of every feature at some site (its statistics report gives each "
+           "feature's count)";
   }
   auto a = ImputeMissing(train_, task.impute_values);
   auto b = a.ok() ? ImputeMissing(test_, task.impute_values) : a;

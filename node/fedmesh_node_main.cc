@@ -115,14 +115,15 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
     spdlog::error("{}", config.status().message());
     return kExitBadInput;
   }
-  // Log lines on stdout, above the live progress line when there is one.
-  static fedmesh::TerminalProgress progress(progress_mode, STDOUT_FILENO);
+  // Log lines on stderr (as fedmesh-aggregator's), above the live progress line when there is
+  // one: stdout stays free for whatever runs the node.
+  static fedmesh::TerminalProgress progress(progress_mode, STDERR_FILENO);
   const std::string pattern = "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + config->node_id + "] %v";
   std::shared_ptr<spdlog::logger> logger;
   if (progress.enabled()) {
     logger = progress.MakeLogger("fedmesh", pattern);
   } else {
-    logger = spdlog::stdout_color_mt("fedmesh");
+    logger = spdlog::stderr_color_mt("fedmesh");
     logger->set_pattern(pattern);
   }
   spdlog::set_default_logger(logger);
@@ -161,6 +162,8 @@ int RunFederated(const std::string& config_path, const std::vector<std::string>&
 
 int main(int argc, char** argv) {
   fedmesh::KeepLargeBuffersInHeap();  // before any thread starts (core/allocator_tuning.h)
+  // Errors before the node's own logger is set (a config it cannot load) go to stderr too.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("fedmesh-node"));
   fedmesh::LocalTrainingOptions o;
   bool local_only = false;
   std::string hidden = "256";
@@ -252,7 +255,7 @@ int main(int argc, char** argv) {
   }
   if (!local_only && !config_path.empty()) return RunFederated(config_path, overrides, *progress_mode);
 
-  auto logger = spdlog::stdout_color_mt("fedmesh");
+  auto logger = spdlog::stderr_color_mt("fedmesh");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [node " + o.node_id + "] %v");
   spdlog::set_default_logger(logger);
 

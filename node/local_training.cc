@@ -75,9 +75,10 @@ Result<LocalTrainingReport> RunLocalTraining(
   full = Dataset();  // this node keeps only its own share
   if (HasMissing(train) || HasMissing(test)) {
     // Alone, the only means this site has are its own training rows'.
-    const std::vector<double> means = ColumnMeans(train);
-    FM_ASSIGN_OR_RETURN(size_t n, ImputeMissing(train, means));
-    FM_ASSIGN_OR_RETURN(size_t m, ImputeMissing(test, means));
+    auto means = ColumnMeans(train);
+    if (!means.ok()) return means.status().WithContext(options.data.train);
+    FM_ASSIGN_OR_RETURN(size_t n, ImputeMissing(train, *means));
+    FM_ASSIGN_OR_RETURN(size_t m, ImputeMissing(test, *means));
     if (progress) {
       progress("imputed " + std::to_string(n + m) + " missing cells with this site's training means");
     }

@@ -485,6 +485,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   c.secagg_floors.min_noise_stddev = v.GetFloat("secagg", "min_noise_stddev");
   c.share_local_model = v.GetBool("eval", "share_local_model");
   c.metrics_listen = v.GetString("metrics", "listen");
+  FM_RETURN_IF_ERROR(CheckHostPortKey(v, "metrics", "listen"));
   c.stats_policy.allow = v.GetBool("stats", "allow");
   c.stats_policy.min_count = static_cast<uint64_t>(v.GetInt("stats", "min_count"));
   c.stats_policy.minmax_noise = v.GetFloat("stats", "minmax_noise");

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "core/wire/wire_codec.h"
-#include "telemetry/host_port.h"
+#include "core/host_port.h"
 
 namespace fedmesh {
 namespace {

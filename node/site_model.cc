@@ -35,9 +35,10 @@ Result<SiteModel> LoadSiteModel(const LocalTrainingOptions& t, bool with_test,
                                       " holds no samples; use fewer partitions");
   }
   if (impute_locally && (HasMissing(site.train) || HasMissing(site.test))) {
-    const std::vector<double> means = ColumnMeans(site.train);
-    FM_RETURN_IF_ERROR(ImputeMissing(site.train, means).status());
-    FM_RETURN_IF_ERROR(ImputeMissing(site.test, means).status());
+    auto means = ColumnMeans(site.train);
+    if (!means.ok()) return means.status().WithContext(t.data.train);
+    FM_RETURN_IF_ERROR(ImputeMissing(site.train, *means).status());
+    FM_RETURN_IF_ERROR(ImputeMissing(site.test, *means).status());
   }
   // Every site builds the same architecture: num_classes comes from the dataset (Subset
   // keeps the full set's count; csv sites should set [data] num_classes explicitly).

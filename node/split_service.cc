@@ -69,8 +69,9 @@ Result<std::unique_ptr<SplitService>> SplitService::Create(const NodeConfig& con
   }
   if (HasMissing(data)) {
     // The party's own means: its columns are its alone, so there is no federated mean to use.
-    const std::vector<double> means = ColumnMeans(data);
-    FM_RETURN_IF_ERROR(ImputeMissing(data, means).status());
+    auto means = ColumnMeans(data);
+    if (!means.ok()) return means.status().WithContext(path);
+    FM_RETURN_IF_ERROR(ImputeMissing(data, *means).status());
   }
 
   vertical::SplitPartOptions po;

@@ -28,9 +28,10 @@ Result<SimData> LoadSimData(const SimOptions& o, const ClientShards& owner) {
   if (HasMissing(d.train) || HasMissing(d.test)) {
     // [data] missing = "impute_mean": the means of the whole training split, which is what
     // federated statistics over every client would give.
-    const std::vector<double> means = ColumnMeans(d.train);
-    FM_RETURN_IF_ERROR(ImputeMissing(d.train, means).status());
-    FM_RETURN_IF_ERROR(ImputeMissing(d.test, means).status());
+    auto means = ColumnMeans(d.train);
+    if (!means.ok()) return means.status().WithContext(o.data.train);
+    FM_RETURN_IF_ERROR(ImputeMissing(d.train, *means).status());
+    FM_RETURN_IF_ERROR(ImputeMissing(d.test, *means).status());
   }
   if (o.test_samples > 0 && o.test_samples < d.test.size()) {
     std::vector<uint32_t> first(o.test_samples);

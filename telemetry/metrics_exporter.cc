@@ -1,6 +1,6 @@
 #include "telemetry/metrics_exporter.h"
 
-#include "telemetry/host_port.h"
+#include "core/host_port.h"
 
 #include <dirent.h>
 #include <netdb.h>

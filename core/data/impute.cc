@@ -11,7 +11,7 @@ bool HasMissing(const Dataset& data) {
   return false;
 }
 
-std::vector<double> ColumnMeans(const Dataset& data) {
+Result<std::vector<double>> ColumnMeans(const Dataset& data) {
   const size_t d = data.sample_size();
   std::vector<double> sum(d, 0.0), count(d, 0.0);
   for (size_t i = 0; i < data.size(); ++i) {
@@ -22,7 +22,18 @@ std::vector<double> ColumnMeans(const Dataset& data) {
       count[j] += 1;
     }
   }
-  for (size_t j = 0; j < d; ++j) sum[j] = count[j] > 0 ? sum[j] / count[j] : 0.0;
+  for (size_t j = 0; j < d; ++j) {
+    if (count[j] == 0 && data.size() > 0) {
+      const std::string name = j < data.feature_names.size() && !data.feature_names[j].empty()
+                                   ? "'" + data.feature_names[j] + "'"
+                                   : "column " + std::to_string(j);
+      return Status::InvalidArgument("feature " + name + " is missing in all " +
+                                     std::to_string(data.size()) +
+                                     " rows: impute_mean has no mean to fill it with; drop the "
+                                     "column or give it values");
+    }
+    sum[j] = count[j] > 0 ? sum[j] / count[j] : 0.0;
+  }
   return sum;
 }
 

@@ -17,8 +17,10 @@ namespace fedmesh {
 // Whether any feature value of `data` is NaN.
 bool HasMissing(const Dataset& data);
 
-// Per feature, the mean of its non-NaN values; 0 for a feature with none.
-std::vector<double> ColumnMeans(const Dataset& data);
+// Per feature, the mean of its non-NaN values. InvalidArgument naming the feature (its
+// name, or "column j") when `data` has rows but none holds a value for it: there is no mean
+// to impute, and a made-up 0 would train on a value the data never had.
+Result<std::vector<double>> ColumnMeans(const Dataset& data);
 
 // Replaces every NaN of feature j by values[j]; returns how many were replaced.
 // InvalidArgument when values has another size than the features or a value is not finite.

@@ -111,6 +111,14 @@ TEST(ConfigAggregator, StatusPageOffLoopbackNeedsAToken) {
   auto typo = LoadAggregatorConfig(path, {"admin.admin=x"});
   ASSERT_FALSE(typo.ok());
   EXPECT_THAT(typo.status().message(), HasSubstr("admin"));
+  // Listen addresses that are not HOST:PORT are refused when the file loads, naming the key.
+  auto no_port = LoadAggregatorConfig(path, {"status_page.listen=127.0.0.1", "status_page.token_file=t"});
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_THAT(no_port.status().message(),
+              HasSubstr("[status_page] listen: \"127.0.0.1\" is not HOST:PORT"));
+  auto metrics = LoadAggregatorConfig(path, {"metrics.listen=127.0.0.1:99999", "status_page.token_file=t"});
+  ASSERT_FALSE(metrics.ok());
+  EXPECT_THAT(metrics.status().message(), HasSubstr("[metrics] listen: \"127.0.0.1:99999\" is not HOST:PORT"));
 }
 
 // [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape

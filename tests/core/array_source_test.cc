@@ -104,6 +104,28 @@ TEST_F(ArraySourceTest, NpyPair) {
     ASSERT_TRUE(DecodeNpy(npy, a.name).ok()) << DecodeNpy(npy, a.name).status().ToString();
     std::ofstream(path, std::ios::binary) << npy;
   }
+  // A header with bytes after its dict, an unknown or repeated key, or a dtype with trailing
+  // characters is refused, naming the array.
+  {
+    const std::string npz = EncodeNpz({Floats("x", {2, 2}, {1, 2, 3, 4})});
+    const std::string npy = npz.substr(npz.find("\x93NUMPY"), npz.find("PK\x01\x02") - npz.find("\x93NUMPY"));
+    auto with_header = [&](std::string h) {
+      const size_t len = static_cast<uint8_t>(npy[8]) | (static_cast<uint8_t>(npy[9]) << 8);
+      h.resize(len - 1, ' ');
+      h += '\n';
+      return npy.substr(0, 10) + h + npy.substr(10 + len);
+    };
+    const std::string ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
+    ASSERT_TRUE(DecodeNpy(with_header(ok), "x").ok()) << DecodeNpy(with_header(ok), "x").status().ToString();
+    for (const auto& [h, why] :
+         {std::pair<std::string, std::string>{ok + " junk", "bytes after its dict"},
+          {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), 'x': 1}", "unknown key 'x'"},
+          {"{'descr': '<f4', 'shape': (2, 2), 'fortran_order': False, 'shape': (2, 2)}", "repeats key 'shape'"},
+          {"{'descr': '<f4x', 'fortran_order': False, 'shape': (2, 2), }", "dtype '<f4x'"},
+          {"['descr', '<f4']", "not a dict"}}) {
+      ExpectError(DecodeNpy(with_header(h), "x").status(), StatusCode::kInvalidArgument, {"x", why});
+    }
+  }
   DataSourceSpec spec;
   spec.train = "npy:" + x + "," + y;
   Result<Dataset> ds = LoadDataSource(spec, DataSplit::kTrain);

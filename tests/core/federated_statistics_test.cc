@@ -335,7 +335,7 @@ TEST(FederatedStatistics, MissingCellsAreLeftOutAndImputedWithTheMean) {
   EXPECT_NEAR(st->features[1].sum, sum, 1e-9 * sum);
   auto merged = MergeSiteStatistics({{"a", *st}}, std::vector<double>{});
   ASSERT_TRUE(merged.ok());
-  const std::vector<double> means = ColumnMeans(d);
+  const std::vector<double> means = ColumnMeans(d).value();
   EXPECT_NEAR(means[1], merged->features[1].mean, 1e-9 * means[1]);
   std::vector<double> fed;
   for (const auto& f : merged->features) fed.push_back(f.mean);
@@ -343,8 +343,19 @@ TEST(FederatedStatistics, MissingCellsAreLeftOutAndImputedWithTheMean) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 60 - present);
   EXPECT_FALSE(HasMissing(d));
-  EXPECT_NEAR(ColumnMeans(d)[1], means[1], 1e-4);
+  EXPECT_NEAR(ColumnMeans(d).value()[1], means[1], 1e-4);
   EXPECT_FALSE(ImputeMissing(d, std::vector<double>{1.0}).ok()) << "one value for 3 features";
+  // A feature missing in every row has no mean: an error naming it, not a silent 0.
+  for (size_t i = 0; i < d.size(); ++i) d.features[i * 3 + 2] = NAN;
+  auto none = ColumnMeans(d);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("feature '" + d.feature_names.at(2) + "' is missing in all 60 rows"),
+            std::string::npos)
+      << none.status().ToString();
+  d.feature_names.clear();
+  EXPECT_NE(ColumnMeans(d).status().message().find("feature column 2 is missing"), std::string::npos)
+      << ColumnMeans(d).status().ToString();
 }
 
 // ---- wire ---------------------------------------------------------------------------------

@@ -114,6 +114,17 @@ TEST_F(DataCli, ImputeMeanLocallyUsesTheSitesOwnMeans) {
   EXPECT_GE(LastMetric(dir_ / "m.jsonl", "test_accuracy"), 0.95) << r.output;
 }
 
+// A column missing in every training row has no mean to impute: exit 2 naming the file and
+// the column (before, it was filled with 0 and trained on).
+TEST_F(DataCli, ImputeMeanRefusesAColumnWithNoValueAtAll) {
+  std::string csv = "amount,age,risk\n";
+  for (int i = 0; i < 60; ++i) csv += std::to_string(i % 7) + ",NA," + (i % 3 ? "good" : "bad") + "\n";
+  const std::string train = Write("bank/empty_age.csv", csv);
+  ExpectExit2(" --data csv:" + train + " --label-column risk --label-values good,bad"
+              " --features amount,age --model logreg --epochs 1 --missing impute_mean",
+              {train, "feature 'age' is missing in all", "impute_mean"});
+}
+
 // Without --test-data the site holds out 20% of its rows per class (--test-fraction) and
 // scores on them; with --test-fraction 0 there is nothing to score on: exit 2.
 TEST_F(DataCli, HeldOutRowsAreTheTestSetWithoutTestData) {

@@ -102,6 +102,20 @@ TEST(FedmeshNodeCli, CorruptIdxHeaderIsRejected) {
   EXPECT_NE(r.output.find("IDX file"), std::string::npos) << r.output;
 }
 
+// Errors and log lines go to stderr (as fedmesh-aggregator's): stdout stays empty.
+TEST(FedmeshNodeCli, ErrorsAndLogsGoToStderr) {
+  const std::string bin = FEDMESH_BINARY_DIR "/bin/fedmesh-node";
+  for (const std::string args : {"--config /nonexistent/node.toml", "--epochs 1",
+                                 "--local-only --model nosuch"}) {
+    const RunResult out = fedmesh::testing::RunShell("sh -c '" + bin + " " + args + " 2>/dev/null'");
+    EXPECT_EQ(out.exit_code, 2) << args;
+    EXPECT_EQ(out.output, "") << args << ": stdout has " << out.output;
+    const RunResult err = fedmesh::testing::RunShell("sh -c '" + bin + " " + args + " >/dev/null'");
+    EXPECT_EQ(err.exit_code, 2) << args;
+    EXPECT_NE(err.output.find("error"), std::string::npos) << args << ": stderr has " << err.output;
+  }
+}
+
 TEST(FedmeshNodeCli, BadFlagsAndMissingModeAreRejected) {
   EXPECT_EQ(RunNode("--local-only --no-such-flag").exit_code, 2);
   EXPECT_EQ(RunNode("--local-only --epochs abc").exit_code, 2);

@@ -105,6 +105,22 @@ TEST(ConfigNode, EngineKeyIsReadAndCheckedByName) {
   EXPECT_THAT(b.status().message(), HasSubstr("[train] engine: must be one of \"auto\", \"graph\", \"layers\""));
 }
 
+// A [metrics] listen that is not HOST:PORT is refused when the file loads, naming the file,
+// line and key (before, only when the exporter started, after the data had loaded).
+TEST(ConfigNode, MetricsListenIsCheckedWithItsLine) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("node.toml", "[node]\nid = \"s\"\n[aggregator]\nendpoint = \"tcp://agg:5555\"\n"
+                             "public_key = \"agg.pub\"\n[federation]\nid = \"f\"\n[metrics]\n"
+                             "listen = \"127.0.0.1\"\n");
+  auto r = LoadNodeConfig(path, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr(path + ":9:10: [metrics] listen: \"127.0.0.1\" is not HOST:PORT"));
+  EXPECT_TRUE(LoadNodeConfig(path, {"metrics.listen=127.0.0.1:0"}).ok());
+}
+
 // The site-data keys reach DataSourceSpec; npz:, npy: and images: paths resolve against the
 // config file's directory like csv:.
 TEST(ConfigNode, SiteDataKeys) {

@@ -14,7 +14,8 @@ struct HostPort {
 };
 
 // "127.0.0.1:9464", "[::1]:80", "localhost:0". InvalidArgument (quoting `text` and naming
-// `what`, e.g. "[metrics] listen") when it is not HOST:PORT with a port in [0, 65535].
+// `what`, e.g. "[metrics] listen", unless empty) when it is not HOST:PORT with a port in
+// [0, 65535].
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what);
 
 // True for 127.0.0.0/8, ::1 and "localhost": only this machine can reach the address.

@@ -1,11 +1,12 @@
-#include "telemetry/host_port.h"
+#include "core/host_port.h"
 
 namespace fedmesh {
 
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what) {
   const size_t colon = text.rfind(':');
   auto bad = [&] {
-    return Status::InvalidArgument(what + " \"" + text + "\" is not HOST:PORT, e.g. 127.0.0.1:9464");
+    return Status::InvalidArgument((what.empty() ? "" : what + " ") + "\"" + text +
+                                   "\" is not HOST:PORT, e.g. 127.0.0.1:9464");
   };
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size() ||
       text.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
