@@ -6,6 +6,7 @@
 
 #include "config/config_loader.h"
 #include "core/model_zoo.h"
+#include "core/data/data_source.h"
 #include "core/host_port.h"
 #include "config/loss_config.h"
 #include "aggregator/strategy_config.h"
@@ -381,6 +382,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   if (const std::string onnx = v.GetString("model", "onnx"); !onnx.empty()) c.model.name = onnx;
   c.model_seed = static_cast<uint64_t>(v.GetInt("model", "seed"));
   c.eval_dataset = v.GetString("eval", "dataset");
+  if (!c.eval_dataset.empty()) {
+    FM_RETURN_IF_ERROR(AttributeToKey(CheckDataSourceName(c.eval_dataset), v, {{"", "eval", "dataset"}}));
+  }
   c.eval_label_column = v.GetString("eval", "label_column");
   r.federated_eval.enabled = v.GetBool("eval", "federated");
   r.federated_eval.every = static_cast<uint64_t>(v.GetInt("eval", "every"));

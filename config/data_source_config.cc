@@ -84,6 +84,13 @@ Status ReadDataSourceSpec(const ConfigValues& v, DataSourceSpec* spec) {
     return AttributeToKey(Status::InvalidArgument("image_channels must be 1 or 3"), v,
                           {{"", "data", "image_channels"}});
   }
+  // The source's form now, so a typo names its line (the files are read later).
+  if (!d.train.empty()) {
+    FM_RETURN_IF_ERROR(AttributeToKey(CheckDataSourceName(d.train), v, {{"", "data", "dataset"}}));
+  }
+  if (!d.test.empty()) {
+    FM_RETURN_IF_ERROR(AttributeToKey(CheckDataSourceName(d.test), v, {{"", "data", "test"}}));
+  }
   return Status::OK();
 }
 

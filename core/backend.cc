@@ -21,7 +21,23 @@ Result<CudaConv> CudaConvFromEnvironment() {
                                  "faster per layer)");
 }
 
+Status CheckDeviceName(std::string_view device) {
+  if (device == "cpu" || device == "auto" || device == "cuda") return Status::OK();
+  if (device.starts_with("cuda:")) {
+    int index = 0;
+    const auto sv = device.substr(5);  // "cuda:" with nothing after it fails below
+    const auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), index);
+    if (ec != std::errc() || p != sv.data() + sv.size() || index < 0) {
+      return Status::InvalidArgument("device '" + std::string(device) + "': expected cuda:N with N >= 0");
+    }
+    return Status::OK();
+  }
+  return Status::InvalidArgument("unknown device '" + std::string(device) +
+                                 "'; expected auto, cpu, cuda or cuda:N");
+}
+
 Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int threads) {
+  FM_RETURN_IF_ERROR(CheckDeviceName(device));
   if (device == "cpu") return MakeCpuBackend(threads);
   if (device == "auto") {
     if (CudaDeviceCount() == 0) {
@@ -39,27 +55,17 @@ Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int thread
     spdlog::info("device auto: using {}", (*cuda)->name());
     return cuda;
   }
-  if (device == "cuda" || device.starts_with("cuda:")) {
-    int index = 0;
-    if (device != "cuda") {
-      auto sv = device.substr(5);  // "cuda:" with nothing after it fails below
-      auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), index);
-      if (ec != std::errc() || p != sv.data() + sv.size() || index < 0) {
-        return Status::InvalidArgument("device '" + std::string(device) +
-                                       "': expected cuda:N with N >= 0");
-      }
-    }
-    const int gpus = CudaDeviceCount();
-    if (index >= gpus) {
-      const std::string why = gpus == 0 ? " (" + CudaUnavailableReason() + ")" : "";
-      return Status::Unavailable("device '" + std::string(device) + "' requested but " +
-                                 std::to_string(gpus) + " CUDA device(s) available" + why +
-                                 "; use --device cpu or auto");
-    }
-    return MakeCudaBackend(index);
+  // "cuda" or "cuda:N", N checked above.
+  int index = 0;
+  if (device != "cuda") (void)std::from_chars(device.data() + 5, device.data() + device.size(), index);
+  const int gpus = CudaDeviceCount();
+  if (index >= gpus) {
+    const std::string why = gpus == 0 ? " (" + CudaUnavailableReason() + ")" : "";
+    return Status::Unavailable("device '" + std::string(device) + "' requested but " +
+                               std::to_string(gpus) + " CUDA device(s) available" + why +
+                               "; use --device cpu or auto");
   }
-  return Status::InvalidArgument("unknown device '" + std::string(device) +
-                                 "'; expected auto, cpu, cuda or cuda:N");
+  return MakeCudaBackend(index);
 }
 
 }  // namespace fedmesh

@@ -160,6 +160,11 @@ std::unique_ptr<Backend> MakeCpuBackend(int threads);
 // is present and the CUDA backend was built, otherwise CPU).
 Result<std::unique_ptr<Backend>> MakeBackend(std::string_view device, int threads);
 
+// OK for the device names MakeBackend takes (cpu, auto, cuda, cuda:N), whether or not such a
+// GPU is present; InvalidArgument saying what is expected otherwise. Config loaders call it
+// so the error names the file, line and key.
+Status CheckDeviceName(std::string_view device);
+
 // An owned typed buffer in a backend's memory (RAII, move-only).
 template <typename T>
 class DeviceBuffer : public OwnedBuffer<T, Backend> {

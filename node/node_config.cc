@@ -6,6 +6,7 @@
 #include <set>
 
 #include "config/config_loader.h"
+#include "core/backend.h"
 #include "config/data_source_config.h"
 #include "config/loss_config.h"
 #include "crypto/identity.h"
@@ -402,6 +403,7 @@ Result<NodeConfig> LoadNodeConfig(const std::string& path, const std::vector<std
   t.trainer.sgd.prox_mu = static_cast<float>(v.GetFloat("train", "prox_mu"));
   t.threads = static_cast<int>(v.GetInt("train", "threads"));
   t.device = v.GetString("train", "device");
+  FM_RETURN_IF_ERROR(AttributeToKey(CheckDeviceName(t.device), v, {{"", "train", "device"}}));
   t.engine = ParseBuiltinEngine(v.GetString("train", "engine")).value();  // Choices checked it
   ExternalTrainerOptions& x = c.external;
   x.node_id = c.node_id;

@@ -76,4 +76,9 @@ HeldOutRows SplitHeldOut(std::span<const int32_t> labels, double fraction, uint6
 // The names LoadDataSource accepts, for errors and --help.
 std::string DataSourceNames();
 
+// OK when `name` is one of DataSourceNames()' forms (its files are not looked at);
+// InvalidArgument "unknown data source ..." otherwise. Config loaders call it so the error
+// names the file, line and key rather than surfacing when the data loads.
+Status CheckDataSourceName(const std::string& name);
+
 }  // namespace fedmesh

@@ -119,6 +119,10 @@ TEST(ConfigAggregator, StatusPageOffLoopbackNeedsAToken) {
   auto metrics = LoadAggregatorConfig(path, {"metrics.listen=127.0.0.1:99999", "status_page.token_file=t"});
   ASSERT_FALSE(metrics.ok());
   EXPECT_THAT(metrics.status().message(), HasSubstr("[metrics] listen: \"127.0.0.1:99999\" is not HOST:PORT"));
+  auto eval = LoadAggregatorConfig(path, {"eval.dataset=fashion", "status_page.token_file=t"});
+  ASSERT_FALSE(eval.ok());
+  EXPECT_THAT(eval.status().message(), HasSubstr("[eval] dataset: unknown data source 'fashion'"));
+  EXPECT_TRUE(LoadAggregatorConfig(path, {"eval.dataset=", "status_page.token_file=t"}).ok());
 }
 
 // [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape

@@ -215,6 +215,16 @@ class FederatedClientTest : public ::testing::Test {
     return t;
   }
 
+  // Starts the client with the default config, acks its Register (*peer: its peer id) and
+  // sends it the round-1 task on Global(); its FitResult, or nullopt after 20 s.
+  std::optional<std::pair<Received, wire::FitResult>> TrainRoundOne(std::string* peer) {
+    StartClient(Config(), Options());
+    *peer = Handshake();
+    if (peer->empty()) return std::nullopt;
+    Send(*peer, 1, Task(1, Global()));
+    return Next<wire::FitResult>(20000);
+  }
+
   bool Logged(const std::string& needle) {
     std::lock_guard<std::mutex> l(log_mu_);
     for (const auto& line : log_) {
@@ -305,12 +315,9 @@ TEST_F(FederatedClientTest, RegistersTrainsAndSendsItsChange) {
 // and a "v2" signature for a task with BLAKE3 (this build's aggregators), SHA-256 and a "v1"
 // signature for one with SHA-256 (an aggregator built before BLAKE3, which reads only that).
 TEST_F(FederatedClientTest, AnswersInTheDigestKindOfItsTask) {
-  StartClient(Config(), Options());
-  const std::string peer = Handshake();
-  ASSERT_FALSE(peer.empty());
   const std::vector<float> global = Global();
-  Send(peer, 1, Task(1, global));
-  auto first = Next<wire::FitResult>(20000);
+  std::string peer;
+  auto first = TrainRoundOne(&peer);
   ASSERT_TRUE(first.has_value()) << "no FitResult within 20 s";
   ASSERT_TRUE(first->second.update.digest.has_value());
   EXPECT_EQ(first->second.update.digest->kind, wire::DigestKind::kBlake3);
@@ -338,12 +345,9 @@ TEST_F(FederatedClientTest, AnswersInTheDigestKindOfItsTask) {
 // what the server holds and sends the kept update - here the server's transport holds
 // nothing of it (UNKNOWN), so the same message, same id and bytes, arrives whole.
 TEST_F(FederatedClientTest, TheSameTaskAgainResumesTheKeptUpdateWithoutTraining) {
-  StartClient(Config(), Options());
-  const std::string peer = Handshake();
-  ASSERT_FALSE(peer.empty());
   const std::vector<float> global = Global();
-  Send(peer, 1, Task(1, global));
-  auto first = Next<wire::FitResult>(20000);
+  std::string peer;
+  auto first = TrainRoundOne(&peer);
   ASSERT_TRUE(first.has_value()) << "no FitResult within 20 s";
   const uint64_t resumes_before = server_->resume_offers();
 

@@ -105,9 +105,10 @@ TEST(ConfigNode, EngineKeyIsReadAndCheckedByName) {
   EXPECT_THAT(b.status().message(), HasSubstr("[train] engine: must be one of \"auto\", \"graph\", \"layers\""));
 }
 
-// A [metrics] listen that is not HOST:PORT is refused when the file loads, naming the file,
-// line and key (before, only when the exporter started, after the data had loaded).
-TEST(ConfigNode, MetricsListenIsCheckedWithItsLine) {
+// A [metrics] listen that is not HOST:PORT, an unknown device or data source form are refused
+// when the file loads, naming the file, line and key (before, only when the exporter, the
+// backend or the data loader met them, without the key).
+TEST(ConfigNode, ListenDeviceAndDataSourceAreCheckedWithTheirKeys) {
   TempDir dir;
   const std::string path =
       dir.Write("node.toml", "[node]\nid = \"s\"\n[aggregator]\nendpoint = \"tcp://agg:5555\"\n"
@@ -119,6 +120,23 @@ TEST(ConfigNode, MetricsListenIsCheckedWithItsLine) {
   EXPECT_THAT(r.status().message(),
               HasSubstr(path + ":9:10: [metrics] listen: \"127.0.0.1\" is not HOST:PORT"));
   EXPECT_TRUE(LoadNodeConfig(path, {"metrics.listen=127.0.0.1:0"}).ok());
+  // The device and the data source's form too (before, the error named neither file nor key).
+  const std::string fixed = path;
+  auto device = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "train.device=gpu9"});
+  ASSERT_FALSE(device.ok());
+  EXPECT_THAT(device.status().message(),
+              HasSubstr("--set train.device=gpu9: [train] device: unknown device 'gpu9'"));
+  auto index = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "train.device=cuda:x"});
+  ASSERT_FALSE(index.ok());
+  EXPECT_THAT(index.status().message(), HasSubstr("expected cuda:N with N >= 0"));
+  EXPECT_TRUE(LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "train.device=cuda:3"}).ok())
+      << "a GPU that is absent here is the node's problem when it starts, not the file's";
+  auto source = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "data.dataset=foo:bar"});
+  ASSERT_FALSE(source.ok());
+  EXPECT_THAT(source.status().message(), HasSubstr("[data] dataset: unknown data source 'foo:bar'"));
+  auto test = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "data.test=csv:"});
+  ASSERT_FALSE(test.ok());
+  EXPECT_THAT(test.status().message(), HasSubstr("[data] test: unknown data source 'csv:'"));
 }
 
 // The site-data keys reach DataSourceSpec; npz:, npy: and images: paths resolve against the
