@@ -66,6 +66,11 @@ const ConfigSchema& AggregatorConfigSchema() {
                   "File holding the access token the page then requires (?token= or "
                   "Authorization: Bearer); required when listen is not a loopback address")
             .Path(),
+        StringKey("aggregator", "payload_digest", "blake3",
+                  "Digest on the payloads the aggregator sends (tasks, models): blake3 (about 3x "
+                  "as fast) or sha256, which sites built before BLAKE3 require (docs/wire.md, "
+                  "Hash). Any build reads both")
+            .Choices({"blake3", "sha256"}),
         IntKey("aggregator", "max_pending_upload_mb", 0,
                "MiB that all nodes' partial uploads may hold together (a header frame that "
                "does not fit is refused); 0: (clients_per_round + 2) x the largest update the "
@@ -309,6 +314,9 @@ Result<AggregatorConfig> LoadAggregatorConfig(const std::string& path,
   FM_RETURN_IF_ERROR(CheckEndpointKey(v, "aggregator", "listen", EndpointUse::kBind));
   c.key_path = v.GetString("aggregator", "key");
   c.allow_dir = v.GetString("aggregator", "allow");
+  c.payload_digest = v.GetString("aggregator", "payload_digest") == "sha256"
+                         ? wire::DigestKind::kSha256
+                         : wire::DigestKind::kBlake3;
   c.max_pending_upload_bytes =
       static_cast<uint64_t>(v.GetInt("aggregator", "max_pending_upload_mb")) << 20;
   c.upload_idle_timeout_s = v.GetFloat("aggregator", "upload_idle_timeout_s");

@@ -14,6 +14,7 @@
 #include "core/loss.h"
 #include "core/model_zoo.h"
 #include "core/status.h"
+#include "core/wire/payload_digest.h"
 #include "config/config_schema.h"
 
 namespace fedmesh {
@@ -40,6 +41,8 @@ struct AggregatorConfig {
   // Bytes all nodes' partial uploads may hold together; 0 = (clients_per_round + 2) x the
   // largest update the model allows (aggregator/upload_limits.h).
   uint64_t max_pending_upload_bytes = 0;
+  // [aggregator] payload_digest: the digest on the payloads the aggregator sends.
+  wire::DigestKind payload_digest = wire::DigestKind::kBlake3;
   double upload_idle_timeout_s = 60.0;  // a partial upload idle this long is dropped
   // [storage] keep_models: model versions kept (AggregatorStore::PruneModels after every
   // round: the newest this many, the best and the latest). Default 0: keep all.

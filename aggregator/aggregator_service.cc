@@ -104,6 +104,7 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   s->env_ = env;
   s->options_ = std::move(options);
   s->options_.transport.deliver_heartbeats = true;  // see ZmqServerOptions
+  s->options_.transport.limits.payload_digest = config.payload_digest;
   s->register_limiter_ = PeerRateLimiter(s->options_.register_limit);
   s->reject_limiter_ = PeerRateLimiter(s->options_.reject_limit);
   if (s->options_.progress && config.rounds.total_rounds > 0) {

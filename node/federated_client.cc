@@ -131,6 +131,7 @@ Result<std::unique_ptr<FederatedClient>> FederatedClient::Create(
   c->options_.transport.federation_id = options.federation_id;
   c->options_.transport.node_id = config.node_id;
   c->options_.transport.send_chunk_bytes = config.upload_chunk_bytes;
+  c->options_.transport.limits.payload_digest = config.payload_digest;
 
   // This node's share of the data, loaded once; nothing of it ever leaves the node.
   const LocalTrainingOptions& t = config.training;

@@ -10,6 +10,7 @@
 #include "core/codec/error_feedback.h"
 #include "core/stats/site_statistics.h"
 #include "core/status.h"
+#include "core/wire/payload_digest.h"
 #include "config/config_schema.h"
 #include "node/external_trainer.h"
 #include "node/local_training.h"
@@ -98,6 +99,8 @@ struct NodeConfig {
   std::string aggregator_public_key_path; // the aggregator's public key file
   // Payload bytes per chunk of an upload to the aggregator. Default: 8 MiB (the wire's).
   uint64_t upload_chunk_bytes = uint64_t{8} << 20;
+  // [aggregator] payload_digest: the digest on this site's payloads (WireLimits).
+  wire::DigestKind payload_digest = wire::DigestKind::kBlake3;
   // [data], [train], [model] and [node] metrics.
   LocalTrainingOptions training;
   // [train] external*: the site's own training program (docs/external-trainer.md); active

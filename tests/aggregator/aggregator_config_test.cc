@@ -123,6 +123,13 @@ TEST(ConfigAggregator, StatusPageOffLoopbackNeedsAToken) {
   ASSERT_FALSE(eval.ok());
   EXPECT_THAT(eval.status().message(), HasSubstr("[eval] dataset: unknown data source 'fashion'"));
   EXPECT_TRUE(LoadAggregatorConfig(path, {"eval.dataset=", "status_page.token_file=t"}).ok());
+  EXPECT_EQ(ok->payload_digest, wire::DigestKind::kBlake3);
+  auto sha = LoadAggregatorConfig(path, {"aggregator.payload_digest=sha256", "status_page.token_file=t"});
+  ASSERT_TRUE(sha.ok()) << sha.status().ToString();
+  EXPECT_EQ(sha->payload_digest, wire::DigestKind::kSha256);
+  auto md5 = LoadAggregatorConfig(path, {"aggregator.payload_digest=md5", "status_page.token_file=t"});
+  ASSERT_FALSE(md5.ok());
+  EXPECT_THAT(md5.status().message(), HasSubstr("[aggregator] payload_digest"));
 }
 
 // [model] input_shape / num_classes fix a built-in model's shape; a fraction or a 4-D shape

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 #include <gtest/gtest.h>
@@ -85,6 +86,7 @@ struct FakeNode {
   int fit_tasks_seen = 0;
   int messages_seen = 0;
   std::vector<wire::Message> held;  // FitTasks received while answer was false
+  std::set<wire::DigestKind> task_digests;  // the digest kinds its FitTasks came with
 
   void Connect(const std::string& endpoint, const PublicIdentity& agg, int send_timeout_ms = 5000) {
     ZmqClientOptions o;
@@ -113,7 +115,10 @@ struct FakeNode {
     r.bytes_before_codec = delta.size() * 4;
     r.bytes_after_codec = r.update.bytes.size();
     if (sign) {
-      ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r).ok());
+      // In the task's digest kind, as a real site does (crypto/update_signature.h).
+      const wire::DigestKind kind = task.global_model.digest ? task.global_model.digest->kind
+                                                             : wire::DigestKind::kBlake3;
+      ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r, kind).ok());
     }
     wire::Message m{{kFed, name, task_msg.header.round, task_msg.header.model_version, next_id++},
                     std::move(r)};
@@ -134,6 +139,8 @@ struct FakeNode {
       const wire::Message& msg = **m;
       if (std::holds_alternative<wire::FitTask>(msg.body)) {
         ++fit_tasks_seen;
+        const auto& digest = std::get<wire::FitTask>(msg.body).global_model.digest;
+        if (digest) task_digests.insert(digest->kind);
         EXPECT_GT(std::get<wire::FitTask>(msg.body).deadline_unix_ms, 0u);
         if (answer) {
           Answer(msg);

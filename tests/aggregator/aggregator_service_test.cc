@@ -423,6 +423,44 @@ TEST_F(AggregatorServiceTest, UnsignedUpdateIsRefusedAndSignaturesAreStored) {
   }
 }
 
+// [aggregator] payload_digest = "sha256" (for sites built before BLAKE3): every task carries a
+// SHA-256, sites answer in kind with "v1" signatures, and the round completes with those
+// signatures stored; by default the tasks carry BLAKE3 and the signatures are "v2".
+class PayloadDigestTest : public AggregatorServiceTest {
+ protected:
+  void RunOneRound(wire::DigestKind expected) {
+    config_.rounds.total_rounds = 1;
+    auto service = StartService();
+    ASSERT_NE(service, nullptr);
+    auto v0 = service->store().LoadModel(0);
+    ASSERT_TRUE(v0.ok());
+    ConnectNodes(service->endpoint(), v0->size());
+    ASSERT_TRUE(PumpUntil(*service, [&] { return service->finished(); }));
+    ASSERT_TRUE(service->finish_status().ok()) << service->finish_status().ToString();
+    EXPECT_EQ(service->engine().rounds_completed(), 1u);
+    for (const FakeNode& n : nodes_) {
+      EXPECT_EQ(n.task_digests, std::set<wire::DigestKind>{expected}) << n.name;
+    }
+    auto sigs = service->store().UpdateSignatures(1);
+    ASSERT_TRUE(sigs.ok()) << sigs.status().ToString();
+    ASSERT_EQ(sigs->size(), 3u);
+    const std::string domain =
+        expected == wire::DigestKind::kSha256 ? "fedmesh/update/v1" : "fedmesh/update/v2";
+    for (const UpdateSignatureRecord& rec : *sigs) {
+      ASSERT_GT(rec.signed_bytes.size(), 8 + domain.size());
+      EXPECT_EQ(std::string(rec.signed_bytes.begin() + 8, rec.signed_bytes.begin() + 8 + domain.size()),
+                domain);
+    }
+  }
+};
+
+TEST_F(PayloadDigestTest, Sha256TasksGetSha256UpdatesWithV1Signatures) {
+  config_.payload_digest = wire::DigestKind::kSha256;
+  RunOneRound(wire::DigestKind::kSha256);
+}
+
+TEST_F(PayloadDigestTest, Blake3ByDefault) { RunOneRound(wire::DigestKind::kBlake3); }
+
 // Issue 26 item 8: every rejected message costs a decode, a reply and a log line. A node
 // sending a stream of messages that are rejected (here FitResults for a round that has not
 // started) gets a burst of 20 answered, then about 2 a second; the rest are dropped unread.

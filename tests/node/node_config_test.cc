@@ -137,6 +137,16 @@ TEST(ConfigNode, ListenDeviceAndDataSourceAreCheckedWithTheirKeys) {
   auto test = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "data.test=csv:"});
   ASSERT_FALSE(test.ok());
   EXPECT_THAT(test.status().message(), HasSubstr("[data] test: unknown data source 'csv:'"));
+  // [aggregator] payload_digest: blake3 by default, sha256 for older aggregators, nothing else.
+  auto blake3 = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0"});
+  ASSERT_TRUE(blake3.ok()) << blake3.status().ToString();
+  EXPECT_EQ(blake3->payload_digest, wire::DigestKind::kBlake3);
+  auto sha = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "aggregator.payload_digest=sha256"});
+  ASSERT_TRUE(sha.ok()) << sha.status().ToString();
+  EXPECT_EQ(sha->payload_digest, wire::DigestKind::kSha256);
+  auto md5 = LoadNodeConfig(fixed, {"metrics.listen=127.0.0.1:0", "aggregator.payload_digest=md5"});
+  ASSERT_FALSE(md5.ok());
+  EXPECT_THAT(md5.status().message(), HasSubstr("[aggregator] payload_digest"));
 }
 
 // The site-data keys reach DataSourceSpec; npz:, npy: and images: paths resolve against the
