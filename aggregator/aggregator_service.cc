@@ -511,10 +511,7 @@ Status AggregatorService::HandleEvent(ServerEvent event) {
                              v.message(), bad_signatures_);
                 return Status::OK();
               }
-              const wire::PayloadDigest digest =
-                  fit->update.digest
-                      ? *fit->update.digest
-                      : wire::HashPayload(wire::DigestKind::kBlake3, fit->update.bytes);
+              const wire::PayloadDigest digest = UpdateDigest(*fit);
               verified_[*name] = UpdateSignatureRecord{
                   fit->round, *name,
                   UpdateSigningBytes(config_.federation_id, *name, version, *fit, digest),

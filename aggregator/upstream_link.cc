@@ -164,7 +164,7 @@ Result<UpstreamTask> UpstreamLink::CheckTask(const wire::Message& m, const wire:
   t.settings.learning_rate = task.learning_rate;
   t.settings.momentum = task.momentum;
   t.update_codec = task.update_codec;
-  if (task.global_model.digest) t.digest_kind = task.global_model.digest->kind;
+  t.digest_kind = wire::KindOf(task.global_model.digest);
   t.message_id = m.header.message_id;
   return t;
 }

@@ -413,9 +413,7 @@ Blake3Digest Blake3::Hash(std::span<const uint8_t> data) {
 }
 
 Blake3Digest Blake3::Hash(std::string_view data) {
-  Blake3 h;
-  h.Update(data);
-  return h.Finish();
+  return Hash(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
 }
 
 }  // namespace fedmesh

@@ -50,13 +50,15 @@ Status SignUpdate(const Identity& signer, std::string_view federation, uint64_t 
   return Status::OK();
 }
 
+wire::PayloadDigest UpdateDigest(const wire::FitResult& r) {
+  return r.update.digest ? *r.update.digest : wire::HashPayload(wire::DigestKind::kBlake3, r.update.bytes);
+}
+
 Status VerifyUpdate(const PublicIdentity& signer, std::string_view federation,
                     uint64_t model_version, const wire::FitResult& r) {
   const std::string what = "the update of " + signer.name + " for round " + std::to_string(r.round);
   if (r.signature.empty()) return Status::PermissionDenied(what + " is unsigned");
-  const wire::PayloadDigest digest =
-      r.update.digest ? *r.update.digest
-                      : wire::HashPayload(wire::DigestKind::kBlake3, r.update.bytes);
+  const wire::PayloadDigest digest = UpdateDigest(r);
   if (!VerifySignature(signer, UpdateSigningBytes(federation, signer.name, model_version, r, digest),
                        r.signature)) {
     return Status::PermissionDenied(what + " has a bad signature");

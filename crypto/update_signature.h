@@ -32,6 +32,10 @@ std::vector<uint8_t> UpdateSigningBytes(std::string_view federation, std::string
 Status SignUpdate(const Identity& signer, std::string_view federation, uint64_t model_version,
                   wire::FitResult* r, wire::DigestKind kind = wire::DigestKind::kBlake3);
 
+// The digest `r`'s update traveled with (r.update.digest), or the BLAKE3 of its bytes when it
+// has none: what VerifyUpdate checks the signature against.
+wire::PayloadDigest UpdateDigest(const wire::FitResult& r);
+
 // OK when `r` carries `signer`'s valid signature over the digest r.update traveled with
 // (r.update.digest, which the Reassembler sets after checking it against the bytes
 // received; without it, the BLAKE3 of the bytes). PermissionDenied, saying "unsigned" or

@@ -747,9 +747,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     // Signed, so the aggregator can check and keep who sent it (crypto/update_signature.h).
     wire::Header header = OutHeader(task.round);
     // In the digest kind the task came with (crypto/update_signature.h).
-    const wire::DigestKind kind = task.global_model.digest ? task.global_model.digest->kind
-                                                           : wire::DigestKind::kBlake3;
-    FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r, kind)
+    FM_RETURN_IF_ERROR(SignUpdate(identity_, header.federation_id, header.model_version, &r,
+                                  wire::KindOf(task.global_model.digest))
                            .WithContext("signing the update of " + round));
     wire::Message out{std::move(header), std::move(r)};
     // Kept by the transport, so that a re-sent task resumes the upload (see above).

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,12 @@ std::string_view DigestKindName(DigestKind kind);
 std::string DigestText(const PayloadDigest& digest);
 
 PayloadDigest HashPayload(DigestKind kind, std::span<const uint8_t> bytes);
+
+// The kind of a payload's digest; BLAKE3 when it has none (not decoded from the wire). A site
+// answers a task in KindOf(task.global_model.digest).
+inline DigestKind KindOf(const std::optional<PayloadDigest>& digest) {
+  return digest ? digest->kind : DigestKind::kBlake3;
+}
 
 // Incremental: Update() with the bytes in any split, then Finish() once.
 class PayloadHasher {

@@ -116,9 +116,8 @@ struct FakeNode {
     r.bytes_after_codec = r.update.bytes.size();
     if (sign) {
       // In the task's digest kind, as a real site does (crypto/update_signature.h).
-      const wire::DigestKind kind = task.global_model.digest ? task.global_model.digest->kind
-                                                             : wire::DigestKind::kBlake3;
-      ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r, kind).ok());
+      ASSERT_TRUE(SignUpdate(identity, kFed, task_msg.header.model_version, &r,
+                             wire::KindOf(task.global_model.digest)).ok());
     }
     wire::Message m{{kFed, name, task_msg.header.round, task_msg.header.model_version, next_id++},
                     std::move(r)};
