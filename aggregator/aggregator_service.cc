@@ -126,6 +126,8 @@ Result<std::unique_ptr<AggregatorService>> AggregatorService::Create(
   // Secure aggregation checks every node's advertised keys against these identities. A
   // SIGHUP reloads the ZAP allowlist; the secure aggregation one is read at start.
   if (s->config_.rounds.secagg.enabled) s->config_.rounds.secagg.allowlist = allowlist;
+  // Its ZmqServer takes a chunk's data as its own ZeroMQ part (transport/zmq/multipart.h).
+  s->config_.rounds.chunk_data_parts = true;
 
   // The model fixes its input shape and class count ([model] input_shape / num_classes, or
   // the ONNX file); the eval data must fit it, never the other way round.

@@ -476,6 +476,7 @@ void RoundEngine::SetTaskSettings(wire::FitTask& task) const {
   task.learning_rate = options_.learning_rate;
   task.momentum = options_.momentum;
   task.impute_values = impute_values_;
+  task.chunk_data_parts = options_.chunk_data_parts;
 }
 
 void RoundEngine::SendFitTask(const std::string& to, std::vector<Output>& out) {

@@ -125,6 +125,10 @@ struct RoundEngineOptions {
   std::string loss;
   std::vector<float> class_weights;
   double pos_weight = 0.0;
+  // The transport the tasks go out on accepts a chunk's data as its own part (sent as
+  // FitTask::chunk_data_parts: nodes then upload without copying into chunk frames).
+  // Default: false; the aggregator's ZeroMQ service sets it.
+  bool chunk_data_parts = false;
   // Codec chain (core/codec/codec.h) every node must encode its update with, sent as
   // FitTask::update_codec; an update in another chain is rejected. Default: empty, each
   // node uses its own configured chain and the engine decodes whatever valid chain comes.

@@ -140,9 +140,13 @@ double Median(std::vector<double> v) {
 // aggregator's side are timed, as in the raw baseline; otherwise each node encodes inside
 // its Send, on the same two cores as the aggregator. Round 1 also pays for the fresh pages
 // its receive buffers land in; later rounds reuse the memory the previous round freed,
-// as the raw baseline's receive buffers do from its second frame on. One JSON line per
-// round, then a summary of rounds 2..rounds (median) against the raw baseline's.
-void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds,
+// as the raw baseline's receive buffers do from its second frame on. data_parts (end to end
+// only): each node sends its update as a real node does, SendResumable with the update
+// moved in, its chunks' data as their own ZeroMQ parts straight from the payload (no copy
+// into chunk frames, docs/wire.md "Chunk data parts"); without it, copied into chunk frames
+// as before. One JSON line per round, then a summary of rounds 2..rounds (median) against
+// the raw baseline's.
+void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, bool data_parts, int rounds,
                 fedmesh::wire::DigestKind digest) {
   fedmesh::wire::WireLimits limits;
   limits.payload_digest = digest;
@@ -219,7 +223,8 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds,
     std::vector<std::thread> senders;
     for (int c = 0; c < clients; ++c) {
       senders.emplace_back([&, c] {
-        auto s = pre_encoded ? cl[c]->SendEncoded(std::move(encoded[c])) : cl[c]->Send(msgs[c]);
+        auto s = pre_encoded ? cl[c]->SendEncoded(std::move(encoded[c]))
+                             : cl[c]->SendResumable(std::move(msgs[c]), data_parts);
         if (!s.ok()) Die(s, "send");
       });
     }
@@ -254,7 +259,8 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds,
     }
     fedmesh::JsonLine j;
     j.Add("bench", "round").Add("params", int64_t(n)).Add("clients", clients).Add("curve", curve)
-        .Add("pre_encoded", pre_encoded).Add("digest", digest_name).Add("round", round)
+        .Add("pre_encoded", pre_encoded).Add("data_parts", data_parts).Add("digest", digest_name)
+        .Add("round", round)
         .Add("ship_s", ship_s).Add("ship_and_aggregate_s", total_s)
         .Add("mb_per_s", mb_s).Add("raw_zmq_mb_per_s", raw_mb_s).Add("ratio_to_raw", mb_s / raw_mb_s);
     std::printf("%s\n", j.str().c_str());
@@ -263,7 +269,8 @@ void BenchRound(size_t n, int clients, bool curve, bool pre_encoded, int rounds,
   if (!later.empty()) {
     fedmesh::JsonLine j;
     j.Add("bench", "rounds_after_first").Add("params", int64_t(n)).Add("clients", clients)
-        .Add("curve", curve).Add("pre_encoded", pre_encoded).Add("digest", digest_name)
+        .Add("curve", curve).Add("pre_encoded", pre_encoded).Add("data_parts", data_parts)
+        .Add("digest", digest_name)
         .Add("rounds", int(later.size()))
         .Add("median_mb_per_s", Median(later)).Add("median_raw_zmq_mb_per_s", Median(later_raw))
         .Add("ratio_of_medians", Median(later) / Median(later_raw));
@@ -294,6 +301,9 @@ int main(int argc, char** argv) {
   std::string digest = "both";
   app.add_option("--digest", digest, "Payload digest: blake3 (the default on the wire), sha256 (before it) or both")
       ->check(CLI::IsMember({"blake3", "sha256", "both"}));
+  std::string parts = "both";
+  app.add_option("--data-parts", parts, "End-to-end rounds whose chunks' data travel as their own parts (on), copied into chunk frames (off), or both")
+      ->check(CLI::IsMember({"on", "off", "both"}));
   bool rounds_only = false;
   app.add_flag("--rounds-only", rounds_only, "Skip the aggregation kernel measurement");
   CLI11_PARSE(app, argc, argv);
@@ -305,8 +315,11 @@ int main(int argc, char** argv) {
       if (encode != "both" && pre != (encode == "pre")) continue;
       for (auto kind : {fedmesh::wire::DigestKind::kSha256, fedmesh::wire::DigestKind::kBlake3}) {
         if (digest != "both" && digest != fedmesh::wire::DigestKindName(kind)) continue;
-        if (curve != "on") BenchRound(n, clients, false, pre, rounds, kind);
-        if (curve != "off") BenchRound(n, clients, true, pre, rounds, kind);
+        for (bool dp : {false, true}) {
+          if (pre ? dp : (parts != "both" && dp != (parts == "on"))) continue;
+          if (curve != "on") BenchRound(n, clients, false, pre, dp, rounds, kind);
+          if (curve != "off") BenchRound(n, clients, true, pre, dp, rounds, kind);
+        }
       }
     }
   }

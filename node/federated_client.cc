@@ -753,7 +753,8 @@ Status FederatedClient::HandleFitTask(const wire::Message& m, const wire::FitTas
     wire::Message out{std::move(header), std::move(r)};
     // Kept by the transport, so that a re-sent task resumes the upload (see above).
     sent_update_ = SentUpdate{task.round, m.header.model_version};
-    if (Status s = transport_->SendResumable(out); !s.ok()) {
+    // Moved, not copied: with chunk data parts the payload leaves straight from here.
+    if (Status s = transport_->SendResumable(std::move(out), task.chunk_data_parts); !s.ok()) {
       Log("sending the FitResult for " + round + " failed: " + s.message());
       return Status::OK();  // the aggregator re-sends the task when we register again
     }

@@ -11,6 +11,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev libssl-dev libprotobuf-dev protobuf-compiler libsqlite3-dev
   libopenblas-dev libopenblas-openmp-dev zlib1g-dev libzstd-dev libcli11-dev libspdlog-dev libtomlplusplus-dev
   libonnx-dev libdnnl-dev libstb-dev nlohmann-json3-dev prometheus-cpp-dev libcpp-httplib-dev
+  # Debian's oneDNN CMake config (dnnl-config.cmake) fails without OpenCL's library and headers
+  ocl-icd-opencl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # fedmesh-sim sharded over MPI ranks (mpirun -n R fedmesh-sim; docs/simulation.md)

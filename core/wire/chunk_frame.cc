@@ -135,11 +135,12 @@ std::optional<ChunkFrameView> ParseChunkFrame(std::span<const uint8_t> frame) {
         uint64_t ctag = 0, value = 0;
         if (!GetVarint(&q, p, &ctag)) return std::nullopt;
         const uint32_t cf = static_cast<uint32_t>(ctag >> 3), ct = static_cast<uint32_t>(ctag & 7);
-        if (cf >= 1 && cf <= 3 && ct == kVarint) {
+        if (((cf >= 1 && cf <= 3) || cf == 5) && ct == kVarint) {
           if (!GetVarint(&q, p, &value)) return std::nullopt;
           if (cf == 1) v.transfer_id = value;
           if (cf == 2) v.index = static_cast<uint32_t>(value);
           if (cf == 3) v.count = static_cast<uint32_t>(value);
+          if (cf == 5) v.detached_bytes = value;
         } else if (cf == 4 && ct == kLen) {
           if (!GetVarint(&q, p, &value) || value > static_cast<uint64_t>(p - q)) return std::nullopt;
           v.data = {q, static_cast<size_t>(value)};

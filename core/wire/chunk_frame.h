@@ -27,6 +27,7 @@ struct ChunkFrameView {
   uint32_t index = 0;
   uint32_t count = 0;
   std::span<const uint8_t> data;
+  uint64_t detached_bytes = 0;  // field 5: the data travels as the next part instead
 };
 
 // Appends to `out` the frame for `serialized_header` and the chunk (transfer_id, index,

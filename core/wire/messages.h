@@ -237,6 +237,10 @@ struct FitTask {
   // missing cells ([data] missing = "impute_mean"). Finite; at most kMaxStatsFeatures;
   // empty when the aggregator has none.
   std::vector<double> impute_values;
+  // The aggregator's transport accepts a chunk's data as its own ZeroMQ part (docs/wire.md,
+  // "Chunk data parts"): the node may send its FitResult that way, without copying its
+  // update into chunk frames. False from senders that predate it.
+  bool chunk_data_parts = false;
 
   friend bool operator==(const FitTask&, const FitTask&) = default;
 };

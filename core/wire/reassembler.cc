@@ -100,6 +100,16 @@ bool Reassembler::Drop(std::string_view sender_id, uint64_t message_id) {
 }
 
 Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) {
+  return AddFrame(frame, nullptr);
+}
+
+Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame,
+                                                std::span<const uint8_t> data_part) {
+  return AddFrame(frame, &data_part);
+}
+
+Result<std::optional<Message>> Reassembler::AddFrame(std::span<const uint8_t> frame,
+                                                     const std::span<const uint8_t>* data_part) {
   FM_RETURN_IF_ERROR(limits_status_);
   const WireLimits& l = limits_;
   if (frame.empty()) return Status::Corruption("frame is empty");
@@ -174,7 +184,13 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
       chunk->index = c.index();
       chunk->count = c.count();
       chunk->data = {reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size()};
+      chunk->detached_bytes = c.detached_bytes();
     }
+  }
+  if (data_part != nullptr && !chunk.has_value()) {
+    return Status::Corruption(StrCat("a data part came with a ", TypeName(h.type()), " frame from '",
+                                     header.sender_id, "'; only a chunk frame that declares "
+                                     "detached_bytes has one"));
   }
 
   // ---- A chunk of a pending message.
@@ -208,9 +224,30 @@ Result<std::optional<Message>> Reassembler::Add(std::span<const uint8_t> frame) 
                                        " was expected (a frame is missing, repeated or out of "
                                        "order)"));
     }
+    std::span<const uint8_t> data = chunk->data;
+    if (chunk->detached_bytes != 0 || data_part != nullptr) {
+      if (chunk->detached_bytes == 0) {
+        return Status::Corruption(
+            StrCat(where, " came with a data part but declares no detached_bytes"));
+      }
+      if (!chunk->data.empty()) {
+        return Status::Corruption(StrCat(where, " carries ", chunk->data.size(),
+                                         " bytes in its frame and declares ",
+                                         chunk->detached_bytes, " in a data part; one or the other"));
+      }
+      if (data_part == nullptr) {
+        return Status::Corruption(StrCat(where, " declares its ", chunk->detached_bytes,
+                                         " bytes in a data part, and none came with it"));
+      }
+      if (data_part->size() != chunk->detached_bytes) {
+        return Status::Corruption(StrCat(where, " declares ", chunk->detached_bytes,
+                                         " bytes in its data part; the part holds ",
+                                         data_part->size()));
+      }
+      data = *data_part;
+    }
     const uint64_t offset = uint64_t{p.next_index} * p.chunk_bytes;
     const uint64_t expected = std::min<uint64_t>(p.chunk_bytes, p.payload_bytes - offset);
-    const std::span<const uint8_t> data = chunk->data;
     if (data.size() != expected) {
       return Status::Corruption(
           StrCat(where, " carries ", data.size(), " bytes; ", expected, " were declared"));

@@ -110,7 +110,17 @@ uint64_t MaxFrameBytes(const WireLimits& limits) {
   return uint64_t{limits.max_header_bytes} + limits.max_chunk_bytes;
 }
 
-Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, DigestMemo* memo) {
+namespace {
+
+// What Encode and EncodeParted share: every check a receiver makes, the header frame, and
+// the header each chunk frame carries.
+struct Prepared {
+  Framing framing;
+  Frame header_frame;
+  pb::Header chunk_header;  // type Chunk; set when framing.chunk_count > 0
+};
+
+Result<Prepared> Prepare(const Message& message, const WireLimits& l, DigestMemo* memo) {
   FM_RETURN_IF_ERROR(ValidateLimits(l));
   const Body& body = message.body;
   const TensorPayload* payload = PayloadOf(body);
@@ -118,7 +128,8 @@ Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, D
   FM_RETURN_IF_ERROR(CheckHeader(message.header, l));
   FM_RETURN_IF_ERROR(CheckBody(message.header, body, payload_bytes, l));
 
-  Framing framing;
+  Prepared out;
+  Framing& framing = out.framing;
   if (payload != nullptr) {
     const std::string_view what = PayloadFieldName(body);
     framing.payload_bytes = payload_bytes;
@@ -147,34 +158,77 @@ Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, D
                                      " bytes; the limit is ", l.max_header_bytes,
                                      " (max_header_bytes)"));
   }
-  std::vector<Frame> frames;
-  frames.reserve(1 + framing.chunk_count);
-  frames.emplace_back(header_size);
-  if (!env.SerializeToArray(frames.back().data(), static_cast<int>(header_size))) {
+  out.header_frame.resize(header_size);
+  if (!env.SerializeToArray(out.header_frame.data(), static_cast<int>(header_size))) {
     return Status::Internal("protobuf refused to serialize a validated header frame");
   }
+  if (framing.chunk_count > 0) ToProto(message.header, pb::MESSAGE_TYPE_CHUNK, &out.chunk_header);
+  return out;
+}
 
+}  // namespace
+
+Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& l, DigestMemo* memo) {
+  FM_ASSIGN_OR_RETURN(Prepared prepared, Prepare(message, l, memo));
+  const Framing& framing = prepared.framing;
+  std::vector<Frame> frames;
+  frames.reserve(1 + framing.chunk_count);
+  frames.push_back(std::move(prepared.header_frame));
   if (framing.chunk_count > 0) {
     // Each chunk frame is written straight from the payload (core/wire/chunk_frame.h):
     // the same bytes protobuf would produce, with one copy instead of three.
-    pb::Header chunk_header;
-    ToProto(message.header, pb::MESSAGE_TYPE_CHUNK, &chunk_header);
     std::string header_bytes;
-    if (!chunk_header.SerializeToString(&header_bytes)) {
+    if (!prepared.chunk_header.SerializeToString(&header_bytes)) {
       return Status::Internal("protobuf refused to serialize a chunk frame's header");
     }
     const std::span<const uint8_t> header_span(
         reinterpret_cast<const uint8_t*>(header_bytes.data()), header_bytes.size());
+    const std::vector<uint8_t>& bytes = PayloadOf(message.body)->bytes;
     for (uint32_t i = 0; i < framing.chunk_count; ++i) {
       const uint64_t offset = uint64_t{i} * framing.chunk_bytes;
-      const uint64_t len = std::min<uint64_t>(framing.chunk_bytes, payload_bytes - offset);
+      const uint64_t len = std::min<uint64_t>(framing.chunk_bytes, framing.payload_bytes - offset);
       frames.push_back(WriteChunkFrame(header_span, message.header.message_id, i,
                                        framing.chunk_count,
-                                       std::span<const uint8_t>(payload->bytes.data() + offset, len)));
+                                       std::span<const uint8_t>(bytes.data() + offset, len)));
       FM_CHECK_LE(frames.back().size(), MaxFrameBytes(l));  // ValidateLimits leaves room
     }
   }
   return frames;
+}
+
+std::span<const uint8_t> PartedMessage::DataPart(size_t i) const {
+  if (i == 0 || i >= frames.size() || payload == nullptr) return {};
+  const uint64_t offset = uint64_t{i - 1} * chunk_bytes;
+  const uint64_t len = std::min<uint64_t>(chunk_bytes, payload->size() - offset);
+  return {payload->data() + offset, static_cast<size_t>(len)};
+}
+
+Result<PartedMessage> EncodeParted(Message message, const WireLimits& l, DigestMemo* memo) {
+  FM_ASSIGN_OR_RETURN(Prepared prepared, Prepare(message, l, memo));
+  const Framing& framing = prepared.framing;
+  PartedMessage out;
+  out.frames.reserve(1 + framing.chunk_count);
+  out.frames.push_back(std::move(prepared.header_frame));
+  if (framing.chunk_count == 0) return out;
+  out.chunk_bytes = framing.chunk_bytes;
+  out.payload = std::make_shared<const std::vector<uint8_t>>(
+      std::move(MutablePayloadOf(message.body)->bytes));
+  // A chunk frame without its data is a few dozen bytes: protobuf writes it.
+  pb::Envelope env;
+  *env.mutable_header() = std::move(prepared.chunk_header);
+  pb::Chunk* chunk = env.mutable_chunk();
+  chunk->set_transfer_id(message.header.message_id);
+  chunk->set_count(framing.chunk_count);
+  for (uint32_t i = 0; i < framing.chunk_count; ++i) {
+    const uint64_t offset = uint64_t{i} * framing.chunk_bytes;
+    chunk->set_index(i);
+    chunk->set_detached_bytes(std::min<uint64_t>(framing.chunk_bytes, framing.payload_bytes - offset));
+    Frame& f = out.frames.emplace_back(env.ByteSizeLong());
+    if (!env.SerializeToArray(f.data(), static_cast<int>(f.size()))) {
+      return Status::Internal("protobuf refused to serialize a chunk frame");
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -114,6 +115,24 @@ using Frame = std::vector<uint8_t>;
 Result<std::vector<Frame>> Encode(const Message& message, const WireLimits& limits = {},
                                   DigestMemo* memo = nullptr);
 
+// A message encoded for a transport that sends each chunk's data as its own part, straight
+// out of the payload (docs/wire.md, "Chunk data parts"): frames[0] is the header frame,
+// frames[1 + i] chunk i's frame, which declares detached_bytes and carries no data, and
+// DataPart(1 + i) chunk i's bytes, a view of `payload` (shared, so that a transport can
+// hold it until the socket is done with it).
+struct PartedMessage {
+  std::vector<Frame> frames;
+  std::shared_ptr<const std::vector<uint8_t>> payload;  // null without chunks
+  uint64_t chunk_bytes = 0;
+  // The data part that follows frames[i]: empty for the header frame (and without chunks).
+  std::span<const uint8_t> DataPart(size_t i) const;
+};
+
+// As Encode, the same checks and errors, but the payload's bytes are moved out of
+// `message` into the result instead of being copied into chunk frames.
+Result<PartedMessage> EncodeParted(Message message, const WireLimits& limits = {},
+                                   DigestMemo* memo = nullptr);
+
 // Decodes the frames of exactly one message, as Encode produced them (e.g. the parts of
 // one ZeroMQ multipart message). Fails with Corruption when a frame is missing, extra,
 // or belongs to another message; errors name the frame index. With `memo`, the check of
@@ -150,6 +169,11 @@ class Reassembler {
   // Accepts one frame. Returns the completed message, std::nullopt when it is waiting for
   // more chunks, or an error for a bad frame.
   Result<std::optional<Message>> Add(std::span<const uint8_t> frame);
+  // Accepts a chunk frame that declares detached_bytes together with its data part, the
+  // part that followed it in the same ZeroMQ message (docs/wire.md, "Chunk data parts").
+  // Corruption when `frame` is not such a chunk or the part is not the declared size.
+  Result<std::optional<Message>> Add(std::span<const uint8_t> frame,
+                                     std::span<const uint8_t> data_part);
 
   // The connection the pending messages came on is gone (resumed uploads, docs/wire.md):
   // each stays, a chunk with its next index continues it, and a header frame with its key
@@ -198,6 +222,10 @@ class Reassembler {
 
   friend Result<Message> Decode(std::span<const Frame> frames, const WireLimits& limits,
                                 DigestMemo* memo);
+
+  // Both Adds: `data_part` null for a frame that came alone.
+  Result<std::optional<Message>> AddFrame(std::span<const uint8_t> frame,
+                                          const std::span<const uint8_t>* data_part);
 
   WireLimits limits_;
   DigestMemo* memo_;

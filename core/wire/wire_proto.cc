@@ -174,6 +174,7 @@ void BodyToProto(const Body& body, const Framing& framing, pb::Envelope* env) {
     o->set_candidate(m->candidate);
     o->set_collect_local_models(m->collect_local_models);
     for (double v : m->impute_values) o->add_impute_values(v);
+    o->set_chunk_data_parts(m->chunk_data_parts);
     if (m->statistics.has_value()) ToProto(*m->statistics, o->mutable_statistics());
     if (m->secagg.has_value()) {
       const SecAggParameters& p = *m->secagg;
@@ -352,6 +353,7 @@ Status BodyFromProto(const pb::Envelope& env, const WireLimits& l, Body* body, F
                                          " impute_values; the limit is ", kMaxStatsFeatures));
       }
       m.impute_values.assign(i.impute_values().begin(), i.impute_values().end());
+      m.chunk_data_parts = i.chunk_data_parts();
       if (i.has_statistics()) FM_RETURN_IF_ERROR(FromProto(i.statistics(), &m.statistics.emplace()));
       if (i.has_secagg()) {
         const pb::SecAggParameters& p = i.secagg();

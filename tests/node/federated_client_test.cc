@@ -340,6 +340,28 @@ TEST_F(FederatedClientTest, AnswersInTheDigestKindOfItsTask) {
   StopClient();
 }
 
+// A node sends its update's chunk data as separate ZeroMQ parts (docs/wire.md, "Chunk data
+// parts") only when its task says the aggregator accepts them; either way the update
+// arrives whole and signed.
+TEST_F(FederatedClientTest, SendsChunkDataPartsOnlyWhenItsTaskSaysSo) {
+  const std::vector<float> global = Global();
+  std::string peer;
+  auto first = TrainRoundOne(&peer);
+  ASSERT_TRUE(first.has_value()) << "no FitResult within 20 s";
+  EXPECT_EQ(server_->data_parts_received(), 0u);
+
+  wire::FitTask task = Task(2, global);
+  task.chunk_data_parts = true;
+  Send(peer, 2, task);
+  auto second = Next<wire::FitResult>(20000);
+  ASSERT_TRUE(second.has_value()) << "no FitResult within 20 s";
+  EXPECT_TRUE(VerifyUpdate(node_pub_, kFed, 2, second->second).ok());
+  const uint64_t chunk = uint64_t{8} << 20;  // [aggregator] upload_chunk_kb's default
+  EXPECT_EQ(server_->data_parts_received(), (second->second.update.bytes.size() + chunk - 1) / chunk);
+  EXPECT_GT(server_->data_parts_received(), 0u);
+  StopClient();
+}
+
 // Resumed uploads: the aggregator sends the same task again (it lost the node's connection
 // before it had the whole update). The node does not train again: it asks the transport
 // what the server holds and sends the kept update - here the server's transport holds

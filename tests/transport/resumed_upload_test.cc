@@ -1,6 +1,8 @@
 // Resumed uploads (docs/wire.md): real ROUTER/DEALER sockets with CurveZMQ on loopback.
 // A node's upload cut by a lost connection continues from the first chunk the server
 // lacks instead of starting over; the server answers queries; bad offers are refused.
+// Uploads whose chunks' data travel as their own parts ("Chunk data parts") arrive and
+// resume the same way; a malformed multipart message is refused.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -55,6 +57,18 @@ uint64_t FrameBytes(const wire::Message& m, size_t begin, size_t end) {
   return n;
 }
 
+// The bytes SendResumable with data parts hands to the socket for frames [begin, end): each
+// chunk frame (without data) plus its data part.
+uint64_t PartedBytes(const wire::Message& m, size_t begin, size_t end) {
+  auto parted = wire::EncodeParted(m, SmallChunks());
+  EXPECT_TRUE(parted.ok());
+  uint64_t n = 0;
+  for (size_t i = begin; i < end && i < parted->frames.size(); ++i) {
+    n += parted->frames[i].size() + parted->DataPart(i).size();
+  }
+  return n;
+}
+
 struct Pair {
   Identity agg = NewIdentity("aggregator");
   Identity node = NewIdentity("site-a");
@@ -86,6 +100,19 @@ struct Pair {
     }
     return std::nullopt;
   }
+  // The node reconnects and registers (message `register_id`), as after a lost connection;
+  // returns the upload that then completes (Registers skipped), or nullopt after 5 s.
+  std::optional<Received> ReconnectAndAwaitUpload(uint64_t register_id) {
+    EXPECT_TRUE(client->Reconnect().ok());  // a fresh connection: the server offers
+    EXPECT_TRUE(client->Send(RegisterMsg("site-a", register_id)).ok());
+    std::optional<Received> got;
+    const auto deadline = Clock::now() + milliseconds(5000);
+    while (!got && Clock::now() < deadline) {
+      got = PumpUntilReceived(100);
+      if (got && std::holds_alternative<wire::Register>(got->message.body)) got.reset();
+    }
+    return got;
+  }
   // Lets the server read what the client has sent, for `ms`.
   void Settle(int ms) {
     const auto deadline = Clock::now() + milliseconds(ms);
@@ -104,15 +131,7 @@ TEST(ResumedUpload, ANewConnectionResumesFromTheFirstMissingChunk) {
   EXPECT_EQ(p.s.server->upload_budget().used(), kFloats * 4);  // pending, 5 chunks in
 
   const uint64_t sent_before = p.client->bytes_sent();
-  ASSERT_TRUE(p.client->Reconnect().ok());  // a fresh connection: the server offers
-  ASSERT_TRUE(p.client->Send(RegisterMsg("site-a", 12)).ok());
-  std::vector<ServerEvent> others;
-  std::optional<Received> got;
-  const auto deadline = Clock::now() + milliseconds(5000);
-  while (!got && Clock::now() < deadline) {
-    got = p.PumpUntilReceived(100);
-    if (got && std::holds_alternative<wire::Register>(got->message.body)) got.reset();
-  }
+  std::optional<Received> got = p.ReconnectAndAwaitUpload(12);
   ASSERT_TRUE(got.has_value()) << "the resumed upload never completed";
   ExpectSameUpdate(got->message, up);
   EXPECT_EQ(p.s.server->resume_offers(), 1u);
@@ -227,6 +246,62 @@ TEST(ResumedUpload, OffersForAnotherMessageAreIgnoredAndPastTheEndRefused) {
   // Without a kept message, a query is refused before anything is sent.
   auto fresh = StartClient(&p.node, p.s, p.agg);
   EXPECT_EQ(fresh->QueryRetained().code(), StatusCode::kFailedPrecondition);
+}
+
+// A node's upload with each chunk's data as its own part arrives whole and equal, as 16
+// two-part messages; the server counts them.
+TEST(ChunkDataParts, AnUploadArrivesWholeAndEqual) {
+  Pair p;
+  const wire::Message up = Update("site-a", 71);
+  const uint64_t sent_before = p.client->bytes_sent();
+  ASSERT_TRUE(p.client->SendResumable(up, /*data_parts=*/true).ok());
+  auto got = p.PumpUntilReceived(5000);
+  ASSERT_TRUE(got.has_value());
+  ExpectSameUpdate(got->message, up);
+  EXPECT_EQ(p.s.server->data_parts_received(), 16u);
+  EXPECT_EQ(p.client->bytes_sent() - sent_before, PartedBytes(up, 0, 1 + 16));
+  EXPECT_EQ(p.s.server->upload_budget().used(), 0u);
+}
+
+// Cut after 5 of 16 chunks, the upload resumes from chunk 5 with its data parts.
+TEST(ChunkDataParts, ACutUploadResumesWithItsDataParts) {
+  Pair p;
+  const wire::Message up = Update("site-a", 81);
+  ASSERT_TRUE(p.client->SendResumableForTesting(up, 1 + 5, /*data_parts=*/true).ok());
+  p.Settle(300);
+  EXPECT_EQ(p.s.server->upload_budget().used(), kFloats * 4);
+  std::optional<Received> got = p.ReconnectAndAwaitUpload(82);
+  ASSERT_TRUE(got.has_value()) << "the resumed upload never completed";
+  ExpectSameUpdate(got->message, up);
+  EXPECT_EQ(p.client->bytes_resent(), PartedBytes(up, 1 + 5, 1 + 16));
+  EXPECT_EQ(p.s.server->data_parts_received(), 16u);
+}
+
+// Multipart messages that are not a chunk and its data are refused with a reason, and the
+// connection still serves: three parts; a header frame with a data part; a chunk frame
+// without the data part it declares (its upload then also stays incomplete).
+TEST(ChunkDataParts, MalformedMultipartMessagesAreRefusedAndTheLinkStaysUp) {
+  Pair p;
+  const std::string key = p.node.public_identity().curve_public_z85();
+  auto parted = wire::EncodeParted(Update("site-a", 91), SmallChunks());
+  ASSERT_TRUE(parted.ok());
+  const std::vector<uint8_t> data(parted->DataPart(1).begin(), parted->DataPart(1).end());
+  auto refused = [&](const std::vector<std::vector<uint8_t>>& parts) {
+    EXPECT_TRUE(p.client->SendRawPartsForTesting(parts).ok());
+    auto r = AwaitEvent<RejectedInput>(*p.s.server, 3000);
+    EXPECT_TRUE(r.has_value());
+    if (!r.has_value()) return std::string();
+    EXPECT_EQ(r->peer, key);
+    EXPECT_EQ(r->reason.code(), StatusCode::kCorruption) << r->reason.ToString();
+    return r->reason.message();
+  };
+  EXPECT_NE(refused({parted->frames[0], data, data}).find("a ZeroMQ message of 3 parts"),
+            std::string::npos);
+  EXPECT_NE(refused({parted->frames[0], data}).find("only a chunk frame that declares"),
+            std::string::npos);
+  ASSERT_TRUE(p.client->SendRawPartsForTesting({parted->frames[0]}).ok());  // the header
+  EXPECT_NE(refused({parted->frames[1]}).find("and none came with it"), std::string::npos);
+  EXPECT_EQ(RoundTrip(*p.client, *p.s.server, "site-a"), key);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "transport/zmq/multipart.h"
 #include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
@@ -180,20 +181,30 @@ Status ZmqClient::SendFramesLocked(std::vector<wire::Frame>& frames) {
 
 Status ZmqClient::SendRetainedLocked(size_t begin, size_t end, uint64_t* bytes) {
   if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
-  using Shared = std::shared_ptr<const std::vector<wire::Frame>>;
-  const Shared& frames = retained_->frames;
+  using Shared = std::shared_ptr<const wire::PartedMessage>;
+  const Shared& kept = retained_->parted;
+  // Each ZeroMQ part holds a reference to the kept message until libzmq is done with it.
+  auto shared_part = [&kept](std::span<const uint8_t> b) {
+    return zmq::message_t(
+        const_cast<uint8_t*>(b.data()), b.size(),
+        [](void*, void* hint) { delete static_cast<Shared*>(hint); }, new Shared(kept));
+  };
   try {
     for (size_t i = begin; i < end; ++i) {
-      const wire::Frame& frame = (*frames)[i];
-      // Each ZeroMQ message holds a reference to the kept frames until libzmq is done.
-      zmq::message_t msg(
-          const_cast<uint8_t*>(frame.data()), frame.size(),
-          [](void*, void* hint) { delete static_cast<Shared*>(hint); }, new Shared(frames));
-      if (!socket_.send(std::move(msg), zmq::send_flags::none)) {
+      const wire::Frame& frame = kept->frames[i];
+      const std::span<const uint8_t> data = kept->DataPart(i);
+      // A chunk and its data part leave as one two-part message: libzmq checks the queue's
+      // room at the first part and then takes the second with it.
+      if (!socket_.send(shared_part(frame),
+                        data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore)) {
         return Status::Unavailable("ZmqClient: send queue full past the send timeout");
       }
-      bytes_sent_ += frame.size();
-      if (bytes != nullptr) *bytes += frame.size();
+      if (!data.empty() && !socket_.send(shared_part(data), zmq::send_flags::none)) {
+        return Status::Unavailable("ZmqClient: send queue full past the send timeout");
+      }
+      const uint64_t n = frame.size() + data.size();
+      bytes_sent_ += n;
+      if (bytes != nullptr) *bytes += n;
     }
   } catch (const zmq::error_t& e) {
     return StatusFromZmq(e, "ZmqClient::Send");
@@ -201,21 +212,28 @@ Status ZmqClient::SendRetainedLocked(size_t begin, size_t end, uint64_t* bytes) 
   return Status::OK();
 }
 
-Status ZmqClient::KeepAndSend(const wire::Message& message, std::optional<size_t> frames_to_send) {
-  FM_ASSIGN_OR_RETURN(std::vector<wire::Frame> frames, wire::Encode(message, send_limits_));
+Status ZmqClient::KeepAndSend(wire::Message message, bool data_parts,
+                              std::optional<size_t> frames_to_send) {
+  const uint64_t id = message.header.message_id;
+  auto parted = std::make_shared<wire::PartedMessage>();
+  if (data_parts) {
+    FM_ASSIGN_OR_RETURN(*parted, wire::EncodeParted(std::move(message), send_limits_));
+  } else {
+    FM_ASSIGN_OR_RETURN(parted->frames, wire::Encode(message, send_limits_));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t n = std::min(frames.size(), frames_to_send.value_or(frames.size()));
-  retained_ = Retained{message.header.message_id,
-                       std::make_shared<const std::vector<wire::Frame>>(std::move(frames))};
+  const size_t n = std::min(parted->frames.size(), frames_to_send.value_or(parted->frames.size()));
+  retained_ = Retained{id, std::move(parted)};
   return SendRetainedLocked(0, n, nullptr);
 }
 
-Status ZmqClient::SendResumable(const wire::Message& message) {
-  return KeepAndSend(message, std::nullopt);
+Status ZmqClient::SendResumable(wire::Message message, bool data_parts) {
+  return KeepAndSend(std::move(message), data_parts, std::nullopt);
 }
 
-Status ZmqClient::SendResumableForTesting(const wire::Message& message, size_t frames_to_send) {
-  return KeepAndSend(message, frames_to_send);
+Status ZmqClient::SendResumableForTesting(wire::Message message, size_t frames_to_send,
+                                          bool data_parts) {
+  return KeepAndSend(std::move(message), data_parts, frames_to_send);
 }
 
 std::optional<uint64_t> ZmqClient::retained_message_id() const {
@@ -239,7 +257,7 @@ Status ZmqClient::ResumeLocked(const wire::TransferResume& r) {
     ++resume_offers_ignored_;
     return Status::OK();
   }
-  const size_t count = retained_->frames->size();  // the header frame, then the chunks
+  const size_t count = retained_->parted->frames.size();  // the header frame, then the chunks
   size_t begin = 0;  // UNKNOWN: the whole message again
   if (r.state == wire::TransferState::kPartial) {
     if (count < 2 || r.next_chunk >= count - 1) {
@@ -303,6 +321,22 @@ Status ZmqClient::SendRawFrameForTesting(const std::vector<uint8_t>& frame) {
   return SendFramesLocked(frames);
 }
 
+Status ZmqClient::SendRawPartsForTesting(const std::vector<std::vector<uint8_t>>& parts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!connected_) return Status::FailedPrecondition("ZmqClient: Send before Connect");
+  try {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const bool last = i + 1 == parts.size();
+      if (!socket_.send(zmq::buffer(parts[i]), last ? zmq::send_flags::none : zmq::send_flags::sndmore)) {
+        return Status::Unavailable("ZmqClient: send queue full past the send timeout");
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    return StatusFromZmq(e, "ZmqClient::SendRawPartsForTesting");
+  }
+  return Status::OK();
+}
+
 void ZmqClient::StopHeartbeatsForTesting() {
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
@@ -328,10 +362,9 @@ Result<std::optional<wire::Message>> ZmqClient::Poll(int timeout_ms) {
       try {
         zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
         if (zmq::poll(&item, 1, std::chrono::milliseconds(wait)) > 0) {
-          zmq::message_t part;
-          while (socket_.recv(part, zmq::recv_flags::dontwait)) {
-            auto added =
-                reassembler_.Add(std::span<const uint8_t>(part.data<uint8_t>(), part.size()));
+          for (std::vector<zmq::message_t> parts = RecvMultipart(socket_); !parts.empty();
+               parts = RecvMultipart(socket_)) {
+            auto added = AddParts(reassembler_, parts);
             if (!added.ok()) return added.status();
             if (!added->has_value()) continue;
             if (const auto* r = std::get_if<wire::TransferResume>(&(*added)->body)) {

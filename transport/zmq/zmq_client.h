@@ -20,10 +20,11 @@
 // a slow node from a dead one. Heartbeats are queued like any message while disconnected.
 //
 // Resumed uploads (docs/wire.md): SendResumable keeps the frames of the message it sends
-// (one at a time, shared with ZeroMQ, no copy). When the server answers a lost connection
-// with a TransferResume for it - offered on the new connection, or asked for with
-// QueryRetained - Poll sends the chunks the server lacks (or the whole message when it has
-// none of it) and does not return the TransferResume.
+// (shared with ZeroMQ, no copy; each chunk's data as its own part when the server accepts
+// that). When the server answers a lost connection with a TransferResume for it - offered
+// on the new connection, or asked for with QueryRetained - Poll sends the chunks the
+// server lacks (or the whole message when it has none of it) and does not return the
+// TransferResume.
 //
 // curve = false gives plain TCP (benchmarks on a trusted network only).
 // Thread-safety: as ClientTransport (one driver thread for Connect, Send and Poll). The
@@ -114,8 +115,11 @@ class ZmqClient final : public ClientTransport {
   Status SendEncoded(std::vector<wire::Frame> frames);
 
   // Sends `message` and keeps its frames, replacing the one kept before, so that a
-  // transfer cut by a lost connection resumes where the server's copy stops.
-  Status SendResumable(const wire::Message& message);
+  // transfer cut by a lost connection resumes where the server's copy stops. With
+  // `data_parts` (only to a server that accepts them: FitTask::chunk_data_parts) each
+  // chunk's data leaves as its own part, straight from the payload moved in here, not
+  // copied into chunk frames (wire::EncodeParted).
+  Status SendResumable(wire::Message message, bool data_parts = false);
   // Asks the server what it holds of the kept message (a TransferQuery); its answer, read
   // by Poll, sends the rest. FailedPrecondition when no message is kept.
   Status QueryRetained();
@@ -129,7 +133,8 @@ class ZmqClient final : public ClientTransport {
   uint64_t bytes_resent() const { return bytes_resent_.load(); }
   // As SendResumable, but hands only the first `frames_to_send` frames to the socket (a
   // connection cut mid-upload): for tests only.
-  Status SendResumableForTesting(const wire::Message& message, size_t frames_to_send);
+  Status SendResumableForTesting(wire::Message message, size_t frames_to_send,
+                                 bool data_parts = false);
 
   // Hands one frame (as Encode made it) to the socket if its queue has room now: true when
   // it did, false when the queue is full (nothing sent; try again later). Never blocks.
@@ -137,6 +142,8 @@ class ZmqClient final : public ClientTransport {
 
   // Sends raw frames, bypassing the codec: for fault-injection tests only.
   Status SendRawFrameForTesting(const std::vector<uint8_t>& frame);
+  // Sends `parts` as one multipart ZeroMQ message, bypassing the codec: tests only.
+  Status SendRawPartsForTesting(const std::vector<std::vector<uint8_t>>& parts);
   // Beats every `interval_ms` from now on: the interval the server asks for in its
   // RegisterAck (a server that expects beats more often than this client was configured
   // for would otherwise take an idle client for dead). No-op for interval_ms <= 0 or when
@@ -156,7 +163,8 @@ class ZmqClient final : public ClientTransport {
   // Acts on a TransferResume: sends what the server lacks of the kept message; ignores
   // one that names another message. InvalidArgument for a chunk past its end.
   Status ResumeLocked(const wire::TransferResume& r);
-  Status KeepAndSend(const wire::Message& message, std::optional<size_t> frames_to_send);
+  Status KeepAndSend(wire::Message message, bool data_parts,
+                     std::optional<size_t> frames_to_send);
 
   ZmqClientOptions options_;
   wire::WireLimits send_limits_;  // options_.limits, chunks cut at send_chunk_bytes
@@ -166,10 +174,11 @@ class ZmqClient final : public ClientTransport {
   bool connected_ = false;
   std::string endpoint_;  // GUARDED_BY(mu_)
   wire::Reassembler reassembler_;  // GUARDED_BY(mu_)
-  // The frames of the message SendResumable sent last (header frame, then its chunks).
+  // The message SendResumable sent last (header frame, then its chunks, with or without
+  // data parts).
   struct Retained {
     uint64_t message_id = 0;
-    std::shared_ptr<const std::vector<wire::Frame>> frames;
+    std::shared_ptr<const wire::PartedMessage> parted;
   };
   std::optional<Retained> retained_;  // GUARDED_BY(mu_)
   std::atomic<uint64_t> resumes_{0};

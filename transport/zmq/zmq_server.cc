@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "transport/zmq/multipart.h"
 #include "transport/zmq/zmq_status.h"
 
 namespace fedmesh {
@@ -260,21 +261,17 @@ void ZmqServer::HandleMessage(std::vector<zmq::message_t>& parts) {
     p.remote = RemoteOf(fd);
   }
   for (size_t i = 1; i < parts.size(); ++i) bytes_received_ += parts[i].size();
-  for (size_t i = 1; i < parts.size(); ++i) {
-    auto added = p.reassembler.Add(
-        std::span<const uint8_t>(parts[i].data<uint8_t>(), parts[i].size()));
-    if (!added.ok()) {
-      events_.push_back(RejectedInput{peer, added.status()});
-      continue;
-    }
-    if (!added->has_value()) continue;
+  if (parts.size() == 3) ++data_parts_received_;
+  auto added = AddParts(p.reassembler, std::span<const zmq::message_t>(parts).subspan(1));
+  if (!added.ok()) {
+    events_.push_back(RejectedInput{peer, added.status()});
+  } else if (added->has_value()) {
     wire::Message& m = **added;
-    if (std::holds_alternative<wire::Heartbeat>(m.body) && !options_.deliver_heartbeats) continue;
     if (const auto* q = std::get_if<wire::TransferQuery>(&m.body)) {
       replies.push_back(ResumeFor(p, m.header.federation_id, m.header.sender_id, q->message_id));
-      continue;
+    } else if (!std::holds_alternative<wire::Heartbeat>(m.body) || options_.deliver_heartbeats) {
+      events_.push_back(Received{peer, std::move(m)});
     }
-    events_.push_back(Received{peer, std::move(m)});
   }
   // After the loop: Send may disconnect peers (a full queue), which would invalidate `p`.
   for (const wire::Message& reply : replies) {

@@ -130,6 +130,9 @@ class ZmqServer final : public ServerTransport {
   uint64_t bytes_received() const { return bytes_received_; }
   // TransferResume messages sent (offers on a new connection and answers to queries).
   uint64_t resume_offers() const { return resume_offers_; }
+  // ZeroMQ messages that came as a chunk frame and its data part (docs/wire.md, "Chunk data
+  // parts"), accepted or not.
+  uint64_t data_parts_received() const { return data_parts_received_; }
 
  private:
   struct Peer {
@@ -171,6 +174,7 @@ class ZmqServer final : public ServerTransport {
   uint64_t uploads_dropped_ = 0;
   uint64_t duplicates_closed_ = 0;
   uint64_t resume_offers_ = 0;
+  uint64_t data_parts_received_ = 0;
   std::chrono::steady_clock::time_point next_stall_check_{};
 };
 
