@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-#include "core/sha256.h"
 #include "storage/float_blob.h"
 #include "storage/store_schema.h"
 
@@ -149,6 +148,13 @@ CREATE TABLE control (
   value TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql",
+      // v9: rows written from now on keep a tagged BLAKE3 digest in their sha256 column (33
+      // bytes, storage/float_blob.h); older rows keep their SHA-256 and read as before. No
+      // table changes: the version only tells older binaries, which would take the tagged
+      // digests for damage, that this file is newer than they are.
+      R"sql(
+-- digests: 32 bytes = SHA-256, 33 bytes = kind byte 2 (BLAKE3) + digest
+)sql",
   };
   return kSteps;
 }
@@ -213,7 +219,7 @@ Status AggregatorStore::InsertModel(uint64_t version, std::span<const float> par
       }
     }
   }
-  const Sha256Digest digest = HashFloats(params);
+  const std::vector<uint8_t> digest = StoredDigestOf(params);
   FM_ASSIGN_OR_RETURN(Statement insert,
                       db_->Prepare("INSERT INTO models (version, num_params, sha256, params) "
                                    "VALUES (?, ?, ?, zeroblob(?))"));
@@ -533,7 +539,7 @@ Status AggregatorStore::AcceptUpdate(uint64_t round, const std::string& node, ui
                                      "; the duplicate was not stored");
       }
     }
-    const Sha256Digest digest = HashFloats(params);
+    const std::vector<uint8_t> digest = StoredDigestOf(params);
     FM_ASSIGN_OR_RETURN(Statement insert,
                         db_->Prepare("INSERT INTO updates (round, node, num_examples, train_loss, "
                                      "num_params, sha256, params) "
@@ -622,7 +628,7 @@ Status AggregatorStore::CloseRound(uint64_t round, uint64_t new_model_version,
     FM_RETURN_IF_ERROR(RequireOpenRound(round, "close"));
     FM_RETURN_IF_ERROR(InsertModel(new_model_version, new_params));
     if (!strategy_state.empty()) {
-      const Sha256Digest digest = HashFloats(strategy_state);
+      const std::vector<uint8_t> digest = StoredDigestOf(strategy_state);
       FM_ASSIGN_OR_RETURN(Statement insert,
                           db_->Prepare("INSERT INTO strategy_state (model_version, num_values, "
                                        "sha256, state) VALUES (?, ?, ?, zeroblob(?))"));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 
 namespace fedmesh {
 namespace {
@@ -54,9 +55,13 @@ Status Damaged(const Database& db, std::string_view what, const std::string& det
 
 }  // namespace
 
-Sha256Digest HashFloats(std::span<const float> values) {
+std::vector<uint8_t> StoredDigestOf(std::span<const float> values, wire::DigestKind kind) {
   std::vector<uint8_t> scratch;
-  return Sha256::Hash(StoredBytes(values, scratch));
+  const wire::PayloadDigest d = wire::HashPayload(kind, StoredBytes(values, scratch));
+  std::vector<uint8_t> out;
+  if (kind != wire::DigestKind::kSha256) out.push_back(static_cast<uint8_t>(kind));
+  out.insert(out.end(), d.bytes.begin(), d.bytes.end());
+  return out;
 }
 
 Status WriteFloatBlob(Database& db, std::string_view table, std::string_view column, int64_t rowid,
@@ -76,13 +81,21 @@ Status WriteFloatBlob(Database& db, std::string_view table, std::string_view col
 Result<std::vector<float>> ReadFloatBlob(Database& db, std::string_view table,
                                          std::string_view column, int64_t rowid,
                                          uint64_t num_values,
-                                         std::span<const uint8_t> expected_sha256,
+                                         std::span<const uint8_t> stored_digest,
                                          std::string_view what) {
-  if (expected_sha256.size() != Sha256Digest().size()) {
-    return Damaged(
-        db, what,
-        "its stored SHA-256 is " + std::to_string(expected_sha256.size()) + " bytes, not 32");
+  constexpr size_t kDigestBytes = std::tuple_size_v<decltype(wire::PayloadDigest::bytes)>;
+  wire::DigestKind kind = wire::DigestKind::kSha256;
+  std::span<const uint8_t> expected_digest = stored_digest;
+  if (stored_digest.size() == 1 + kDigestBytes &&
+      stored_digest[0] == static_cast<uint8_t>(wire::DigestKind::kBlake3)) {
+    kind = wire::DigestKind::kBlake3;
+    expected_digest = stored_digest.subspan(1);
+  } else if (stored_digest.size() != kDigestBytes) {
+    return Damaged(db, what,
+                   "its stored digest is " + std::to_string(stored_digest.size()) +
+                       " bytes, neither a SHA-256 (32) nor a tagged BLAKE3 (33)");
   }
+  const std::string kind_name(wire::DigestKindName(kind));
   // The blob's real length bounds the allocation: a damaged count cannot ask for terabytes.
   Result<Blob> opened = db.OpenBlob(table, column, rowid, /*writable=*/false);
   if (!opened.ok()) {
@@ -98,18 +111,18 @@ Result<std::vector<float>> ReadFloatBlob(Database& db, std::string_view table,
   }
   std::vector<float> values(num_values);
   const std::span<uint8_t> bytes(reinterpret_cast<uint8_t*>(values.data()), values.size() * 4);
-  Sha256 hasher;
+  wire::PayloadHasher hasher(kind);
   for (size_t off = 0; off < bytes.size(); off += kReadChunkBytes) {
     const std::span<uint8_t> chunk =
         bytes.subspan(off, std::min(kReadChunkBytes, bytes.size() - off));
     FM_RETURN_IF_ERROR(blob.Read(off, chunk));
     hasher.Update(chunk);
   }
-  const Sha256Digest got = hasher.Finish();
-  if (!std::equal(got.begin(), got.end(), expected_sha256.begin())) {
+  const wire::PayloadDigest got = hasher.Finish();
+  if (!std::equal(got.bytes.begin(), got.bytes.end(), expected_digest.begin())) {
     return Damaged(db, what,
-                   "SHA-256 of its values is " + ShortHex(got) + " but " +
-                       ShortHex(expected_sha256) + " was stored with them");
+                   "the " + kind_name + " of its values is " + ShortHex(got.bytes) + " but " +
+                       ShortHex(expected_digest) + " was stored with them");
   }
   if constexpr (!kLittleEndian) SwapBytes(bytes);
   return values;

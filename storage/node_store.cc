@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "core/sha256.h"
 #include "storage/float_blob.h"
 #include "storage/store_schema.h"
 
@@ -38,6 +37,11 @@ CREATE TABLE attributes (
   name  TEXT PRIMARY KEY CHECK (length(name) > 0),
   value TEXT NOT NULL
 );
+)sql",
+      // v3: tensors written from now on keep a tagged BLAKE3 digest (33 bytes,
+      // storage/float_blob.h); the version tells older binaries the file is newer.
+      R"sql(
+-- digests: 32 bytes = SHA-256, 33 bytes = kind byte 2 (BLAKE3) + digest
 )sql",
   };
   return kSteps;
@@ -88,7 +92,8 @@ Status NodeStore::SaveCheckpoint(const NodeCheckpoint& checkpoint) {
     auto put = [&](std::string_view kind, std::string_view name,
                    const std::vector<float>& values) -> Status {
       FM_RETURN_IF_ERROR(
-          insert.BindAll(kind, name, values.size(), HashFloats(values), values.size() * 4));
+          insert.BindAll(kind, name, values.size(), std::span<const uint8_t>(StoredDigestOf(values)),
+                         values.size() * 4));
       FM_RETURN_IF_ERROR(insert.Run());
       return WriteFloatBlob(*db_, "tensors", "data", db_->LastInsertRowId(), values);
     };

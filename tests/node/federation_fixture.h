@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -59,17 +60,47 @@ using std::chrono::seconds;
 inline const std::string kBin = FEDMESH_BINARY_DIR "/bin/";
 inline const fs::path kExampleDir = fs::path(FEDMESH_SOURCE_DIR) / "examples" / "fashion-mnist";
 
-// A loopback TCP port that was free a moment ago (for configs that must name their port).
-inline int FreeLoopbackPort() {
+// Whether `port` can be bound on loopback now.
+inline bool LoopbackPortFree(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;  // as the binaries' listeners (libzmq) do: TIME_WAIT does not count
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
-  return ntohs(a.sin_port);
+  return free;
+}
+
+// The ports FreeLoopbackPort and FreeLoopbackPortPair handed out in this process.
+inline std::set<int>& HandedOutPorts() {
+  static std::set<int> ports;
+  return ports;
+}
+
+// A loopback TCP port that was free a moment ago (for configs that must name their port).
+// Picked below the kernel's ephemeral range (32768 and up here), so that no outgoing
+// connection of another test takes it before the binary binds it (what a port from bind(0)
+// risked), at a start that differs per process (tests run two at a time), and never the
+// same one twice in a process.
+inline int FreeLoopbackPort() {
+  constexpr int kLow = 20000, kCount = 12000;
+  std::set<int>& handed_out = HandedOutPorts();
+  static int next = kLow + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u +
+                                             static_cast<unsigned>(::time(nullptr))) % kCount);
+  for (int tried = 0; tried < kCount; ++tried) {
+    const int port = next;
+    next = next + 1 < kLow + kCount ? next + 1 : kLow;
+    if (handed_out.count(port) == 0 && LoopbackPortFree(port)) {
+      handed_out.insert(port);
+      return port;
+    }
+  }
+  ADD_FAILURE() << "no free loopback port in [" << kLow << ", " << kLow + kCount << ")";
+  return 0;
 }
 
 // A loopback port that was free a moment ago, with the one above it free too (a member
@@ -77,15 +108,10 @@ inline int FreeLoopbackPort() {
 inline int FreeLoopbackPortPair() {
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int p = FreeLoopbackPort();
-    if (p >= 65535) continue;
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(p + 1));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return p;
+    if (p < 65535 && HandedOutPorts().count(p + 1) == 0 && LoopbackPortFree(p + 1)) {
+      HandedOutPorts().insert(p + 1);
+      return p;
+    }
   }
   return FreeLoopbackPort();
 }

@@ -161,7 +161,18 @@ TEST_F(ProvisionFederationTest, KitsRunAFederationAdminsControlItAndTheStatusPag
   // Pause: the open round closes, then no round opens; resume: rounds go on.
   EXPECT_EQ(admin("alice", {"pause"}, "pause.log"), 0) << ReadWholeFile(dir_ / "pause.log");
   ASSERT_TRUE(WaitForLog(agg, "admin alice (admin): pause", seconds(30))) << agg->Log();
-  std::this_thread::sleep_for(seconds(3));  // the round open at the pause closes
+  // A round open at the pause runs to its close (the reply names it): its line is written
+  // before the count below is taken, however slow the machine.
+  const std::string pause_reply = ReadWholeFile(dir_ / "pause.log");
+  if (const size_t at = pause_reply.find("paused: round "); at != std::string::npos) {
+    const int open_round = std::stoi(pause_reply.substr(at + 14));
+    ASSERT_TRUE(WaitUntil([&] {
+      const auto lines = SplitLines(ReadWholeFile(metrics));
+      return !lines.empty() && JsonNumber(lines.back(), "round").value_or(0) >= open_round;
+    }, seconds(120))) << "round " << open_round << " did not close after the pause: " << pause_reply;
+  } else {
+    EXPECT_NE(pause_reply.find("paused: no round opens until resume"), std::string::npos) << pause_reply;
+  }
   const size_t paused_at = SplitLines(ReadWholeFile(metrics)).size();
   std::this_thread::sleep_for(seconds(4));
   EXPECT_EQ(SplitLines(ReadWholeFile(metrics)).size(), paused_at) << "a round closed while paused";

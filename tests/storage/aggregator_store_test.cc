@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/blake3.h"
 #include "core/sha256.h"
 #include "storage/node_store.h"
 #include "storage/sqlite/database.h"
@@ -120,10 +121,10 @@ TEST_F(AggregatorStoreTest, NewStoreHasNoModelNoRoundNoMetrics) {
   EXPECT_FALSE(open->has_value());
   EXPECT_TRUE(store->Metrics()->empty());
   EXPECT_TRUE(store->Nodes()->empty());
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 8);
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 9);
 }
 
-TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha256) {
+TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithBlake3) {
   const std::vector<float> v0 = Params(1, 1000), v1 = Params(2, 1000);
   {
     auto store = Open();
@@ -140,16 +141,56 @@ TEST_F(AggregatorStoreTest, ModelRoundTripIsBitExactAndStoredLittleEndianWithSha
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_TRUE(SameBits(*loaded, v0));
 
-  // The file format: float32 little-endian bytes, and the SHA-256 of exactly those bytes.
+  // The file format: float32 little-endian bytes, and the BLAKE3 of exactly those bytes
+  // (in the column named sha256 before BLAKE3), tagged with its kind.
   const std::vector<uint8_t> blob = RawBlob("SELECT params FROM models WHERE version = 0");
   ASSERT_EQ(blob.size(), 4000u);
   uint32_t bits;
   std::memcpy(&bits, &v0[10], 4);
   EXPECT_EQ(blob[40], bits & 0xff);
   EXPECT_EQ(blob[43], bits >> 24);
-  const Sha256Digest want = Sha256::Hash(std::span<const uint8_t>(blob));
-  EXPECT_EQ(RawBlob("SELECT sha256 FROM models WHERE version = 0"),
-            std::vector<uint8_t>(want.begin(), want.end()));
+  const Blake3Digest want = Blake3::Hash(std::span<const uint8_t>(blob));
+  std::vector<uint8_t> tagged = {2};  // wire::DigestKind::kBlake3
+  tagged.insert(tagged.end(), want.begin(), want.end());
+  EXPECT_EQ(RawBlob("SELECT sha256 FROM models WHERE version = 0"), tagged);
+}
+
+// A store written before BLAKE3 (schema v8: 32-byte SHA-256 digests) is migrated on open
+// and its rows read and checked with SHA-256; rows written after it keep a tagged BLAKE3. A
+// digest column of any other form is damage, named.
+TEST_F(AggregatorStoreTest, RowsWrittenBeforeBlake3AreCheckedWithSha256) {
+  const std::vector<float> v0 = Params(1, 1000), v1 = Params(2, 1000);
+  { ASSERT_TRUE(Open()->SaveModel(0, v0).ok()); }
+  const std::vector<uint8_t> blob = RawBlob("SELECT params FROM models WHERE version = 0");
+  const Sha256Digest sha = Sha256::Hash(std::span<const uint8_t>(blob));
+  RawUpdateBlob("models", "sha256", "version = 0", {sha.begin(), sha.end()});
+  ASSERT_TRUE(Raw()->SetUserVersion(8).ok());  // what a v8 store holds
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(QueryInt("PRAGMA user_version"), 9);
+    auto loaded = store->LoadModel(0);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_TRUE(SameBits(*loaded, v0));
+    ASSERT_TRUE(store->SaveModel(1, v1).ok());
+  }
+  EXPECT_EQ(QueryInt("SELECT length(sha256) FROM models WHERE version = 0"), 32);
+  EXPECT_EQ(QueryInt("SELECT length(sha256) FROM models WHERE version = 1"), 33);
+  // A SHA-256 row whose bytes change is still caught, by SHA-256.
+  std::vector<uint8_t> flipped = blob;
+  flipped[7] ^= 0x10;
+  RawUpdateBlob("models", "params", "version = 0", flipped);
+  auto bad = Open()->LoadModel(0);
+  ASSERT_EQ(bad.status().code(), StatusCode::kCorruption) << bad.status().ToString();
+  EXPECT_THAT(bad.status().message(), HasSubstr("the sha256 of its values is"));
+  // A tag this build does not know.
+  std::vector<uint8_t> unknown_tag = RawBlob("SELECT sha256 FROM models WHERE version = 1");
+  unknown_tag[0] = 7;
+  RawUpdateBlob("models", "sha256", "version = 1", unknown_tag);
+  auto unknown = Open()->LoadModel(1);
+  ASSERT_EQ(unknown.status().code(), StatusCode::kCorruption) << unknown.status().ToString();
+  EXPECT_THAT(unknown.status().message(), HasSubstr("neither a SHA-256 (32) nor a tagged BLAKE3 (33)"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("model version 1"));
 }
 
 TEST_F(AggregatorStoreTest, EmptyModelRoundTrips) {
@@ -206,7 +247,7 @@ TEST_F(AggregatorStoreTest, CorruptedModelBlobIsCorruptionNamingVersionAndFile) 
   ASSERT_EQ(loaded.status().code(), StatusCode::kCorruption) << loaded.status().ToString();
   EXPECT_THAT(loaded.status().message(), HasSubstr("model version 2"));
   EXPECT_THAT(loaded.status().message(), HasSubstr(path_));
-  EXPECT_THAT(loaded.status().message(), HasSubstr("SHA-256"));
+  EXPECT_THAT(loaded.status().message(), HasSubstr("the blake3 of its values is"));
   auto latest = store->LatestModel();  // never handed out silently through another door
   EXPECT_EQ(latest.status().code(), StatusCode::kCorruption);
   auto intact = store->LoadModel(1);
@@ -824,12 +865,12 @@ TEST_F(AggregatorStoreTest, AdminActionsAndControlStateSurviveAReopen) {
 
 TEST_F(AggregatorStoreTest, DatabaseFromNewerSchemaIsRefusedWithUpgradeMessage) {
   { ASSERT_NE(Open(), nullptr); }
-  ASSERT_TRUE(Raw()->SetUserVersion(9).ok());
+  ASSERT_TRUE(Raw()->SetUserVersion(10).ok());
   auto store = AggregatorStore::Open(path_);
   ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
   EXPECT_THAT(store.status().message(), HasSubstr("upgrade fedmesh"));
   EXPECT_THAT(store.status().message(), HasSubstr(path_));
-  EXPECT_EQ(QueryInt("PRAGMA user_version"), 9);  // left untouched
+  EXPECT_EQ(QueryInt("PRAGMA user_version"), 10);  // left untouched
 }
 
 TEST_F(AggregatorStoreTest, NodeStoreFileOrForeignDatabaseIsRefused) {

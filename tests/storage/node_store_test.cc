@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sha256.h"
 #include "storage/aggregator_store.h"
 #include "storage/sqlite/database.h"
 #include "tests/storage/temp_dir.h"
@@ -45,6 +46,25 @@ NodeCheckpoint Sample() {
   cp.attributes["gossip/members"] = "site-1 tcp://127.0.0.1:7001 ...\nsite-2 ...\n";
   cp.attributes["empty"] = "";
   return cp;
+}
+
+// Turns a current store file's tensors' digests back into what schema v2 wrote: SHA-256.
+void DigestsBackToSha256(Database& db) {
+  auto rows = db.Prepare("SELECT id, data FROM tensors");
+  ASSERT_TRUE(rows.ok());
+  std::vector<std::pair<int64_t, Sha256Digest>> digests;
+  for (;;) {
+    auto row = rows->Step();
+    ASSERT_TRUE(row.ok());
+    if (!*row) break;
+    digests.emplace_back(rows->ColumnInt64(0), Sha256::Hash(rows->ColumnBlob(1)));
+  }
+  for (const auto& [id, digest] : digests) {
+    auto set = db.Prepare("UPDATE tensors SET sha256 = ? WHERE id = ?");
+    ASSERT_TRUE(set.ok());
+    ASSERT_TRUE(set->BindAll(std::span<const uint8_t>(digest), id).ok());
+    ASSERT_TRUE(set->Run().ok());
+  }
 }
 
 class NodeStoreTest : public ::testing::Test {
@@ -145,6 +165,7 @@ TEST_F(NodeStoreTest, VersionOneFileIsMigratedAndKeepsItsCheckpoint) {
     auto db = Database::Open(path_, DatabaseOptions{});
     ASSERT_TRUE(db.ok());
     ASSERT_TRUE((*db)->Exec("DROP TABLE attributes").ok());
+    DigestsBackToSha256(**db);
     ASSERT_TRUE((*db)->SetUserVersion(1).ok());
   }
   auto store = Open();
@@ -155,6 +176,36 @@ TEST_F(NodeStoreTest, VersionOneFileIsMigratedAndKeepsItsCheckpoint) {
   EXPECT_TRUE((*cp)->attributes.empty());
   ASSERT_TRUE(store->SaveCheckpoint(Sample()).ok());  // the new table works
   EXPECT_EQ((*store->LoadCheckpoint())->attributes, Sample().attributes);
+}
+
+// A v2 file (SHA-256 digests, before BLAKE3) is migrated: its checkpoint reads and checks
+// with SHA-256, damage included; the next save writes BLAKE3.
+TEST_F(NodeStoreTest, VersionTwoFileKeepsItsSha256CheckpointAndSavesBlake3) {
+  { ASSERT_TRUE(Open()->SaveCheckpoint(Sample()).ok()); }
+  {
+    auto db = Database::Open(path_, DatabaseOptions{});
+    ASSERT_TRUE(db.ok());
+    DigestsBackToSha256(**db);
+    ASSERT_TRUE((*db)->SetUserVersion(2).ok());
+  }
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    auto cp = store->LoadCheckpoint();
+    ASSERT_TRUE(cp.ok() && cp->has_value()) << cp.status().ToString();
+    EXPECT_TRUE(SameBits((*cp)->model, Sample().model));
+    EXPECT_TRUE(SameBits((*cp)->tensors.at("codec/topk_residual"), Sample().tensors.at("codec/topk_residual")));
+  }
+  CorruptTensor("kind = 'velocity'");
+  auto bad = Open()->LoadCheckpoint();
+  ASSERT_EQ(bad.status().code(), StatusCode::kCorruption) << bad.status().ToString();
+  EXPECT_THAT(bad.status().message(), HasSubstr("the sha256 of its values is"));
+  ASSERT_TRUE(Open()->SaveCheckpoint(Sample()).ok());
+  auto db = Database::Open(path_, DatabaseOptions{});
+  ASSERT_TRUE(db.ok());
+  auto kinds = (*db)->Prepare("SELECT count(*) FROM tensors WHERE length(sha256) = 33");
+  ASSERT_TRUE(kinds.ok() && *kinds->Step());
+  EXPECT_EQ(kinds->ColumnInt64(0), 4);  // model, velocity, two named tensors
 }
 
 TEST_F(NodeStoreTest, SaveReplacesTheWholeCheckpoint) {
