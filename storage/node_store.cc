@@ -91,9 +91,8 @@ Status NodeStore::SaveCheckpoint(const NodeCheckpoint& checkpoint) {
                                      "VALUES (?, ?, ?, ?, zeroblob(?))"));
     auto put = [&](std::string_view kind, std::string_view name,
                    const std::vector<float>& values) -> Status {
-      FM_RETURN_IF_ERROR(
-          insert.BindAll(kind, name, values.size(), std::span<const uint8_t>(StoredDigestOf(values)),
-                         values.size() * 4));
+      const std::vector<uint8_t> digest = StoredDigestOf(values);
+      FM_RETURN_IF_ERROR(insert.BindAll(kind, name, values.size(), digest, values.size() * 4));
       FM_RETURN_IF_ERROR(insert.Run());
       return WriteFloatBlob(*db_, "tensors", "data", db_->LastInsertRowId(), values);
     };

@@ -17,7 +17,6 @@ namespace fedmesh {
 // Receives one whole ZeroMQ message (all its frames) without blocking: empty when none is
 // waiting. libzmq delivers a multipart message atomically, so once the first frame is there
 // the others are too.
-
 inline std::vector<zmq::message_t> RecvMultipart(zmq::socket_t& socket) {
   std::vector<zmq::message_t> parts;
   for (;;) {
